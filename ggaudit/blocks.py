@@ -1,0 +1,207 @@
+"""The one table of GGML block facts: block size, block bytes, and where every float field sits.
+
+Block sizes and byte counts come from ``gguf.GGML_QUANT_SIZES``; this module adds what gguf does not
+say: the byte position and encoding of each float field inside a block (ggml's struct order). A block
+of a quantized type decodes to ``scale x small integer (+ min)``, so it decodes non-finite exactly when
+one of these fields is non-finite; reading only them is what makes the fast scan fast.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+
+class Encoding(enum.Enum):
+    """How the bytes of one float field are read."""
+
+    F16 = "f16"
+    BF16 = "bf16"
+    F32 = "f32"
+    F64 = "f64"
+    E8M0 = "e8m0"          # MXFP4 shared exponent: 2^(e-127); 0xFF is NaN (OCP MX spec)
+    UE4M3 = "ue4m3"        # NVFP4 sub-block scale: unsigned E4M3, never non-finite as ggml decodes it
+    IQ1M_F16 = "iq1m_f16"  # IQ1_M: an f16 assembled from the top 4 bits of four u16 scale words
+    E4M3 = "e4m3"          # FP8 E4M3 elements stored in an I8 tensor (caller says so); 0x7F/0xFF NaN
+
+
+#: Bytes one field of each encoding occupies in a block.
+ENCODING_SIZE: Mapping[Encoding, int] = MappingProxyType({
+    Encoding.F16: 2, Encoding.BF16: 2, Encoding.F32: 4, Encoding.F64: 8, Encoding.E8M0: 1,
+    Encoding.UE4M3: 1, Encoding.IQ1M_F16: 8, Encoding.E4M3: 1,
+})
+
+
+@dataclass(frozen=True)
+class FloatField:
+    """One float field inside a block: its name, byte offset, encoding and the columns it scales."""
+
+    name: str
+    offset: int
+    encoding: Encoding
+    first_col: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        return ENCODING_SIZE[self.encoding]
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """Facts about one GGML type's block."""
+
+    ggml_type: T
+    block_size: int
+    block_bytes: int
+    fields: tuple[FloatField, ...]
+    is_float_elements: bool = False
+    is_integer: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.ggml_type.name
+
+
+def _quant(t: T, *fields: tuple[str, int, Encoding]) -> BlockLayout:
+    block_size, block_bytes = GGML_QUANT_SIZES[t]
+    return BlockLayout(t, block_size, block_bytes,
+                       tuple(FloatField(n, o, e, 0, block_size) for n, o, e in fields))
+
+
+def _elements(t: T, encoding: Encoding) -> BlockLayout:
+    _, nbytes = GGML_QUANT_SIZES[t]
+    return BlockLayout(t, 1, nbytes, (FloatField("value", 0, encoding, 0, 1),), is_float_elements=True)
+
+
+def _integer(t: T) -> BlockLayout:
+    _, nbytes = GGML_QUANT_SIZES[t]
+    return BlockLayout(t, 1, nbytes, (), is_integer=True)
+
+
+def _nvfp4() -> BlockLayout:
+    # Four unsigned-E4M3 scales, one per 16-element sub-block, then 32 bytes of packed E2M1 values.
+    block_size, block_bytes = GGML_QUANT_SIZES[T.NVFP4]
+    sub = block_size // 4
+    fields = tuple(FloatField(f"d[{i}]", i, Encoding.UE4M3, i * sub, sub) for i in range(4))
+    return BlockLayout(T.NVFP4, block_size, block_bytes, fields)
+
+
+_H, _F, _E8 = Encoding.F16, Encoding.F32, Encoding.E8M0
+
+_TABLE: tuple[BlockLayout, ...] = (
+    _elements(T.F32, Encoding.F32),
+    _elements(T.F16, Encoding.F16),
+    _elements(T.BF16, Encoding.BF16),
+    _elements(T.F64, Encoding.F64),
+    _integer(T.I8), _integer(T.I16), _integer(T.I32), _integer(T.I64),
+    _quant(T.Q4_0, ("d", 0, _H)),
+    _quant(T.Q4_1, ("d", 0, _H), ("m", 2, _H)),
+    _quant(T.Q5_0, ("d", 0, _H)),
+    _quant(T.Q5_1, ("d", 0, _H), ("m", 2, _H)),
+    _quant(T.Q8_0, ("d", 0, _H)),
+    # gguf-py sizes Q8_1 at 40 bytes: f32 d and f32 s (d * sum(qs)). It is an intermediate type
+    # ggml never writes to files; we follow gguf's size so a file that holds one is still readable.
+    _quant(T.Q8_1, ("d", 0, _F), ("s", 4, _F)),
+    _quant(T.Q2_K, ("d", 80, _H), ("dmin", 82, _H)),
+    _quant(T.Q3_K, ("d", 108, _H)),
+    _quant(T.Q4_K, ("d", 0, _H), ("dmin", 2, _H)),
+    _quant(T.Q5_K, ("d", 0, _H), ("dmin", 2, _H)),
+    _quant(T.Q6_K, ("d", 208, _H)),
+    _quant(T.Q8_K, ("d", 0, _F)),
+    _quant(T.IQ2_XXS, ("d", 0, _H)),
+    _quant(T.IQ2_XS, ("d", 0, _H)),
+    _quant(T.IQ3_XXS, ("d", 0, _H)),
+    _quant(T.IQ1_S, ("d", 0, _H)),
+    _quant(T.IQ4_NL, ("d", 0, _H)),
+    _quant(T.IQ3_S, ("d", 0, _H)),
+    _quant(T.IQ2_S, ("d", 0, _H)),
+    _quant(T.IQ4_XS, ("d", 0, _H)),
+    _quant(T.IQ1_M, ("d", 48, Encoding.IQ1M_F16)),
+    _quant(T.TQ1_0, ("d", 52, _H)),
+    _quant(T.TQ2_0, ("d", 64, _H)),
+    _quant(T.MXFP4, ("e", 0, _E8)),
+    _nvfp4(),
+    # Q1_0: f16 d then 16 bytes of sign bits; every element is +d or -d.
+    _quant(T.Q1_0, ("d", 0, _H)),
+)
+
+LAYOUTS: Mapping[T, BlockLayout] = MappingProxyType({b.ggml_type: b for b in _TABLE})
+
+#: The layout of an I8 tensor the caller says holds FP8 E4M3 bytes.
+FP8_E4M3_ELEMENTS = BlockLayout(T.I8, 1, 1, (FloatField("value", 0, Encoding.E4M3, 0, 1),),
+                                is_float_elements=True)
+
+
+def layout_of(ggml_type: T) -> BlockLayout:
+    """Return the block layout of *ggml_type*; KeyError for a type ggaudit has no facts for."""
+    return LAYOUTS[ggml_type]
+
+
+def known_type(value: int) -> T | None:
+    """The GGML type with numeric id *value*, or None when ggaudit has no block facts for it."""
+    try:
+        t = T(value)
+    except ValueError:
+        return None
+    return t if t in LAYOUTS else None
+
+
+# Decoding: every field is turned into float64 for reporting, plus a "non-finite" class per value.
+
+def field_bits(field: FloatField, raw: np.ndarray) -> np.ndarray:
+    """The raw bits of each field as unsigned integers; *raw* is (n, field.size) uint8."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if field.encoding is Encoding.IQ1M_F16:
+        return iq1m_assemble(raw)
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[field.size]
+    return raw.view(np.dtype(width).newbyteorder("<")).reshape(-1)
+
+
+def iq1m_assemble(raw: np.ndarray) -> np.ndarray:
+    """IQ1_M keeps its f16 scale in the top nibble of each of four u16 scale words (low first)."""
+    words = np.ascontiguousarray(raw, dtype=np.uint8).view("<u2").reshape(-1, 4)
+    return ((words[:, 0] >> 12) | ((words[:, 1] >> 12) << 4) | ((words[:, 2] >> 12) << 8)
+            | ((words[:, 3] >> 12) << 12)).astype(np.uint16)
+
+
+def decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
+    """Decode field bits (as returned by :func:`field_bits`) to float64 values."""
+    bits = np.asarray(bits)
+    if encoding in (Encoding.F16, Encoding.IQ1M_F16):
+        return bits.astype(np.uint16).view(np.float16).astype(np.float64)
+    if encoding is Encoding.BF16:
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if encoding is Encoding.F32:
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    if encoding is Encoding.F64:
+        return bits.astype(np.uint64).view(np.float64)
+    if encoding is Encoding.E8M0:
+        e = bits.astype(np.int64)
+        return np.where(e == 0xFF, np.nan, np.ldexp(1.0, (e - 127).astype(np.int32)))
+    if encoding is Encoding.UE4M3:
+        return _ue4m3(bits.astype(np.int64))
+    if encoding is Encoding.E4M3:
+        return _e4m3(bits.astype(np.int64))
+    raise ValueError(f"no decoder for {encoding}")
+
+
+def _ue4m3(b: np.ndarray) -> np.ndarray:
+    # As gguf.quants decodes NVFP4 scales: bit 7 ignored, 0x7F means zero, so no NaN or Inf exists.
+    exp = (b >> 3) & 0xF
+    man = (b & 7).astype(np.float64)
+    val = np.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * np.exp2(exp.astype(np.float64) - 7))
+    return np.where(b == 0x7F, 0.0, val)
+
+
+def _e4m3(b: np.ndarray) -> np.ndarray:
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp = (b >> 3) & 0xF
+    man = (b & 7).astype(np.float64)
+    val = np.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * np.exp2(exp.astype(np.float64) - 7))
+    return np.where((b & 0x7F) == 0x7F, np.nan, sign * val)

@@ -1,0 +1,23 @@
+"""The ``ggaudit`` command line: parses, calls the library, renders, picks the exit code."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .diff import diff
+from .info import info
+from .manifest import manifest
+from .rows import rows
+from .scan import scan
+from .verify import verify
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ggaudit")
+def main() -> None:
+    """Audit GGUF model files: is the data intact, and does every read path deliver the same bytes?"""
+
+
+for _command in (info, scan, verify, manifest, diff, rows):
+    main.add_command(_command)

@@ -1,0 +1,502 @@
+"""Open a GGUF file or split set read-only and produce a validated description of its layout.
+
+The header is parsed here, streamed and bounded, rather than with ``gguf.GGUFReader``: every count and
+length is checked against the bytes that remain before anything is allocated or looped over, so a
+hostile header is rejected in milliseconds whatever it claims, and a real model with a large vocabulary
+opens without decoding its strings (only their lengths are walked).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import struct
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from gguf import GGMLQuantizationType, GGUFValueType
+
+from .blocks import known_type, layout_of
+from .errors import FormatError, ReadError, UsageError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4
+#: Longest string accepted anywhere in a header; real ones (chat templates) are tens of KiB.
+MAX_STRING = 16 << 20
+#: Arrays nest (arrays of arrays); a hostile file could nest without end.
+MAX_ARRAY_DEPTH = 8
+#: How many elements of an array are decoded and kept; the rest are only walked.
+ARRAY_HEAD = 16
+_INT64_MAX = (1 << 63) - 1
+_CHUNK = 1 << 20
+
+_SCALAR_FORMATS: Mapping[GGUFValueType, struct.Struct] = {
+    GGUFValueType.UINT8: struct.Struct("<B"), GGUFValueType.INT8: struct.Struct("<b"),
+    GGUFValueType.UINT16: struct.Struct("<H"), GGUFValueType.INT16: struct.Struct("<h"),
+    GGUFValueType.UINT32: struct.Struct("<I"), GGUFValueType.INT32: struct.Struct("<i"),
+    GGUFValueType.FLOAT32: struct.Struct("<f"), GGUFValueType.BOOL: struct.Struct("<?"),
+    GGUFValueType.UINT64: struct.Struct("<Q"), GGUFValueType.INT64: struct.Struct("<q"),
+    GGUFValueType.FLOAT64: struct.Struct("<d"),
+}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+# The fewest bytes one metadata pair / tensor info / array element can take, for count checks.
+_MIN_KV_BYTES = 8 + 4 + 1
+_MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8
+_MIN_ELEMENT_BYTES = {GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12}
+
+SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class ArrayValue:
+    """A metadata array: its element type and count, and the first few elements decoded."""
+
+    elem_type: GGUFValueType
+    count: int
+    head: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class MetaValue:
+    """A typed metadata value and the file offset where its value starts."""
+
+    type: GGUFValueType
+    value: Any
+    offset: int
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What tells us a file was replaced or resized between opening and reading it."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor: where its data is in which file, and its row geometry."""
+
+    name: str
+    ggml_type: GGMLQuantizationType
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    row_bytes: int
+    n_rows: int
+    path: str
+    info_offset: int = field(default=0, compare=False)
+
+    @property
+    def block_size(self) -> int:
+        return layout_of(self.ggml_type).block_size
+
+    @property
+    def block_bytes(self) -> int:
+        return layout_of(self.ggml_type).block_bytes
+
+    @property
+    def n_cols(self) -> int:
+        return self.shape[0]
+
+    @property
+    def blocks_per_row(self) -> int:
+        return self.shape[0] // self.block_size
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+    def row_offset(self, row: int) -> int:
+        """Absolute file offset of *row* (an index along ne1 x ne2 x ne3)."""
+        if not 0 <= row < self.n_rows:
+            raise UsageError(self.path, f"row {row} is outside 0..{self.n_rows - 1}", field=self.name)
+        return self.offset + row * self.row_bytes
+
+
+@dataclass(frozen=True)
+class GGUFFile:
+    """One validated GGUF file."""
+
+    path: str
+    size: int
+    version: int
+    alignment: int
+    data_offset: int
+    metadata: Mapping[str, MetaValue]
+    tensors: tuple[Tensor, ...]
+    identity: FileIdentity
+
+    def meta(self, key: str, default: Any = None) -> Any:
+        entry = self.metadata.get(key)
+        return default if entry is None else entry.value
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model: one GGUF file, or every shard of a split set, with all tensors in file order."""
+
+    source: str
+    files: tuple[GGUFFile, ...]
+    tensors: tuple[Tensor, ...]
+
+    @property
+    def metadata(self) -> Mapping[str, MetaValue]:
+        return self.files[0].metadata
+
+    @property
+    def architecture(self) -> str | None:
+        value = self.files[0].meta("general.architecture")
+        return value if isinstance(value, str) else None
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise UsageError(self.source, f"no tensor named {name!r}", field="tensor")
+
+
+class _Cursor:
+    """Reads a header sequentially through a bounded window, checking every length against EOF."""
+
+    def __init__(self, fd: int, path: str, size: int) -> None:
+        self.fd, self.path, self.size = fd, path, size
+        self.buf = b""
+        self.base = 0
+        self.pos = 0
+
+    def error(self, field: str, message: str, offset: int | None = None) -> FormatError:
+        return FormatError(self.path, message, offset=self.pos if offset is None else offset, field=field)
+
+    def require(self, n: int, field: str) -> None:
+        """Make sure *n* bytes at pos exist in the file and sit in the window."""
+        remaining = self.size - self.pos
+        if n > remaining:
+            raise self.error(field, f"needs {n} bytes but the file has {remaining} left (truncated?)")
+        if self.base <= self.pos and self.pos + n <= self.base + len(self.buf):
+            return
+        want = max(n, _CHUNK)
+        try:
+            data = os.pread(self.fd, min(want, remaining), self.pos)
+        except OSError as err:
+            raise ReadError(self.path, f"read failed: {err.strerror}", offset=self.pos) from None
+        if len(data) < n:
+            raise ReadError(self.path, "file shrank while reading the header", offset=self.pos + len(data))
+        self.buf, self.base = data, self.pos
+
+    def unpack(self, fmt: struct.Struct, field: str) -> Any:
+        self.require(fmt.size, field)
+        (value,) = fmt.unpack_from(self.buf, self.pos - self.base)
+        self.pos += fmt.size
+        return value
+
+    def skip(self, n: int, field: str) -> None:
+        if n > self.size - self.pos:
+            raise self.error(field, f"needs {n} bytes but the file has {self.size - self.pos} left (truncated?)")
+        self.pos += n
+
+    def string(self, field: str) -> str:
+        start = self.pos
+        n = self.unpack(_U64, field)
+        if n > MAX_STRING:
+            raise self.error(field, f"string length {n} is absurd (limit {MAX_STRING})", start)
+        if n > self.size - self.pos:
+            raise self.error(field, f"string length {n} runs past the end of the file", start)
+        self.require(n, field)
+        off = self.pos - self.base
+        self.pos += n
+        return self.buf[off:off + n].decode("utf-8", errors="backslashreplace")
+
+    def skip_strings(self, count: int, field: str) -> None:
+        """Walk *count* strings without decoding them: the hot loop of opening a big vocabulary."""
+        done = 0
+        while done < count:
+            buf, base, pos = self.buf, self.base, self.pos
+            limit = base + len(buf)
+            unpack_from = _U64.unpack_from
+            while done < count and pos + 8 <= limit:
+                (n,) = unpack_from(buf, pos - base)
+                if pos + 8 + n > limit:
+                    break
+                pos += 8 + n
+                done += 1
+            self.pos = pos
+            if done < count:
+                self.string(field)  # crosses the window edge: the checked slow path
+                done += 1
+
+
+def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
+    try:
+        vt = GGUFValueType(vtype)
+    except ValueError:
+        raise cur.error(field, f"unknown metadata value type {vtype}", cur.pos - 4) from None
+    if vt is GGUFValueType.STRING:
+        return cur.string(field)
+    if vt is GGUFValueType.ARRAY:
+        return _read_array(cur, field, depth + 1)
+    return cur.unpack(_SCALAR_FORMATS[vt], field)
+
+
+def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
+    if depth > MAX_ARRAY_DEPTH:
+        raise cur.error(field, f"arrays nested deeper than {MAX_ARRAY_DEPTH}")
+    etype = cur.unpack(_U32, field)
+    count_at = cur.pos
+    count = cur.unpack(_U64, field)
+    try:
+        et = GGUFValueType(etype)
+    except ValueError:
+        raise cur.error(field, f"unknown array element type {etype}", count_at - 4) from None
+    min_size = _MIN_ELEMENT_BYTES.get(et) or _SCALAR_FORMATS[et].size
+    if count > (cur.size - cur.pos) // min_size:
+        raise cur.error(field, f"array of {count} elements cannot fit in the {cur.size - cur.pos} bytes left",
+                        count_at)
+    head_n = min(count, ARRAY_HEAD)
+    head = tuple(_read_value(cur, etype, f"{field}[{i}]", depth) for i in range(head_n))
+    rest = count - head_n
+    if et is GGUFValueType.STRING:
+        cur.skip_strings(rest, field)
+    elif et is GGUFValueType.ARRAY:
+        for i in range(head_n, count):
+            _read_value(cur, etype, f"{field}[{i}]", depth)
+    else:
+        cur.skip(rest * _SCALAR_FORMATS[et].size, field)
+    return ArrayValue(et, count, head)
+
+
+def _read_metadata(cur: _Cursor, count: int) -> dict[str, MetaValue]:
+    metadata: dict[str, MetaValue] = {}
+    for i in range(count):
+        key_at = cur.pos
+        key = cur.string(f"metadata[{i}].key")
+        if key in metadata:
+            raise cur.error(f"metadata[{key}]", "duplicate metadata key", key_at)
+        vtype = cur.unpack(_U32, f"metadata[{key}].type")
+        value_at = cur.pos
+        value = _read_value(cur, vtype, f"metadata[{key}]")
+        metadata[key] = MetaValue(GGUFValueType(vtype), value, value_at)
+    return metadata
+
+
+@dataclass
+class _RawTensor:
+    name: str
+    info_offset: int
+    shape: tuple[int, ...]
+    ggml_type: GGMLQuantizationType
+    rel_offset: int
+    offset_at: int
+    nbytes: int
+    row_bytes: int
+
+
+def _read_tensor_info(cur: _Cursor, index: int, alignment: int) -> _RawTensor:
+    info_at = cur.pos
+    name = cur.string(f"tensor[{index}].name")
+    label = f"tensor[{name}]"
+    n_dims_at = cur.pos
+    n_dims = cur.unpack(_U32, f"{label}.n_dims")
+    if not 1 <= n_dims <= MAX_DIMS:
+        raise cur.error(f"{label}.n_dims", f"n_dims {n_dims} is outside 1..{MAX_DIMS}", n_dims_at)
+    shape = []
+    elements = 1
+    for d in range(n_dims):
+        ne_at = cur.pos
+        ne = cur.unpack(_I64, f"{label}.ne[{d}]")
+        if ne <= 0:
+            raise cur.error(f"{label}.ne[{d}]", f"dimension {ne} is not positive", ne_at)
+        elements *= ne
+        if elements > _INT64_MAX:
+            raise cur.error(f"{label}.ne[{d}]", "dimensions overflow 64 bits", ne_at)
+        shape.append(ne)
+    type_at = cur.pos
+    type_id = cur.unpack(_U32, f"{label}.type")
+    ggml_type = known_type(type_id)
+    if ggml_type is None:
+        raise cur.error(f"{label}.type", f"unknown GGML type {type_id}", type_at)
+    facts = layout_of(ggml_type)
+    if shape[0] % facts.block_size:
+        raise cur.error(f"{label}.ne[0]", f"ne0 {shape[0]} is not a multiple of the {ggml_type.name} "
+                        f"block size {facts.block_size}", n_dims_at + 4)
+    offset_at = cur.pos
+    rel = cur.unpack(_U64, f"{label}.offset")
+    if rel % alignment:
+        raise cur.error(f"{label}.offset", f"data offset {rel} is not aligned to {alignment}", offset_at)
+    row_bytes = shape[0] // facts.block_size * facts.block_bytes
+    return _RawTensor(name, info_at, tuple(shape), ggml_type, rel, offset_at,
+                      row_bytes * (elements // shape[0]), row_bytes)
+
+
+def _alignment(cur: _Cursor, metadata: Mapping[str, MetaValue]) -> int:
+    entry = metadata.get("general.alignment")
+    if entry is None:
+        return DEFAULT_ALIGNMENT
+    value = entry.value
+    if entry.type is not GGUFValueType.UINT32 or value <= 0 or value & (value - 1):
+        raise cur.error("general.alignment", f"alignment {value!r} is not a power of two (u32)", entry.offset)
+    return int(value)
+
+
+def _check_version(cur: _Cursor) -> int:
+    version = cur.unpack(_U32, "version")
+    if version in SUPPORTED_VERSIONS:
+        return int(version)
+    if int.from_bytes(version.to_bytes(4, "little"), "big") in (1, 2, 3):
+        raise cur.error("version", "big-endian GGUF files are not supported", 4)
+    raise cur.error("version", f"unsupported GGUF version {version} (supported: 2, 3)", 4)
+
+
+def _parse(cur: _Cursor) -> tuple[int, int, int, dict[str, MetaValue], list[_RawTensor]]:
+    cur.require(4, "magic")
+    if cur.buf[:4] != GGUF_MAGIC:
+        raise cur.error("magic", f"bad magic {cur.buf[:4]!r} (expected b'GGUF')", 0)
+    cur.pos = 4
+    version = _check_version(cur)
+    n_tensors = cur.unpack(_U64, "tensor_count")
+    n_kv = cur.unpack(_U64, "metadata_kv_count")
+    remaining = cur.size - cur.pos
+    if n_kv > remaining // _MIN_KV_BYTES:
+        raise cur.error("metadata_kv_count", f"{n_kv} metadata pairs cannot fit in {remaining} bytes", 16)
+    if n_tensors > remaining // _MIN_TENSOR_INFO_BYTES:
+        raise cur.error("tensor_count", f"{n_tensors} tensors cannot fit in {remaining} bytes", 8)
+    metadata = _read_metadata(cur, n_kv)
+    alignment = _alignment(cur, metadata)
+    if n_tensors > (cur.size - cur.pos) // _MIN_TENSOR_INFO_BYTES:
+        raise cur.error("tensor_count", f"{n_tensors} tensors cannot fit in the {cur.size - cur.pos} "
+                        "bytes after the metadata", 8)
+    raw = [_read_tensor_info(cur, i, alignment) for i in range(n_tensors)]
+    data_offset = -(-cur.pos // alignment) * alignment
+    return version, alignment, data_offset, metadata, raw
+
+
+def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tuple[Tensor, ...]:
+    seen: dict[str, _RawTensor] = {}
+    for t in raw:
+        if t.name in seen:
+            raise cur.error(f"tensor[{t.name}]", "duplicate tensor name", t.info_offset)
+        seen[t.name] = t
+        end = data_offset + t.rel_offset + t.nbytes
+        if end > cur.size:
+            raise cur.error(f"tensor[{t.name}].offset", f"tensor data [{data_offset + t.rel_offset}, {end}) "
+                            f"runs past the end of the file ({cur.size} bytes)", t.offset_at)
+    ordered = sorted(raw, key=lambda t: t.rel_offset)
+    for before, after in zip(ordered, ordered[1:]):
+        if after.rel_offset < before.rel_offset + before.nbytes:
+            raise cur.error(f"tensor[{after.name}].offset", f"tensor data overlaps tensor {before.name!r}",
+                            after.offset_at)
+    return tuple(
+        Tensor(t.name, t.ggml_type, t.shape, data_offset + t.rel_offset, t.nbytes, t.row_bytes,
+               t.nbytes // t.row_bytes, cur.path, t.info_offset)
+        for t in raw)
+
+
+def _open_readonly(path: str) -> tuple[int, os.stat_result]:
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        raise ReadError(path, f"cannot open: {err.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ReadError(path, "not a regular file" if not stat.S_ISDIR(st.st_mode) else "is a directory")
+    return fd, st
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """Open one GGUF file read-only and return its validated layout; FormatError if malformed."""
+    path = os.fspath(path)
+    fd, st = _open_readonly(path)
+    try:
+        cur = _Cursor(fd, path, st.st_size)
+        version, alignment, data_offset, metadata, raw = _parse(cur)
+        tensors = _place_tensors(cur, raw, data_offset)
+    finally:
+        os.close(fd)
+    return GGUFFile(path, st.st_size, version, alignment, data_offset, MappingProxyType(metadata), tensors,
+                    FileIdentity.of(st))
+
+
+def open_model(source: str | os.PathLike[str]) -> Model:
+    """Open a GGUF file, or a whole split set given any of its shards, as one model."""
+    path = os.fspath(source)
+    first = open_gguf(path)
+    count = first.meta("split.count")
+    if not isinstance(count, int) or count <= 1:
+        return Model(path, (first,), first.tensors)
+    return _open_split(path, first, count)
+
+
+def shard_paths(f: GGUFFile, count: int) -> list[str]:
+    """Paths of all shards of the split set *f* belongs to (from its name)."""
+    folder, base = os.path.split(f.path)
+    match = SPLIT_NAME.match(base)
+    entry = f.metadata["split.count"]
+    if match is None:
+        raise FormatError(f.path, f"split.count is {count} but the name is not NAME-0000k-of-0000n.gguf",
+                          offset=entry.offset, field="split.count")
+    if int(match["count"]) != count:
+        raise FormatError(f.path, f"the name says {int(match['count'])} shards but split.count is {count}",
+                          offset=entry.offset, field="split.count")
+    return [os.path.join(folder, f"{match['prefix']}-{k:05d}-of-{count:05d}.gguf") for k in range(1, count + 1)]
+
+
+def _open_split(path: str, given: GGUFFile, count: int) -> Model:
+    files = []
+    for k, shard in enumerate(shard_paths(given, count)):
+        if not os.path.exists(shard):
+            raise FormatError(shard, f"shard {k + 1} of {count} is missing", field="split")
+        f = given if os.path.abspath(shard) == os.path.abspath(path) else open_gguf(shard)
+        _check_shard(f, k, count, given)
+        files.append(f)
+    tensors = tuple(t for f in files for t in f.tensors)
+    _check_split_tensors(files, tensors)
+    return Model(path, tuple(files), tensors)
+
+
+def _check_shard(f: GGUFFile, index: int, count: int, given: GGUFFile) -> None:
+    def expect(key: str, wanted: Any, what: str) -> None:
+        entry = f.metadata.get(key)
+        if entry is None:
+            raise FormatError(f.path, f"shard has no {key} key", field=key)
+        if entry.value != wanted:
+            raise FormatError(f.path, f"{key} is {entry.value!r} but {what} {wanted!r} (shards from "
+                              "different sets?)", offset=entry.offset, field=key)
+
+    expect("split.no", index, "its position in the set is")
+    expect("split.count", count, "the set has")
+    expect("split.tensors.count", given.meta("split.tensors.count"), "the given shard says")
+
+
+def _check_split_tensors(files: list[GGUFFile], tensors: tuple[Tensor, ...]) -> None:
+    first = files[0]
+    entry = first.metadata["split.tensors.count"]
+    if entry.value != len(tensors):
+        raise FormatError(first.path, f"split.tensors.count is {entry.value} but the shards hold "
+                          f"{len(tensors)} tensors", offset=entry.offset, field="split.tensors.count")
+    seen: dict[str, str] = {}
+    for t in tensors:
+        if t.name in seen:
+            raise FormatError(t.path, f"tensor also stored in {seen[t.name]}", offset=t.info_offset,
+                              field=f"tensor[{t.name}]")
+        seen[t.name] = t.path
