@@ -34,6 +34,15 @@ MAX_STRING = 16 << 20
 MAX_ARRAY_DEPTH = 8
 #: How many elements of an array are decoded and kept; the rest are only walked.
 ARRAY_HEAD = 16
+#: Arrays nested deeper than this keep no head: 16 heads of 16 heads of ... would let a small file
+#: make millions of objects.
+HEAD_DEPTH = 2
+#: Most text (keys, string values, tensor names) one header may make us keep in memory: with the
+#: read window this keeps a hostile header under 64 MiB however many long strings it holds.
+MAX_KEPT_TEXT = 24 << 20
+#: Most arrays one header may hold (nested ones included): each is walked in Python, so a header of
+#: millions of tiny nested arrays would take minutes. Real files hold a few dozen.
+MAX_ARRAYS = 1 << 16
 _INT64_MAX = (1 << 63) - 1
 _CHUNK = 1 << 20
 
@@ -183,6 +192,8 @@ class _Cursor:
         self.buf = b""
         self.base = 0
         self.pos = 0
+        self.kept = 0
+        self.arrays = 0
 
     def error(self, field: str, message: str, offset: int | None = None) -> FormatError:
         return FormatError(self.path, message, offset=self.pos if offset is None else offset, field=field)
@@ -226,23 +237,35 @@ class _Cursor:
         self.pos += n
         return self.buf[off:off + n].decode("utf-8", errors="backslashreplace")
 
+    def kept_string(self, field: str) -> str:
+        """A string the caller keeps: counted against MAX_KEPT_TEXT."""
+        start = self.pos
+        text = self.string(field)
+        self.kept += self.pos - start - 8
+        if self.kept > MAX_KEPT_TEXT:
+            raise self.error(field, f"the header's strings total more than {MAX_KEPT_TEXT} bytes", start)
+        return text
+
     def skip_strings(self, count: int, field: str) -> None:
         """Walk *count* strings without decoding them: the hot loop of opening a big vocabulary."""
-        done = 0
-        while done < count:
-            buf, base, pos = self.buf, self.base, self.pos
-            limit = base + len(buf)
-            unpack_from = _U64.unpack_from
-            while done < count and pos + 8 <= limit:
-                (n,) = unpack_from(buf, pos - base)
-                if pos + 8 + n > limit:
+        left = count
+        unpack_from = _U64.unpack_from
+        while left:
+            buf = self.buf
+            end = len(buf)
+            rel, last = self.pos - self.base, end - 8
+            # Window-relative positions and one bound check per string: this loop runs once per
+            # vocabulary entry, and every extra operation in it shows up in the open time.
+            while left and 0 <= rel <= last:
+                nxt = rel + 8 + unpack_from(buf, rel)[0]
+                if nxt > end:
                     break
-                pos += 8 + n
-                done += 1
-            self.pos = pos
-            if done < count:
+                rel = nxt
+                left -= 1
+            self.pos = self.base + rel
+            if left:
                 self.string(field)  # crosses the window edge: the checked slow path
-                done += 1
+                left -= 1
 
 
 def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
@@ -251,7 +274,7 @@ def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
     except ValueError:
         raise cur.error(field, f"unknown metadata value type {vtype}", cur.pos - 4) from None
     if vt is GGUFValueType.STRING:
-        return cur.string(field)
+        return cur.kept_string(field)
     if vt is GGUFValueType.ARRAY:
         return _read_array(cur, field, depth + 1)
     return cur.unpack(_SCALAR_FORMATS[vt], field)
@@ -260,6 +283,9 @@ def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
 def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
     if depth > MAX_ARRAY_DEPTH:
         raise cur.error(field, f"arrays nested deeper than {MAX_ARRAY_DEPTH}")
+    cur.arrays += 1
+    if cur.arrays > MAX_ARRAYS:
+        raise cur.error(field, f"the header holds more than {MAX_ARRAYS} arrays")
     etype = cur.unpack(_U32, field)
     count_at = cur.pos
     count = cur.unpack(_U64, field)
@@ -271,7 +297,7 @@ def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
     if count > (cur.size - cur.pos) // min_size:
         raise cur.error(field, f"array of {count} elements cannot fit in the {cur.size - cur.pos} bytes left",
                         count_at)
-    head_n = min(count, ARRAY_HEAD)
+    head_n = min(count, ARRAY_HEAD) if depth <= HEAD_DEPTH else 0
     head = tuple(_read_value(cur, etype, f"{field}[{i}]", depth) for i in range(head_n))
     rest = count - head_n
     if et is GGUFValueType.STRING:
@@ -288,7 +314,7 @@ def _read_metadata(cur: _Cursor, count: int) -> dict[str, MetaValue]:
     metadata: dict[str, MetaValue] = {}
     for i in range(count):
         key_at = cur.pos
-        key = cur.string(f"metadata[{i}].key")
+        key = cur.kept_string(f"metadata[{i}].key")
         if key in metadata:
             raise cur.error(f"metadata[{key}]", "duplicate metadata key", key_at)
         vtype = cur.unpack(_U32, f"metadata[{key}].type")
@@ -312,7 +338,7 @@ class _RawTensor:
 
 def _read_tensor_info(cur: _Cursor, index: int, alignment: int) -> _RawTensor:
     info_at = cur.pos
-    name = cur.string(f"tensor[{index}].name")
+    name = cur.kept_string(f"tensor[{index}].name")
     label = f"tensor[{name}]"
     n_dims_at = cur.pos
     n_dims = cur.unpack(_U32, f"{label}.n_dims")

@@ -1,0 +1,125 @@
+"""`ggaudit rows`: replay table rows through buffered, mmap and direct reads and compare with the file."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+from ..readers import MODES
+from ..rows import Geometry, Mismatch, RowsReport, ShortRead, check_rows
+from ..text import escape
+from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, hint
+
+
+def _modes(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    if not modes:
+        raise UsageError(None, "--modes needs at least one of " + ",".join(MODES))
+    return modes
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--tensor", help="Table to replay [default: per_layer_token_embd.weight, else token_embd.weight].")
+@click.option("--ids", help='Row IDs and ranges, e.g. "4162,4170-4200".')
+@click.option("--ids-file", type=click.Path(dir_okay=False), help="File of row IDs/ranges ('#' comments).")
+@click.option("--all", "all_rows", is_flag=True, help="Sweep the whole table in large sequential aligned reads.")
+@click.option("--random", "random_n", type=int, help="Also pick N distinct random rows.")
+@click.option("--seed", type=int, help="Seed for --random (printed when chosen for you).")
+@click.option("--page-crossing", is_flag=True, help="Also select every row that crosses a 4096-byte page.")
+@click.option("--modes", help=f"Read paths, comma-separated [default: {','.join(MODES)}; none with --against].")
+@click.option("--workers", type=int, default=4, show_default=True, help="Gather threads.")
+@click.option("--batch", type=int, default=256, show_default=True, help="Rows per gather batch.")
+@click.option("--cache-rows", type=int, default=0, show_default=True,
+              help="Row-cache capacity; 0 turns the cache passes (miss, hit, eviction pressure) off.")
+@click.option("--against", type=click.Path(dir_okay=False),
+              help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
+@click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def rows(model: str, tensor: str | None, ids: str | None, ids_file: str | None, all_rows: bool,
+         random_n: int | None, seed: int | None, page_crossing: bool, modes: str | None, workers: int, batch: int,
+         cache_rows: int, against: str | None, fp8: bool, fail_fast: bool, as_json: bool) -> None:
+    """Replay rows of an embedding table through each read path and byte-compare them with the file."""
+    chosen = _modes(modes)
+    if chosen is None:
+        chosen = () if against is not None else MODES
+    report = check_rows(model, tensor=tensor, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random_n,
+                        seed=seed, page_crossing=page_crossing, modes=chosen, workers=workers, batch=batch,
+                        cache_rows=cache_rows, against=against, fp8=fp8, fail_fast=fail_fast)
+    for warning in report.warnings:
+        hint(f"ggaudit: warning: {warning}")
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        for line in render(report):
+            click.echo(line)
+    raise SystemExit(EXIT_CLEAN if report.clean else EXIT_FINDINGS)
+
+
+def _yes(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def _geometry(g: Geometry) -> str:
+    return f"4096-byte page {g.page}, 512-byte sector {g.sector}, 64 KiB {g.window_64k}"
+
+
+def render_mismatch(m: Mismatch) -> list[str]:
+    """A mismatch the way fio reports a verify failure: where, then expected before actual."""
+    other = f" (row {m.other_row})" if m.other_row is not None else ""
+    lines = [
+        f"mismatch: {m.path} row {m.row} [{m.kind}{other}] ({m.stage})",
+        f"  file {escape(m.file)}, offset {m.row_offset} (0x{m.row_offset:x}), length {m.length}",
+        f"  tensor {escape(m.tensor)}, row {m.row}, block {m.block}, column {m.column} "
+        f"(byte {m.byte} of the row, offset {m.offset} (0x{m.offset:x}))",
+        f"  expected: {m.expected}",
+        f"  actual:   {m.actual}",
+        f"  {m.differing} {m.unit} differ; decoded row finite: expected "
+        f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}"
+        + (f"; max abs diff {m.max_abs_diff:g}" if m.max_abs_diff is not None else ""),
+    ]
+    if m.detail:
+        lines.append(f"  {m.detail}")
+    return lines
+
+
+def render_short(s: ShortRead) -> str:
+    return (f"short read: {s.path} ({s.stage}) file {escape(s.file)}, offset {s.offset} (0x{s.offset:x}), "
+            f"asked {s.requested} bytes, got {s.returned}, not at end of file")
+
+
+def render(report: RowsReport) -> list[str]:
+    r = report
+    lines = [f"file {escape(r.file)}",
+             f"tensor {escape(r.tensor)}: {r.ggml_type}, {r.n_cols} columns, {r.row_bytes}-byte rows, "
+             f"{r.n_rows} rows at offset {r.table_offset}",
+             f"rows: {r.rows_checked} ({escape(r.selection)}); crossing: {_geometry(r.geometry)}"]
+    for s in r.stats:
+        cache = f", cache {s.cache_hits} hits / {s.cache_misses} misses / {s.cache_evictions} evictions" \
+            if s.cache_hits or s.cache_misses else ""
+        lines.append(f"{s.path} ({s.stage}): {s.rows} rows, {s.reads} reads, {s.bytes} bytes, "
+                     f"alignment {s.alignment} ({s.alignment_source}), {s.buffers} buffers{cache}, "
+                     f"{s.seconds:.3f} s")
+    for w in r.warnings:
+        lines.append(f"warning: {w}")
+    if r.capture is not None:
+        c = r.capture
+        diff = f", max abs diff {c.max_abs_diff:g}" if c.max_abs_diff is not None else ""
+        lines.append(f"capture {escape(c.file)}: {c.rows} {c.kind} rows ({c.dtype}), "
+                     f"{c.mismatched_rows} differ{diff}")
+    for m in r.mismatches:
+        lines.extend(render_mismatch(m))
+    lines.extend(render_short(s) for s in r.short_reads)
+    if r.mismatch_count > len(r.mismatches):
+        lines.append(f"... {r.mismatch_count - len(r.mismatches)} more mismatches not shown")
+    if r.clean:
+        lines.append("result: clean: every path delivered the file's bytes")
+    else:
+        kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
+        lines.append(f"result: {r.mismatch_count} mismatches ({kinds}), {len(r.short_reads)} short reads; "
+                     f"mismatched rows crossing: {_geometry(r.mismatch_geometry)}")
+    return lines

@@ -1,0 +1,101 @@
+"""``ggaudit scan``: NaN, Inf and outliers in every tensor, located exactly. Exit 0 clean, 1 findings,
+2 unreadable input."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ..errors import UsageError
+from ..locate import resolve_model
+from ..report import render_text
+from ..scan import scan as scan_model
+from ..text import escape
+from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, hint, stderr_is_tty
+
+FP8_E4M3 = "fp8_e4m3"
+
+
+@click.command()
+@click.argument("model")
+@click.option("--tensor", "tensors", multiple=True, metavar="GLOB",
+              help="Scan only tensors whose name matches GLOB (repeatable).")
+@click.option("--deep", is_flag=True, help="Also dequantize blocks with gguf.quants and check decoded values.")
+@click.option("--max-abs", type=float, metavar="X", help="Report finite values or scales with |x| > X as outliers.")
+@click.option("--as", "overrides", multiple=True, metavar="NAME=fp8_e4m3",
+              help="Treat the I8 tensor NAME as FP8 E4M3 bytes (0x7F and 0xFF are NaN); repeatable.")
+@click.option("--limit", type=click.IntRange(min=0), default=16, show_default=True,
+              help="Findings listed per tensor (all are counted).")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first finding.")
+@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def scan(model: str, tensors: tuple[str, ...], deep: bool, max_abs: float | None, overrides: tuple[str, ...],
+         limit: int, fail_fast: bool, store: str | None, as_json: bool) -> None:
+    """Find NaN and Inf (and with --max-abs, outliers) in MODEL's tensors.
+
+    MODEL is a GGUF file, any shard of a split set, or ollama:NAME.
+    """
+    path = resolve_model(model, store=store)[0]
+    progress = _Progress() if stderr_is_tty() else None
+    try:
+        report = scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
+                            as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
+                            progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    for warning in report.warnings:
+        hint(f"ggaudit: warning: {escape(warning)}")
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        for line in render_text(report):
+            click.echo(line)
+    raise SystemExit(EXIT_FINDINGS if report.has_findings else EXIT_CLEAN)
+
+
+def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:
+    names = []
+    for item in overrides:
+        name, sep, encoding = item.rpartition("=")
+        if not sep or not name or encoding != FP8_E4M3:
+            raise UsageError(path, f"--as takes NAME={FP8_E4M3}, not {item!r}", field="--as")
+        names.append(name)
+    return names
+
+
+class _Progress:
+    """A one-line progress bar on stderr: bytes done, total, rate, ETA; redrawn at most 10 times a second."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.shown = 0.0
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.shown < 0.1 and done < total:
+            return
+        self.shown = now
+        elapsed = max(now - self.started, 1e-9)
+        rate = done / elapsed
+        eta = (total - done) / rate if rate > 0 else 0.0
+        sys.stderr.write(f"\rscan {_size(done)} / {_size(total)}  {_size(rate)}/s  ETA {eta:.0f}s \x1b[K")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return f"{n:.1f} GiB"

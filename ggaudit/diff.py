@@ -1,0 +1,211 @@
+"""Compare two models tensor by tensor: which tensors exist in one only, which changed type or
+shape, and for those whose bytes differ, the first differing byte (tensor, row, block, column, file
+offsets, the raw block on both sides) and how many rows differ. Both files are streamed in chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ReadError
+from .layout import open_model
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class FirstDifference:
+    """The first byte at which a tensor's data differs, and the whole block around it on both sides."""
+
+    row: int
+    block: int              # block index within the row
+    column: int             # first column (element index along ne0) the block covers
+    columns: int            # how many columns the block covers (1 for F32/F16/BF16/...)
+    byte_in_block: int
+    offset_a: int           # absolute file offset of the block in A
+    offset_b: int
+    block_bytes: int
+    raw_a: bytes
+    raw_b: bytes
+
+
+@dataclass(frozen=True)
+class TensorDataDiff:
+    name: str
+    ggml_type: str
+    shape: tuple[int, ...]
+    path_a: str
+    path_b: str
+    n_rows: int
+    rows_differing: int
+    first: FirstDifference
+
+
+@dataclass(frozen=True)
+class LayoutChange:
+    """A tensor present in both whose type or shape changed (its data is then not compared)."""
+
+    name: str
+    what: str               # "type" or "shape" or "type+shape"
+    type_a: str
+    type_b: str
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DiffStats:
+    tensors_compared: int
+    bytes_compared: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    a: str
+    b: str
+    only_in_a: tuple[str, ...]
+    only_in_b: tuple[str, ...]
+    layout_changes: tuple[LayoutChange, ...]
+    data_diffs: tuple[TensorDataDiff, ...]
+    identical: tuple[str, ...]
+    stats: DiffStats
+    stopped_early: bool = False
+
+    @property
+    def same(self) -> bool:
+        return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs)
+
+
+def diff_models(a: Any, b: Any, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES) -> DiffReport:
+    """Compare two opened ``layout.Model`` objects (files or split sets)."""
+    started = time.perf_counter()
+    tensors_b = {t.name: t for t in b.tensors}
+    names_a = {t.name for t in a.tensors}
+    layout_changes, data_diffs, identical = [], [], []
+    compared = bytes_compared = 0
+    with _Files() as files:
+        for ta in a.tensors:
+            tb = tensors_b.get(ta.name)
+            if tb is None:
+                continue
+            change = _layout_change(ta, tb)
+            if change is not None:
+                layout_changes.append(change)
+                continue
+            result = _compare_data(files, ta, tb, chunk_bytes)
+            compared += 1
+            bytes_compared += ta.nbytes
+            (data_diffs.append(result) if result else identical.append(ta.name))
+            if fail_fast and result:
+                break
+    stats = DiffStats(compared, bytes_compared, time.perf_counter() - started)
+    return DiffReport(a.source, b.source, tuple(t.name for t in a.tensors if t.name not in tensors_b),
+                      tuple(t.name for t in b.tensors if t.name not in names_a), tuple(layout_changes),
+                      tuple(data_diffs), tuple(identical), stats,
+                      stopped_early=fail_fast and bool(data_diffs))
+
+
+def diff_paths(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], *,
+               fail_fast: bool = False) -> DiffReport:
+    """Open both models (a file, or any shard of a split set) and compare them."""
+    return diff_models(open_model(path_a), open_model(path_b), fail_fast=fail_fast)
+
+
+def _layout_change(ta: Any, tb: Any) -> LayoutChange | None:
+    what = [w for w, differs in (("type", ta.ggml_type != tb.ggml_type), ("shape", ta.shape != tb.shape))
+            if differs]
+    if not what:
+        return None
+    return LayoutChange(ta.name, "+".join(what), ta.ggml_type.name, tb.ggml_type.name,
+                        tuple(ta.shape), tuple(tb.shape))
+
+
+class _Files:
+    """Read-only descriptors by path, opened on first use and closed together."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def __enter__(self) -> _Files:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+
+    def read_into(self, path: str, buf: memoryview, offset: int) -> None:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        got = 0
+        while got < len(buf):
+            n = os.preadv(fd, [buf[got:]], offset + got)
+            if n == 0:
+                raise ReadError(path, "file ended early (shrank while being compared?)", offset=offset + got)
+            got += n
+
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        buf = bytearray(length)
+        self.read_into(path, memoryview(buf), offset)
+        return bytes(buf)
+
+
+def _compare_data(files: _Files, ta: Any, tb: Any, chunk_bytes: int) -> TensorDataDiff | None:
+    """Stream both tensors; count differing rows and locate the first differing byte."""
+    row_bytes = ta.row_bytes
+    step = (chunk_bytes // row_bytes) * row_bytes if row_bytes <= chunk_bytes else chunk_bytes
+    size = min(step, ta.nbytes)
+    buf_a, buf_b = bytearray(size), bytearray(size)
+    first_at: int | None = None         # tensor-relative offset of the first differing byte
+    rows_differing, last_row = 0, -1
+    for start in range(0, ta.nbytes, step):
+        n = min(step, ta.nbytes - start)
+        view_a, view_b = memoryview(buf_a)[:n], memoryview(buf_b)[:n]
+        files.read_into(ta.path, view_a, ta.offset + start)
+        files.read_into(tb.path, view_b, tb.offset + start)
+        if view_a == view_b:
+            continue
+        diff = np.frombuffer(view_a, np.uint8) != np.frombuffer(view_b, np.uint8)
+        if first_at is None:
+            first_at = start + int(np.argmax(diff))
+        rows = _differing_rows(diff, start, row_bytes)
+        rows_differing += len(rows) - (1 if rows[0] == last_row else 0)
+        last_row = rows[-1]
+    if first_at is None:
+        return None
+    return TensorDataDiff(ta.name, ta.ggml_type.name, tuple(ta.shape), ta.path, tb.path, ta.n_rows,
+                          rows_differing, _first_difference(files, ta, tb, first_at))
+
+
+def _differing_rows(diff: np.ndarray, start: int, row_bytes: int) -> list[int]:
+    """Indices of the rows touched by the differing bytes of a chunk starting at ``start``."""
+    if start % row_bytes == 0 and len(diff) % row_bytes == 0:
+        first_row = start // row_bytes
+        return (first_row + np.flatnonzero(diff.reshape(-1, row_bytes).any(axis=1))).tolist()
+    rows = []   # rows longer than a chunk: a chunk touches at most two of them
+    end = start + len(diff)
+    for row in range(start // row_bytes, (end - 1) // row_bytes + 1):
+        lo, hi = max(row * row_bytes, start) - start, min((row + 1) * row_bytes, end) - start
+        if diff[lo:hi].any():
+            rows.append(row)
+    return rows
+
+
+def _first_difference(files: _Files, ta: Any, tb: Any, at: int) -> FirstDifference:
+    row, in_row = divmod(at, ta.row_bytes)
+    block, in_block = divmod(in_row, ta.block_bytes)
+    block_start = row * ta.row_bytes + block * ta.block_bytes
+    return FirstDifference(
+        row, block, block * ta.block_size, ta.block_size, in_block,
+        ta.offset + block_start, tb.offset + block_start, ta.block_bytes,
+        files.read(ta.path, ta.offset + block_start, ta.block_bytes),
+        files.read(tb.path, tb.offset + block_start, tb.block_bytes))

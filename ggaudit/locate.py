@@ -1,0 +1,31 @@
+"""Turn what a user typed as MODEL into file paths: a plain path, or ``ollama:NAME`` in the store."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .errors import ManifestError
+from .manifests import ollama_blob_path, read_ollama_manifest
+
+log = logging.getLogger(__name__)
+
+OLLAMA_PREFIX = "ollama:"
+
+
+def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None) -> list[str]:
+    """The GGUF file(s) ``spec`` names.
+
+    ``ollama:NAME`` gives the blob of the model layer, then the projector's if the model has one
+    (``store`` overrides the Ollama store root); anything else is a path and is returned as it is.
+    Raises UsageError for a bad name, ManifestError for a missing or malformed manifest or a model
+    without weights.
+    """
+    if not spec.startswith(OLLAMA_PREFIX):
+        return [spec]
+    manifest = read_ollama_manifest(spec[len(OLLAMA_PREFIX):], store)
+    layers = manifest.model_layers()
+    if not layers:
+        raise ManifestError(manifest.path, f"model {manifest.name} has no layer of type "
+                            "application/vnd.ollama.image.model", field="layers")
+    return [os.fspath(ollama_blob_path(manifest.store, layer.digest)) for layer in layers]

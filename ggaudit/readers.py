@@ -1,0 +1,475 @@
+"""Read paths: buffered (the reference), mmap, and direct I/O (Linux O_DIRECT, Windows NO_BUFFERING, macOS F_NOCACHE).
+
+Every reader answers the same three questions: which span must be read to cover some bytes
+(:meth:`Reader.span`), which buffer may be read into (:meth:`Reader.alloc`), and how many bytes one read
+delivered (:meth:`Reader.read_into`). Readers never retry or hide a short read: the caller decides
+whether it is a finding (it is, unless it stopped at the end of the file; see :func:`is_short`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import mmap
+import os
+import platform
+import stat
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import ReadError
+
+log = logging.getLogger(__name__)
+
+#: Every buffer is filled with this byte before each read, so bytes a read did not deliver show up.
+POISON = 0xA5
+PAGE = 4096
+SECTOR = 512
+WINDOW_64K = 65536
+#: Used when the kernel cannot tell us the direct-I/O alignment: safe on every device we know of.
+FALLBACK_DIO_ALIGN = 4096
+
+MODES = ("buffered", "mmap", "direct")
+
+
+def align_down(n: int, a: int) -> int:
+    return n - n % a
+
+
+def align_up(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def is_short(offset: int, requested: int, got: int, file_size: int) -> bool:
+    """True when a read returned fewer bytes than asked and did not stop at the end of the file."""
+    return got < requested and offset + got < file_size
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """What a read path demands: file offsets and lengths in multiples of *offset*, buffers at *memory*."""
+
+    offset: int
+    memory: int
+    source: str  # where the numbers came from: "none", "statx", "fallback", "sector-size"
+
+
+NO_ALIGNMENT = Alignment(1, 1, "none")
+
+
+class DirectIOUnavailable(ReadError):
+    """Direct I/O cannot be used on this file's filesystem (or platform); the caller says so and goes on."""
+
+
+def buffer_address(view: memoryview) -> int:
+    """The memory address of a writable buffer (to check alignment and to hand to kernel32)."""
+    anchor = ctypes.c_char.from_buffer(view)
+    try:
+        return ctypes.addressof(anchor)
+    finally:
+        del anchor
+
+
+class Buffer:
+    """A writable buffer a reader may read into; page-aligned (mmap) unless a platform allocator is used."""
+
+    def __init__(self, size: int, view: memoryview | None = None,
+                 release: Callable[[], None] | None = None) -> None:
+        self.size = size
+        if view is None:
+            self._map: mmap.mmap | None = mmap.mmap(-1, max(size, 1))
+            view = memoryview(self._map)[:size]
+        else:
+            self._map = None
+        self.view = view
+        self._release = release
+        self._poison = _poison_bytes(size)
+
+    @property
+    def address(self) -> int:
+        return buffer_address(self.view) if self.size else 0
+
+    def poison(self, n: int) -> None:
+        self.view[:n] = self._poison[:n]
+
+    def close(self) -> None:
+        self.view.release()
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a slice of it is still alive somewhere; it is unmapped with that slice
+                pass
+        if self._release is not None:
+            self._release()
+
+
+_POISON_CACHE: dict[int, memoryview] = {}
+
+
+def _poison_bytes(n: int) -> memoryview:
+    size = 1 << max(12, (n - 1).bit_length())
+    block = _POISON_CACHE.get(size)
+    if block is None:
+        block = _POISON_CACHE[size] = memoryview(bytes([POISON]) * size)
+    return block[:n]
+
+
+def _open_fd(path: str, extra_flags: int = 0) -> tuple[int, int]:
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0) | extra_flags
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if extra_flags and err.errno == errno.EINVAL:
+            raise DirectIOUnavailable(path, "the filesystem refuses direct I/O (open with O_DIRECT: "
+                                            "EINVAL)") from None
+        raise ReadError(path, f"cannot open: {err.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ReadError(path, "not a regular file")
+    return fd, st.st_size
+
+
+class Reader:
+    """One read path over one file, opened read-only. Subclasses set *mode* and implement read_into."""
+
+    mode = "buffered"
+    alignment = NO_ALIGNMENT
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def span(self, offset: int, length: int) -> tuple[int, int]:
+        """The (start, length) this path must read to cover [offset, offset + length)."""
+        a = self.alignment.offset
+        start = align_down(offset, a)
+        return start, align_up(offset + length, a) - start
+
+    def alloc(self, size: int) -> Buffer:
+        return Buffer(align_up(max(size, 1), self.alignment.offset))
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        """Read len(view) bytes at *offset* into *view* with one request; return how many arrived."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the file."""
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _failed(self, err: OSError, offset: int, length: int) -> ReadError:
+        return ReadError(self.path, f"{self.mode} read of {length} bytes failed: {err.strerror or err}",
+                         offset=offset)
+
+
+class BufferedReader(Reader):
+    """Plain positioned reads through the page cache: ``os.preadv``, one request per call."""
+
+    mode = "buffered"
+
+    def __init__(self, path: str, extra_flags: int = 0) -> None:
+        fd, size = _open_fd(path, extra_flags)
+        super().__init__(path, size)
+        self.fd = fd
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        try:
+            return os.preadv(self.fd, [view], offset)
+        except OSError as err:
+            raise self._failed(err, offset, len(view)) from err
+
+    def read_exact(self, offset: int, length: int) -> bytes:
+        """The reference read: loop over short reads; a file that ends early is a ReadError."""
+        parts, pos, left = [], offset, length
+        while left:
+            try:
+                chunk = os.pread(self.fd, left, pos)
+            except OSError as err:
+                raise self._failed(err, pos, left) from err
+            if not chunk:
+                raise ReadError(self.path, f"file ends before {length} bytes could be read (it is "
+                                           f"{os.fstat(self.fd).st_size} bytes; changed while reading?)",
+                                offset=pos)
+            parts.append(chunk)
+            pos += len(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def map_view(fd: int, offset: int, length: int,
+             granularity: int = mmap.ALLOCATIONGRANULARITY) -> tuple[mmap.mmap, int]:
+    """Map a read-only view covering [offset, offset + length); returns (map, where offset lies in it).
+
+    A view must start at a multiple of the allocation granularity (the page size on Linux, 64 KiB on
+    Windows), so the view starts below *offset* and the caller slices from the returned delta.
+    """
+    start = align_down(offset, granularity)
+    return mmap.mmap(fd, offset + length - start, access=mmap.ACCESS_READ, offset=start), offset - start
+
+
+class MmapReader(Reader):
+    """The whole file mapped read-only, as an engine maps a model; a read is a copy out of the map."""
+
+    mode = "mmap"
+
+    def __init__(self, path: str) -> None:
+        fd, size = _open_fd(path)
+        super().__init__(path, size)
+        self.fd = fd
+        self._map: mmap.mmap | None = None
+        if size:
+            try:
+                self._map, _ = map_view(fd, 0, size)
+            except (OSError, ValueError) as err:
+                os.close(fd)
+                raise ReadError(path, f"cannot map the file: {err}") from None
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        n = max(0, min(len(view), self.size - offset))
+        if n and self._map is not None:
+            view[:n] = self._map[offset:offset + n]
+        return n
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# --- Linux O_DIRECT ------------------------------------------------------------------------------
+
+STATX_DIOALIGN = 0x2000
+_AT_FDCWD = -100
+_STATX_SIZE = 256
+_STATX_DIO_MEM_ALIGN = 152  # byte offsets in struct statx (include/uapi/linux/stat.h)
+_STATX_DIO_OFFSET_ALIGN = 156
+_SYS_STATX = {"x86_64": 332, "aarch64": 291, "arm64": 291, "riscv64": 291, "loongarch64": 291,
+              "ppc64le": 383, "ppc64": 383, "s390x": 379, "armv7l": 397, "i686": 383}
+
+
+def dio_alignment(path: str) -> Alignment | None:
+    """Direct-I/O alignment from statx(STATX_DIOALIGN) (Linux 6.1+), or None when the kernel cannot say.
+
+    Returns Alignment(0, 0, "statx") when the kernel says this file does not support direct I/O.
+    """
+    nr = _SYS_STATX.get(platform.machine())
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    raw_path = os.fsencode(path)
+    if nr is not None:
+        rc = libc.syscall(nr, _AT_FDCWD, raw_path, 0, STATX_DIOALIGN, buf)
+    elif hasattr(libc, "statx"):
+        rc = libc.statx(_AT_FDCWD, raw_path, 0, STATX_DIOALIGN, buf)
+    else:
+        return None
+    if rc != 0:
+        return None
+    mask = struct.unpack_from("<I", buf.raw, 0)[0]
+    if not mask & STATX_DIOALIGN:
+        return None
+    mem, off = struct.unpack_from("<II", buf.raw, _STATX_DIO_MEM_ALIGN)
+    return Alignment(off, mem, "statx")
+
+
+class LinuxDirectReader(BufferedReader):
+    """O_DIRECT: offset, length and buffer address must all be aligned, or the kernel says EINVAL."""
+
+    mode = "direct"
+
+    def __init__(self, path: str) -> None:
+        found = dio_alignment(path)
+        if found is not None and found.offset == 0:
+            raise DirectIOUnavailable(path, "the filesystem does not support direct I/O (statx "
+                                            "STATX_DIOALIGN reports 0)")
+        super().__init__(path, os.O_DIRECT)
+        self.alignment = found or Alignment(FALLBACK_DIO_ALIGN, FALLBACK_DIO_ALIGN, "fallback")
+
+    def alloc(self, size: int) -> Buffer:
+        # mmap'd memory is page-aligned, which satisfies every dio_mem_align Linux reports.
+        return Buffer(align_up(max(size, 1), self.alignment.offset))
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        try:
+            return os.preadv(self.fd, [view], offset)
+        except OSError as err:
+            if err.errno == errno.EINVAL:
+                a = self.alignment
+                raise ReadError(self.path, f"direct read of {len(view)} bytes failed: EINVAL (offset and "
+                                           f"length must be multiples of {a.offset}, the buffer address of "
+                                           f"{a.memory}; buffer at 0x{buffer_address(view):x})",
+                                offset=offset) from err
+            raise self._failed(err, offset, len(view)) from err
+
+
+# --- macOS F_NOCACHE -----------------------------------------------------------------------------
+
+F_NOCACHE = 48
+
+
+class MacNoCacheReader(BufferedReader):
+    """macOS: F_NOCACHE turns the page cache off for this descriptor; there are no alignment rules."""
+
+    mode = "direct"
+
+    def __init__(self, path: str, fcntl_fn: Callable[[int, int, int], Any] | None = None) -> None:
+        super().__init__(path)
+        if fcntl_fn is None:
+            import fcntl
+            fcntl_fn = fcntl.fcntl
+        try:
+            fcntl_fn(self.fd, F_NOCACHE, 1)
+        except OSError as err:
+            self.close()
+            raise DirectIOUnavailable(path, f"fcntl(F_NOCACHE) failed: {err.strerror}") from None
+
+
+# --- Windows FILE_FLAG_NO_BUFFERING --------------------------------------------------------------
+
+GENERIC_READ = 0x80000000
+FILE_SHARE_READ = 0x1
+FILE_SHARE_DELETE = 0x4
+OPEN_EXISTING = 3
+FILE_FLAG_NO_BUFFERING = 0x20000000
+FILE_STORAGE_INFO_CLASS = 16  # FILE_INFO_BY_HANDLE_CLASS.FileStorageInfo
+MEM_COMMIT, MEM_RESERVE, MEM_RELEASE, PAGE_READWRITE = 0x1000, 0x2000, 0x8000, 0x04
+ERROR_HANDLE_EOF = 38
+ERROR_INVALID_PARAMETER = 87
+INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
+
+
+class FILE_STORAGE_INFO(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in (
+        "LogicalBytesPerSector", "PhysicalBytesPerSectorForAtomicity", "PhysicalBytesPerSectorForPerformance",
+        "FileSystemEffectivePhysicalBytesPerSectorForAtomicity", "Flags", "ByteOffsetForSectorAlignment",
+        "ByteOffsetForPartitionAlignment")]
+
+
+class OVERLAPPED(ctypes.Structure):
+    _fields_ = [("Internal", ctypes.c_size_t), ("InternalHigh", ctypes.c_size_t),
+                ("Offset", ctypes.c_uint32), ("OffsetHigh", ctypes.c_uint32), ("hEvent", ctypes.c_void_p)]
+
+
+def _real_kernel32() -> Any:
+    """kernel32 with the prototypes this module uses, and GetLastError from ctypes' saved copy."""
+    lib = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    vp, u32, p = ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER
+    protos = {
+        "CreateFileW": (vp, [ctypes.c_wchar_p, u32, u32, vp, u32, u32, vp]),
+        "GetFileSizeEx": (ctypes.c_int, [vp, p(ctypes.c_int64)]),
+        "GetFileInformationByHandleEx": (ctypes.c_int, [vp, ctypes.c_int, vp, u32]),
+        "VirtualAlloc": (vp, [vp, ctypes.c_size_t, u32, u32]),
+        "VirtualFree": (ctypes.c_int, [vp, ctypes.c_size_t, u32]),
+        "ReadFile": (ctypes.c_int, [vp, vp, u32, p(u32), p(OVERLAPPED)]),
+        "CloseHandle": (ctypes.c_int, [vp]),
+    }
+    for name, (res, args) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    lib.GetLastError = ctypes.get_last_error  # type: ignore[attr-defined]
+    return lib
+
+
+class WindowsDirectReader(Reader):
+    """CreateFileW + FILE_FLAG_NO_BUFFERING: offset and length in whole sectors, buffers from VirtualAlloc.
+
+    *kernel32* is injectable so the same code runs on Linux against a stand-in that enforces the rules.
+    """
+
+    mode = "direct"
+
+    def __init__(self, path: str, kernel32: Any = None) -> None:
+        self.k = kernel32 if kernel32 is not None else _real_kernel32()
+        handle = self.k.CreateFileW(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, None,
+                                    OPEN_EXISTING, FILE_FLAG_NO_BUFFERING, None)
+        if handle is None or handle in (-1, INVALID_HANDLE_VALUE):
+            raise ReadError(path, f"CreateFileW failed: Windows error {self.k.GetLastError()}")
+        self.handle = handle
+        size = ctypes.c_int64(0)
+        if not self.k.GetFileSizeEx(handle, ctypes.pointer(size)):
+            err = self.k.GetLastError()
+            self.close()
+            raise ReadError(path, f"GetFileSizeEx failed: Windows error {err}")
+        super().__init__(path, size.value)
+        self.alignment = self._sector_alignment()
+
+    def _sector_alignment(self) -> Alignment:
+        info = FILE_STORAGE_INFO()
+        ok = self.k.GetFileInformationByHandleEx(self.handle, FILE_STORAGE_INFO_CLASS, ctypes.pointer(info),
+                                                 ctypes.sizeof(info))
+        if not ok or not info.LogicalBytesPerSector:
+            return Alignment(FALLBACK_DIO_ALIGN, FALLBACK_DIO_ALIGN, "fallback")
+        # Logical is the hard minimum; the performance size is a multiple of it, so honouring it is safe.
+        sector = max(info.LogicalBytesPerSector, info.PhysicalBytesPerSectorForPerformance)
+        return Alignment(sector, sector, "sector-size")
+
+    def alloc(self, size: int) -> Buffer:
+        size = align_up(max(size, 1), self.alignment.offset)
+        addr = self.k.VirtualAlloc(None, size, MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE)
+        if not addr:
+            raise ReadError(self.path, f"VirtualAlloc of {size} bytes failed: Windows error "
+                                       f"{self.k.GetLastError()}")
+        view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
+        return Buffer(size, view, lambda: self.k.VirtualFree(addr, 0, MEM_RELEASE))
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        ov = OVERLAPPED()
+        ov.Offset, ov.OffsetHigh = offset & 0xFFFFFFFF, offset >> 32
+        got = ctypes.c_uint32(0)
+        ok = self.k.ReadFile(self.handle, buffer_address(view), len(view), ctypes.pointer(got), ctypes.pointer(ov))
+        if ok:
+            return got.value  # TRUE with 0 bytes is the other documented end-of-file answer
+        err = self.k.GetLastError()
+        if err == ERROR_HANDLE_EOF:
+            return 0
+        why = f"Windows error {err}"
+        if err == ERROR_INVALID_PARAMETER:
+            why += (f" (ERROR_INVALID_PARAMETER: offset, length and buffer address must be multiples of the "
+                    f"{self.alignment.offset}-byte sector)")
+        raise ReadError(self.path, f"ReadFile of {len(view)} bytes failed: {why}", offset=offset)
+
+    def close(self) -> None:
+        if getattr(self, "handle", None) is not None:
+            self.k.CloseHandle(self.handle)
+            self.handle = None
+
+
+def open_reader(path: str, mode: str, *, system: str | None = None, kernel32: Any = None) -> Reader:
+    """Open *path* for the read path *mode* ("buffered", "mmap" or "direct") on this (or *system*'s) OS.
+
+    Raises DirectIOUnavailable when direct I/O is impossible here, so the caller can say so once.
+    """
+    system = system or sys.platform
+    if mode == "buffered":
+        return BufferedReader(path)
+    if mode == "mmap":
+        return MmapReader(path)
+    if mode != "direct":
+        raise ValueError(f"unknown read path {mode!r}")
+    if system.startswith("linux"):
+        if not hasattr(os, "O_DIRECT"):
+            raise DirectIOUnavailable(path, "this Python has no O_DIRECT")
+        return LinuxDirectReader(path)
+    if system == "win32":
+        return WindowsDirectReader(path, kernel32)
+    if system == "darwin":
+        return MacNoCacheReader(path)
+    raise DirectIOUnavailable(path, f"no direct-I/O read path for platform {system!r}")

@@ -1,0 +1,966 @@
+"""Replay embedding rows through every read path and byte-compare each row with the buffered reference.
+
+The gather works like an engine's: a batch of row IDs becomes reads de-duplicated per page and sorted by
+offset, run by a pool of worker threads into buffers taken from a reused pool; every buffer is poisoned
+before each read so bytes a read did not deliver cannot pass as data. A row cache can sit in front (each
+ID gathered on a miss, then a hit, then under eviction pressure). Every mismatch is located (file, offset;
+tensor, row, block, column), shown (expected before actual, in hex) and classified.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf import quants as gguf_quants
+
+from .blocks import Encoding, decode_bits
+from .errors import ReadError, UsageError
+from .layout import Model, Tensor, open_model
+from .readers import (MODES, PAGE, POISON, SECTOR, WINDOW_64K, Buffer, BufferedReader, DirectIOUnavailable,
+                      Reader, align_down, align_up, is_short, open_reader)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TENSORS = ("per_layer_token_embd.weight", "token_embd.weight")
+KINDS = ("short-read", "stale", "misplaced", "cache-crosstalk", "garbage")
+#: Boundaries a row may straddle: a 4 KiB page, a 512-byte sector, Windows' 64 KiB mmap granularity.
+BOUNDARIES = (("page", PAGE), ("sector", SECTOR), ("64k", WINDOW_64K))
+#: Selections larger than this must use --all (which streams) rather than a list of IDs.
+MAX_SELECTED = 1 << 24
+#: Mismatches kept in full; beyond this they are only counted.
+MAX_REPORTED = 1000
+HEX_WINDOW = 16
+GATHER_READ = 256 << 10
+SWEEP_CHUNK = 8 << 20
+
+ReaderFactory = Callable[[str, str], Reader]
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RowTable:
+    """The row geometry of one 2-D (or higher) tensor, as the replay needs it."""
+
+    tensor: Tensor
+    file_size: int
+    fp8: bool = False  # an I8 table holding FP8 E4M3 bytes
+
+    @property
+    def name(self) -> str:
+        return self.tensor.name
+
+    @property
+    def path(self) -> str:
+        return self.tensor.path
+
+    @property
+    def row_bytes(self) -> int:
+        return self.tensor.row_bytes
+
+    @property
+    def n_rows(self) -> int:
+        return self.tensor.n_rows
+
+    def row_offset(self, row: int) -> int:
+        return self.tensor.offset + row * self.tensor.row_bytes
+
+    def row_at(self, offset: int) -> tuple[int, int]:
+        """(row, byte within row) of an absolute file offset inside the table."""
+        return divmod(offset - self.tensor.offset, self.tensor.row_bytes)
+
+    def decode(self, data: bytes) -> np.ndarray | None:
+        """The row's values as floats (gguf.quants, or FP8 E4M3 when asked), or None if undecodable."""
+        raw = np.frombuffer(data, dtype=np.uint8)
+        t = self.tensor.ggml_type
+        if t == GGMLQuantizationType.I8:
+            return decode_bits(Encoding.E4M3, raw) if self.fp8 else raw.view(np.int8).astype(np.float64)
+        if t in (GGMLQuantizationType.I16, GGMLQuantizationType.I32, GGMLQuantizationType.I64):
+            return raw.view({GGMLQuantizationType.I16: "<i2", GGMLQuantizationType.I32: "<i4"}
+                            .get(t, "<i8")).astype(np.float64)
+        try:
+            return np.asarray(gguf_quants.dequantize(raw, t), dtype=np.float64).reshape(-1)
+        except (NotImplementedError, ValueError, KeyError):
+            return None
+
+    def locate(self, byte: int, expected: bytes, actual: bytes) -> tuple[int, int]:
+        """(block, column) of the first difference: the first decoded column that differs, when decodable."""
+        block = byte // self.tensor.block_bytes
+        first_col = block * self.tensor.block_size
+        exp, act = self.decode(expected), self.decode(actual)
+        if exp is not None and act is not None and exp.shape == act.shape:
+            differs = np.flatnonzero(exp.view(np.uint64) != act.view(np.uint64))
+            later = differs[differs >= first_col]
+            if later.size:
+                return block, int(later[0])
+        return block, first_col
+
+
+def pick_tensor(model: Model, name: str | None) -> Tensor:
+    if name is not None:
+        return model.tensor(name)
+    for candidate in DEFAULT_TENSORS:
+        for t in model.tensors:
+            if t.name == candidate:
+                return t
+    raise UsageError(model.source, "no per_layer_token_embd.weight or token_embd.weight; name one with "
+                                   "--tensor", field="tensor")
+
+
+# --- row selection -------------------------------------------------------------------------------
+
+def parse_ids(text: str, n_rows: int, source: str = "--ids") -> list[int]:
+    """Row IDs from "4162,4170-4200" (commas or whitespace; '#' starts a comment in files)."""
+    ids: list[int] = []
+    lines = text.splitlines() or [""]
+    for lineno, line in enumerate(lines, 1):
+        for token in line.split("#", 1)[0].replace(",", " ").split():
+            ids.extend(_expand(token, n_rows, f"{source} line {lineno}" if len(lines) > 1 else source))
+            if len(ids) > MAX_SELECTED:
+                raise UsageError(source, f"more than {MAX_SELECTED} row IDs; use --all to sweep the table")
+    return ids
+
+
+def _expand(token: str, n_rows: int, where: str) -> range:
+    lo_text, dash, hi_text = token.partition("-")
+    try:
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+    except ValueError:
+        raise UsageError(where, f"{token!r} is not a row ID or a range like 4170-4200") from None
+    if lo < 0 or hi < lo:
+        raise UsageError(where, f"{token!r} is not a valid range of row IDs")
+    if hi >= n_rows:
+        raise UsageError(where, f"row {hi} is outside the table (rows 0..{n_rows - 1})")
+    if hi - lo >= MAX_SELECTED:
+        raise UsageError(where, f"{token!r} selects more than {MAX_SELECTED} rows; use --all")
+    return range(lo, hi + 1)
+
+
+def crosses(offset: int, length: int, boundary: int) -> bool:
+    return offset // boundary != (offset + length - 1) // boundary
+
+
+def _crossing_mask(offsets: np.ndarray, length: int, boundary: int) -> np.ndarray:
+    return offsets // boundary != (offsets + (length - 1)) // boundary
+
+
+def _row_chunks(n_rows: int, size: int = 1 << 20) -> Iterator[np.ndarray]:
+    for start in range(0, n_rows, size):
+        yield np.arange(start, min(n_rows, start + size), dtype=np.int64)
+
+
+def crossing_rows(table: RowTable, boundary: int = PAGE) -> np.ndarray:
+    """Every row of the table that straddles a multiple of *boundary* (in absolute file offsets)."""
+    found: list[np.ndarray] = []
+    total = 0
+    for rows in _row_chunks(table.n_rows):
+        hit = rows[_crossing_mask(table.tensor.offset + rows * table.row_bytes, table.row_bytes, boundary)]
+        total += hit.size
+        if total > MAX_SELECTED:
+            raise UsageError(table.path, f"more than {MAX_SELECTED} rows cross a page; use --all",
+                             field=table.name)
+        found.append(hit)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rows to replay (None for --all: the whole table, streamed) and how they were chosen."""
+
+    rows: tuple[int, ...] | None
+    description: str
+    seed: int | None = None
+
+
+def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None = None, all_rows: bool = False,
+                random: int | None = None, seed: int | None = None, page_crossing: bool = False,
+                extra: Iterable[int] = ()) -> Selection:
+    """Combine the selectors (union, first appearance order); --all excludes the others."""
+    chosen = [s for s, on in (("--ids", ids is not None), ("--ids-file", ids_file is not None),
+                              ("--random", random is not None), ("--page-crossing", page_crossing)) if on]
+    if all_rows:
+        if chosen:
+            raise UsageError(None, f"--all sweeps the whole table; drop {', '.join(chosen)}")
+        return Selection(None, f"all {table.n_rows} rows")
+    picked: list[int] = list(extra)
+    parts = []
+    if ids is not None:
+        picked += parse_ids(ids, table.n_rows)
+        parts.append(f"--ids {ids}")
+    if ids_file is not None:
+        picked += parse_ids(_read_ids_file(ids_file), table.n_rows, ids_file)
+        parts.append(f"--ids-file {ids_file}")
+    if random is not None:
+        seed, sample = _random_rows(table, random, seed)
+        picked += sample
+        parts.append(f"--random {random} --seed {seed}")
+    if page_crossing:
+        picked += crossing_rows(table).tolist()
+        parts.append("--page-crossing")
+    if not picked and not parts:
+        raise UsageError(None, "choose rows: --ids, --ids-file, --random N, --page-crossing or --all")
+    return Selection(tuple(dict.fromkeys(picked)), " + ".join(parts) or "capture IDs", seed)
+
+
+def _read_ids_file(path: str) -> str:
+    try:
+        if os.path.getsize(path) > 64 << 20:
+            raise UsageError(path, "ID file is larger than 64 MiB; use --all or ranges")
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as err:
+        raise UsageError(path, f"cannot read ID file: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(path, "ID file is not text", offset=err.start) from None
+
+
+def _random_rows(table: RowTable, n: int, seed: int | None) -> tuple[int, list[int]]:
+    if n < 1 or n > min(table.n_rows, MAX_SELECTED):
+        raise UsageError(None, f"--random {n}: choose 1..{min(table.n_rows, MAX_SELECTED)} rows")
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+    rng = np.random.default_rng(seed)
+    return seed, rng.choice(table.n_rows, size=n, replace=False).tolist()
+
+
+# --- findings ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One row whose bytes from a read path (or capture) differ from the file."""
+
+    kind: str            # one of KINDS
+    path: str            # buffered | mmap | direct | capture
+    stage: str           # gather | cache-miss | cache-hit | cache-pressure | sweep | capture
+    file: str
+    tensor: str
+    row: int
+    row_offset: int      # absolute offset of the row
+    length: int          # row bytes
+    byte: int            # first differing byte within the row
+    offset: int          # its absolute file offset
+    block: int
+    column: int
+    expected: str        # hex, from the first differing byte (raw bits for decoded captures)
+    actual: str
+    differing: int       # bytes (or values) that differ
+    expected_finite: bool | None
+    actual_finite: bool | None
+    other_row: int | None = None
+    other_offset: int | None = None
+    max_abs_diff: float | None = None
+    detail: str = ""
+    unit: str = "bytes"  # what `differing` counts: bytes, or decoded values for a float capture
+
+
+@dataclass(frozen=True)
+class ShortRead:
+    """A read that returned fewer bytes than asked without reaching the end of the file."""
+
+    path: str
+    stage: str
+    file: str
+    offset: int
+    requested: int
+    returned: int
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How many rows straddle each boundary class."""
+
+    rows: int = 0
+    page: int = 0
+    sector: int = 0
+    window_64k: int = 0
+
+    def __add__(self, other: Geometry) -> Geometry:
+        return Geometry(self.rows + other.rows, self.page + other.page, self.sector + other.sector,
+                        self.window_64k + other.window_64k)
+
+
+@dataclass(frozen=True)
+class PathStats:
+    path: str
+    stage: str
+    reads: int
+    bytes: int
+    rows: int
+    seconds: float
+    alignment: int
+    alignment_source: str
+    buffers: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_evictions: int = 0
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    file: str
+    kind: str            # raw | decoded
+    dtype: str
+    rows: int
+    mismatched_rows: int
+    max_abs_diff: float | None
+
+
+@dataclass(frozen=True)
+class RowsReport:
+    file: str
+    tensor: str
+    ggml_type: str
+    n_cols: int
+    row_bytes: int
+    n_rows: int
+    table_offset: int
+    selection: str
+    seed: int | None
+    modes: tuple[str, ...]
+    rows_checked: int
+    geometry: Geometry
+    mismatch_geometry: Geometry
+    mismatch_count: int
+    by_kind: tuple[tuple[str, int], ...]
+    mismatches: tuple[Mismatch, ...]
+    short_reads: tuple[ShortRead, ...]
+    capture: CaptureResult | None
+    stats: tuple[PathStats, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def clean(self) -> bool:
+        return not self.mismatch_count and not self.short_reads
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["by_kind"] = dict(self.by_kind)
+        out["clean"] = self.clean
+        return out
+
+
+def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
+    offs = np.asarray(offsets, dtype=np.int64)
+    return Geometry(int(offs.size), *(int(_crossing_mask(offs, length, b).sum()) for _, b in BOUNDARIES))
+
+
+def table_geometry(table: RowTable) -> Geometry:
+    total = Geometry()
+    for rows in _row_chunks(table.n_rows):
+        total = total + geometry_of(table.tensor.offset + rows * table.row_bytes, table.row_bytes)
+    return total
+
+
+# --- classification ------------------------------------------------------------------------------
+
+class Sample(NamedTuple):
+    """One row as a read path delivered it, with what is known about how (a tuple: made per row, fast)."""
+
+    row: int
+    data: bytes
+    unlanded: bool = False      # the buffer was still all poison when the row was copied out
+    via_cache: bool = False
+
+
+def _hex(data: bytes) -> str:
+    return data.hex(" ")
+
+
+def _uniform(data: bytes, value: int) -> bool:
+    return bool(data) and data.count(value) == len(data)
+
+
+class Classifier:
+    """Turns (expected, actual) into a located, classified Mismatch; reads the file through the reference."""
+
+    def __init__(self, table: RowTable, reference: BufferedReader) -> None:
+        self.table = table
+        self.reference = reference
+
+    def mismatch(self, sample: Sample, expected: bytes, path: str, stage: str,
+                 previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> Mismatch:
+        actual, t = sample.data, self.table
+        k = next(i for i, (a, b) in enumerate(zip(expected, actual)) if a != b) if len(actual) == len(expected) \
+            else 0
+        kind, other_row, other_offset, detail = self._classify(sample, expected, k, previous, batch or {})
+        block, column = t.locate(k, expected, actual)
+        row_offset = t.row_offset(sample.row)
+        return Mismatch(kind, path, stage, t.path, t.name, sample.row, row_offset, t.row_bytes, k, row_offset + k,
+                        block, column, _hex(expected[k:k + HEX_WINDOW]), _hex(actual[k:k + HEX_WINDOW]),
+                        sum(a != b for a, b in zip(expected, actual)), self._finite(expected),
+                        self._finite(actual), other_row, other_offset, detail=detail)
+
+    def _finite(self, data: bytes) -> bool | None:
+        values = self.table.decode(data)
+        return None if values is None else bool(np.isfinite(values).all())
+
+    def _classify(self, s: Sample, expected: bytes, k: int, previous: bytes | None,
+                  batch: dict[int, bytes]) -> tuple[str, int | None, int | None, str]:
+        actual, stop = s.data, self.table.row_offset(s.row) + k
+        if s.via_cache:
+            other = self._other_row(actual, s.row, batch)
+            if other is not None:
+                return "cache-crosstalk", other[0], other[1], f"cache hit for row {s.row} held row {other[0]}"
+        if s.unlanded:
+            return "stale", None, None, "buffer handed out before its read landed: it held its previous contents"
+        if previous is not None and actual == previous:
+            return "stale", None, None, "the bytes of the previous row gathered into the same buffer"
+        tail = actual[k:]
+        if _uniform(tail, POISON) or (k and _uniform(tail, 0)):
+            what = "poison" if tail[0] == POISON else "zeros"
+            return "short-read", None, None, f"{what} from offset {stop} on: the read stopped there"
+        other = self._other_row(actual, s.row, batch)
+        if other is not None:
+            name = f"row {other[0]}" if other[0] is not None else f"offset {other[1]}"
+            return "misplaced", other[0], other[1], f"the bytes of {name}"
+        if _uniform(tail, 0):
+            return "short-read", None, None, f"zeros from offset {stop} on: the read stopped there"
+        return "garbage", None, None, "bytes found nowhere near the row"
+
+    def _other_row(self, actual: bytes, row: int, batch: dict[int, bytes]) -> tuple[int | None, int] | None:
+        """Where else in the file *actual* lives: a row of this batch, or anywhere near the row."""
+        for other, data in batch.items():
+            if other != row and data == actual:
+                return other, self.table.row_offset(other)
+        t = self.table
+        radius = max(WINDOW_64K, 8 * t.row_bytes)
+        here = t.row_offset(row)
+        lo = max(0, here - radius)
+        hi = min(t.file_size, here + t.row_bytes + radius)
+        window = self.reference.read_exact(lo, hi - lo)
+        hits, pos = [], window.find(actual)
+        while pos >= 0 and len(hits) < 64:
+            if lo + pos != here:
+                hits.append(lo + pos)
+            pos = window.find(actual, pos + 1)
+        if not hits:
+            return None
+        found = min(hits, key=lambda off: abs(off - here))
+        other, within = t.row_at(found)
+        in_table = within == 0 and 0 <= other < t.n_rows
+        return (other if in_table else None), found
+
+
+# --- buffers, cache, gather ----------------------------------------------------------------------
+
+class BufferPool:
+    """Reused read buffers. deque append/pop are atomic, so worker threads share it without a lock."""
+
+    def __init__(self, reader: Reader, size: int) -> None:
+        self.reader = reader
+        self.size = size
+        self.free: deque[Buffer] = deque()
+        self.created = 0
+        self.all: list[Buffer] = []
+
+    def take(self) -> Buffer:
+        try:
+            return self.free.pop()
+        except IndexError:
+            buf = self.reader.alloc(self.size)
+            self.created += 1
+            self.all.append(buf)
+            return buf
+
+    def give(self, buf: Buffer) -> None:
+        self.free.append(buf)
+
+    def close(self) -> None:
+        for buf in self.all:
+            buf.close()
+        self.all.clear()
+        self.free.clear()
+
+
+class RowCache:
+    """An LRU row cache as an engine keeps one; *key* maps a row ID to its cache key."""
+
+    def __init__(self, capacity: int, key: Callable[[int], Any] = lambda row: row) -> None:
+        self.capacity = max(1, capacity)
+        self.key = key
+        self.entries: OrderedDict[Any, bytes] = OrderedDict()
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, row: int) -> bytes | None:
+        k = self.key(row)
+        data = self.entries.get(k)
+        if data is None:
+            self.misses += 1
+            return None
+        self.entries.move_to_end(k)
+        self.hits += 1
+        return data
+
+    def put(self, row: int, data: bytes) -> None:
+        k = self.key(row)
+        self.entries[k] = data
+        self.entries.move_to_end(k)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+            self.evictions += 1
+
+
+CacheFactory = Callable[[int, RowTable], RowCache]
+
+
+def default_cache(capacity: int, table: RowTable) -> RowCache:
+    return RowCache(capacity)
+
+
+class PlannedRead(NamedTuple):
+    start: int
+    length: int
+    rows: tuple[int, ...]
+
+
+def plan_reads(reader: Reader, table: RowTable, rows: Iterable[int], max_read: int) -> list[PlannedRead]:
+    """Group rows sorted by offset into reads: rows sharing a page (or touching) share one read."""
+    plan: list[PlannedRead] = []
+    group: list[int] = []
+    first = last_end = 0
+    base, rb, a = table.tensor.offset, table.row_bytes, reader.alignment.offset
+    for row in sorted(set(rows)):
+        off = base + row * rb
+        end = off + rb
+        if group and (off <= last_end or off // PAGE <= (last_end - 1) // PAGE) \
+                and align_up(end, a) - align_down(first, a) <= max_read:
+            group.append(row)
+            last_end = end
+            continue
+        if group:
+            plan.append(PlannedRead(*reader.span(first, last_end - first), tuple(group)))
+        group, first, last_end = [row], off, end
+    if group:
+        plan.append(PlannedRead(*reader.span(first, last_end - first), tuple(group)))
+    return plan
+
+
+class Gatherer:
+    """Gathers batches of rows through one reader with a thread pool and a reused buffer pool."""
+
+    def __init__(self, reader: Reader, table: RowTable, workers: int, max_read: int = GATHER_READ) -> None:
+        self.reader = reader
+        self.table = table
+        self.workers = max(1, workers)
+        a = reader.alignment.offset
+        self.max_read = max(max_read, align_up(table.row_bytes, a) + 2 * a)
+        self.pool = BufferPool(reader, self.max_read)
+        self.executor = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+        self.lock = threading.Lock()
+        self.reads = self.bytes = 0
+        self.short_reads: list[ShortRead] = []
+        self.stage = "gather"
+
+    def gather(self, rows: Iterable[int]) -> list[Sample]:
+        plan = plan_reads(self.reader, self.table, rows, self.max_read)
+        if self.executor is None or len(plan) < 2:
+            return self._run(plan)
+        stripes = [plan[i::self.workers] for i in range(self.workers)]
+        futures = [self.executor.submit(self._run, s) for s in stripes if s]
+        return [sample for f in futures for sample in f.result()]
+
+    def _run(self, plan: list[PlannedRead]) -> list[Sample]:
+        out: list[Sample] = []
+        rb, base = self.table.row_bytes, self.table.tensor.offset
+        read_into, size = self.reader.read_into, self.reader.size
+        done = 0
+        for rd in plan:
+            buf = self.pool.take()
+            try:
+                # Poison all the rows will be sliced from, even past a (wrongly) short span.
+                buf.poison(max(rd.length, base + rd.rows[-1] * rb + rb - rd.start))
+                view = buf.view[:rd.length]
+                got = read_into(view, rd.start)
+                view.release()
+                done += got
+                if got < rd.length and is_short(rd.start, rd.length, got, size):
+                    self.short_reads.append(ShortRead(self.reader.mode, self.stage, self.reader.path, rd.start,
+                                                      rd.length, got))
+                whole = buf.view
+                unlanded = whole[0] == POISON and _uniform(bytes(whole[:HEX_WINDOW]), POISON)
+                for row in rd.rows:
+                    at = base + row * rb - rd.start
+                    out.append(Sample(row, bytes(whole[at:at + rb]), unlanded))
+            finally:
+                self.pool.give(buf)
+        with self.lock:
+            self.reads += len(plan)
+            self.bytes += done
+        return out
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown()
+        self.pool.close()
+
+
+# --- the replay ----------------------------------------------------------------------------------
+
+class _Findings:
+    """Collects mismatches: keeps the first MAX_REPORTED in full, counts every one."""
+
+    def __init__(self, table: RowTable, fail_fast: bool) -> None:
+        self.table = table
+        self.fail_fast = fail_fast
+        self.kept: list[Mismatch] = []
+        self.count = 0
+        self.kinds: Counter[str] = Counter()
+        self.rows: set[int] = set()
+        self.short_reads: list[ShortRead] = []
+
+    def add(self, m: Mismatch) -> None:
+        self.count += 1
+        self.kinds[m.kind] += 1
+        self.rows.add(m.row)
+        if len(self.kept) < MAX_REPORTED:
+            self.kept.append(m)
+
+    @property
+    def stop(self) -> bool:
+        return self.fail_fast and bool(self.count or self.short_reads)
+
+
+def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int]) -> dict[int, bytes]:
+    """Reference bytes of *rows*, one exact read per run of consecutive rows."""
+    out: dict[int, bytes] = {}
+    ordered = sorted(set(rows))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        data = ref.read_exact(table.row_offset(ordered[i]), (j - i + 1) * table.row_bytes)
+        for n, row in enumerate(ordered[i:j + 1]):
+            out[row] = data[n * table.row_bytes:(n + 1) * table.row_bytes]
+        i = j + 1
+    return out
+
+
+@dataclass
+class _Replay:
+    table: RowTable
+    reference: BufferedReader
+    findings: _Findings
+    workers: int
+    batch: int
+    cache_rows: int
+    cache_factory: CacheFactory
+    stats: list[PathStats] = field(default_factory=list)
+
+    def check(self, samples: Iterable[Sample], ref: dict[int, bytes], path: str, stage: str) -> None:
+        classifier = Classifier(self.table, self.reference)
+        for s in samples:
+            if s.data != ref[s.row]:
+                self.findings.add(classifier.mismatch(s, ref[s.row], path, stage, batch=ref))
+
+    def run_path(self, reader: Reader, rows: Sequence[int]) -> None:
+        gatherer = Gatherer(reader, self.table, self.workers)
+        caches: dict[str, RowCache] = {}
+        started = time.perf_counter()
+        try:
+            for i in range(0, len(rows), self.batch):
+                self._batch(gatherer, caches, rows[i:i + self.batch], reader.mode)
+                if self.findings.stop:
+                    break
+        finally:
+            self.findings.short_reads += gatherer.short_reads
+            gatherer.close()
+        a = reader.alignment
+        self.stats.append(PathStats(reader.mode, "gather", gatherer.reads, gatherer.bytes, len(rows),
+                                    time.perf_counter() - started, a.offset, a.source, gatherer.pool.created,
+                                    *_cache_counts(caches)))
+
+    def _batch(self, gatherer: Gatherer, caches: dict[str, RowCache], rows: Sequence[int], path: str) -> None:
+        ref = _reference_rows(self.reference, self.table, rows)
+        gatherer.stage = "gather"
+        self.check(gatherer.gather(rows), ref, path, "gather")
+        if not self.cache_rows or self.findings.stop:
+            return
+        main = caches.setdefault("main", self.cache_factory(self.cache_rows, self.table))
+        for stage in ("cache-miss", "cache-hit"):
+            gatherer.stage = stage
+            self.check(_through_cache(gatherer, main, rows), ref, path, stage)
+        # Under pressure: a cache holding half the batch, gathered forwards then backwards.
+        small = caches.setdefault("pressure", self.cache_factory(max(1, min(self.cache_rows, len(rows) // 2)),
+                                                                 self.table))
+        gatherer.stage = "cache-pressure"
+        for order in (rows, rows[::-1]):
+            self.check(_through_cache(gatherer, small, order), ref, path, "cache-pressure")
+
+
+def _cache_counts(caches: dict[str, RowCache]) -> tuple[int, int, int]:
+    return (sum(c.hits for c in caches.values()), sum(c.misses for c in caches.values()),
+            sum(c.evictions for c in caches.values()))
+
+
+def _through_cache(gatherer: Gatherer, cache: RowCache, rows: Sequence[int]) -> list[Sample]:
+    out, missing = [], []
+    for row in rows:
+        data = cache.get(row)
+        if data is None:
+            missing.append(row)
+        else:
+            out.append(Sample(row, data, via_cache=True))
+    fresh = gatherer.gather(missing)
+    for s in fresh:
+        cache.put(s.row, s.data)
+    return out + fresh
+
+
+# --- the --all sweep -----------------------------------------------------------------------------
+
+def sweep(reader: Reader, table: RowTable, reference: BufferedReader, findings: _Findings, workers: int,
+          chunk: int = SWEEP_CHUNK) -> PathStats:
+    """Compare the whole table in large sequential aligned reads, several in flight at once."""
+    per = max(1, chunk // table.row_bytes)
+    a = reader.alignment.offset
+    pool = BufferPool(reader, align_up(per * table.row_bytes, a) + 2 * a)
+    counters = {"reads": 0, "bytes": 0}
+    started = time.perf_counter()
+    groups = range(0, table.n_rows, per)
+    with ThreadPoolExecutor(max(1, workers)) as ex:
+        pending: deque[Any] = deque()
+        for first in groups:
+            pending.append(ex.submit(_sweep_group, reader, table, reference, pool, first,
+                                     min(per, table.n_rows - first), counters))
+            if len(pending) >= 2 * max(1, workers):
+                _sweep_collect(pending.popleft().result(), table, reference, findings, reader.mode)
+            if findings.stop:
+                break
+        while pending:
+            _sweep_collect(pending.popleft().result(), table, reference, findings, reader.mode)
+    pool.close()
+    return PathStats(reader.mode, "sweep", counters["reads"], counters["bytes"], table.n_rows,
+                     time.perf_counter() - started, a, reader.alignment.source, pool.created)
+
+
+_COUNT_LOCK = threading.Lock()
+
+
+def _sweep_group(reader: Reader, table: RowTable, reference: BufferedReader, pool: BufferPool, first: int,
+                 count: int, counters: dict[str, int]) -> tuple[int, bytes, bytes, ShortRead | None]:
+    off = table.row_offset(first)
+    length = count * table.row_bytes
+    start, span = reader.span(off, length)
+    buf = pool.take()
+    try:
+        buf.poison(max(span, off - start + length))
+        view = buf.view[:span]
+        got = reader.read_into(view, start)
+        view.release()
+        actual = bytes(buf.view[off - start:off - start + length])
+    finally:
+        pool.give(buf)
+    with _COUNT_LOCK:
+        counters["reads"] += 1
+        counters["bytes"] += got
+    short = ShortRead(reader.mode, "sweep", reader.path, start, span, got) \
+        if is_short(start, span, got, reader.size) else None
+    return first, actual, reference.read_exact(off, length), short
+
+
+def _sweep_collect(result: tuple[int, bytes, bytes, ShortRead | None], table: RowTable,
+                   reference: BufferedReader, findings: _Findings, path: str) -> None:
+    first, actual, expected, short = result
+    if short is not None:
+        findings.short_reads.append(short)
+    if actual == expected:
+        return
+    rb = table.row_bytes
+    a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
+    e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
+    classifier = Classifier(table, reference)
+    for i in np.flatnonzero((a != e).any(axis=1)).tolist():
+        sample = Sample(first + i, actual[i * rb:(i + 1) * rb], _uniform(actual[:HEX_WINDOW], POISON))
+        findings.add(classifier.mismatch(sample, expected[i * rb:(i + 1) * rb], path, "sweep"))
+        if findings.stop:
+            return
+
+
+# --- engine captures -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capture:
+    path: str
+    ids: np.ndarray
+    data: np.ndarray
+    kind: str  # raw | decoded
+
+
+def load_capture(path: str, table: RowTable) -> Capture:
+    """An engine's gathered rows: .npz with `ids` and one data array, or a structured .npy (ids, rows)."""
+    try:
+        loaded = np.load(path, allow_pickle=False, mmap_mode="r" if path.endswith(".npy") else None)
+    except (OSError, ValueError, EOFError) as err:
+        raise UsageError(path, f"cannot load the capture: {err}") from None
+    ids, data = _capture_arrays(path, loaded)
+    return _check_capture(path, table, ids, data)
+
+
+def _capture_arrays(path: str, loaded: Any) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(loaded, np.ndarray):
+        names = loaded.dtype.names or ()
+        if "ids" not in names or len(names) != 2:
+            raise UsageError(path, "a .npy capture must be a structured array with fields `ids` and the rows",
+                             field="dtype")
+        return loaded["ids"], loaded[[n for n in names if n != "ids"][0]]
+    with loaded:
+        keys = list(loaded.keys())
+        others = [k for k in keys if k != "ids"]
+        if "ids" not in keys or len(others) != 1:
+            raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array (found {keys})",
+                             field="arrays")
+        return loaded["ids"], loaded[others[0]]
+
+
+def _check_capture(path: str, table: RowTable, ids: np.ndarray, data: np.ndarray) -> Capture:
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise UsageError(path, f"ids must be a 1-D integer array, not {ids.dtype}{list(ids.shape)}", field="ids")
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= table.n_rows):
+        raise UsageError(path, f"ids must lie in 0..{table.n_rows - 1}", field="ids")
+    n = len(ids)
+    if data.dtype == np.uint8 and data.shape == (n, table.row_bytes):
+        return Capture(path, ids.astype(np.int64), data, "raw")
+    if data.dtype in (np.float16, np.float32) and data.shape == (n, table.tensor.n_cols):
+        return Capture(path, ids.astype(np.int64), data, "decoded")
+    raise UsageError(path, f"rows are {data.dtype}{list(data.shape)}; expected uint8[{n}, {table.row_bytes}] "
+                           f"(raw) or float16/float32[{n}, {table.tensor.n_cols}] (decoded)", field="rows")
+
+
+def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
+                    findings: _Findings) -> CaptureResult:
+    classifier = Classifier(table, reference)
+    bad, worst = 0, None
+    prev_expected: bytes | None = None
+    for i, row in enumerate(capture.ids.tolist()):
+        expected = reference.read_exact(table.row_offset(row), table.row_bytes)
+        if capture.kind == "raw":
+            actual = bytes(np.asarray(capture.data[i]))
+            if actual != expected:
+                bad += 1
+                findings.add(classifier.mismatch(Sample(row, actual), expected, "capture", "capture",
+                                                 previous=prev_expected))
+        else:
+            m, diff = _decoded_mismatch(table, classifier, row, expected, np.asarray(capture.data[i]))
+            worst = diff if worst is None or (diff is not None and diff > worst) else worst
+            if m is not None:
+                bad += 1
+                findings.add(m)
+        prev_expected = expected
+        if findings.stop:
+            break
+    return CaptureResult(capture.path, capture.kind, str(capture.data.dtype), len(capture.ids), bad, worst)
+
+
+def _decoded_mismatch(table: RowTable, classifier: Classifier, row: int, expected_raw: bytes,
+                      got: np.ndarray) -> tuple[Mismatch | None, float | None]:
+    decoded = table.decode(expected_raw)
+    if decoded is None:
+        raise UsageError(table.path, f"cannot decode {table.tensor.ggml_type.name} rows to compare floats",
+                         field=table.name)
+    want = decoded.astype(got.dtype)
+    same = (want.view(_uint_of(got.dtype)) == got.view(_uint_of(got.dtype))) | (np.isnan(want) & np.isnan(got))
+    both = np.isfinite(want) & np.isfinite(got)
+    diff = float(np.max(np.abs(want[both].astype(np.float64) - got[both]))) if both.any() else None
+    if same.all():
+        return None, diff
+    col = int(np.flatnonzero(~same)[0])
+    block = col // table.tensor.block_size
+    t, bits = table.tensor, _uint_of(got.dtype)
+    first_byte = block * t.block_bytes
+    kind, detail = _decoded_kind(got, want, col)
+    return Mismatch(kind, "capture", "capture", table.path, table.name, row, table.row_offset(row), table.row_bytes,
+                    first_byte, table.row_offset(row) + first_byte, block, col,
+                    f"{int(want[col:col + 1].view(bits)[0]):0{want.itemsize * 2}x}",
+                    f"{int(got[col:col + 1].view(bits)[0]):0{got.itemsize * 2}x}", int((~same).sum()),
+                    bool(np.isfinite(want).all()), bool(np.isfinite(got).all()), max_abs_diff=diff,
+                    detail=detail + f"; stored block: {_hex(expected_raw[first_byte:first_byte + t.block_bytes])}",
+                    unit="values"), diff
+
+
+def _decoded_kind(got: np.ndarray, want: np.ndarray, col: int) -> tuple[str, str]:
+    tail = got[col:]
+    if tail.size and not np.any(tail) and np.any(want[col:]):
+        return "short-read", f"zeros from column {col} on: the gather stopped there"
+    return "garbage", f"decoded values differ from column {col}"
+
+
+def _uint_of(dtype: np.dtype) -> type:
+    return {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+
+
+# --- the library call ----------------------------------------------------------------------------
+
+def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = None, ids: str | None = None,
+               ids_file: str | None = None, all_rows: bool = False, random: int | None = None,
+               seed: int | None = None, page_crossing: bool = False,
+               modes: Sequence[str] | None = MODES, workers: int = 4, batch: int = 256,
+               cache_rows: int = 0, against: str | None = None, fp8: bool = False, fail_fast: bool = False,
+               reader_factory: ReaderFactory | None = None,
+               cache_factory: CacheFactory = default_cache) -> RowsReport:
+    """Replay rows of *tensor* through each read path in *modes* (and/or an engine capture)."""
+    m = model if isinstance(model, Model) else open_model(model)
+    t = pick_tensor(m, tensor)
+    _check_args(t, modes or (), workers, batch, cache_rows, fp8)
+    table = RowTable(t, os.path.getsize(t.path), fp8)
+    capture = load_capture(against, table) if against is not None else None
+    no_selector = ids is None and ids_file is None and random is None and not page_crossing and not all_rows
+    extra = capture.ids.tolist() if capture is not None and no_selector else ()
+    selection = select_rows(table, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random, seed=seed,
+                            page_crossing=page_crossing, extra=extra)
+    findings = _Findings(table, fail_fast)
+    warnings: list[str] = []
+    factory = reader_factory or (lambda path, mode: open_reader(path, mode))
+    with BufferedReader(t.path) as reference:
+        replay = _Replay(table, reference, findings, workers, batch, cache_rows, cache_factory)
+        capture_result = compare_capture(capture, table, reference, findings) if capture is not None else None
+        for mode in modes or ():
+            if findings.stop:
+                break
+            _run_mode(replay, factory, mode, selection, warnings)
+    geometry = table_geometry(table) if selection.rows is None else \
+        geometry_of([table.row_offset(r) for r in selection.rows], table.row_bytes)
+    bad_geometry = geometry_of([table.row_offset(r) for r in sorted(findings.rows)], table.row_bytes)
+    return RowsReport(t.path, t.name, t.ggml_type.name, t.n_cols, t.row_bytes, t.n_rows, t.offset,
+                      selection.description, selection.seed, tuple(modes or ()),
+                      table.n_rows if selection.rows is None else len(selection.rows), geometry, bad_geometry,
+                      findings.count, tuple((k, findings.kinds[k]) for k in KINDS if findings.kinds[k]),
+                      tuple(findings.kept), tuple(findings.short_reads), capture_result, tuple(replay.stats),
+                      tuple(warnings))
+
+
+def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,
+              warnings: list[str]) -> None:
+    try:
+        reader = factory(replay.table.path, mode)
+    except DirectIOUnavailable as err:
+        warnings.append(f"{mode}: skipped: {err}")
+        log.warning("%s", err)
+        return
+    with reader:
+        if selection.rows is None:
+            replay.stats.append(sweep(reader, replay.table, replay.reference, replay.findings, replay.workers))
+        else:
+            replay.run_path(reader, list(selection.rows))
+
+
+def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache_rows: int, fp8: bool) -> None:
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(None, f"unknown read path {unknown[0]!r}; choose from {', '.join(MODES)}")
+    if workers < 1 or batch < 1 or cache_rows < 0:
+        raise UsageError(None, "--workers and --batch must be at least 1, --cache-rows at least 0")
+    if fp8 and t.ggml_type != GGMLQuantizationType.I8:
+        raise UsageError(t.path, f"--fp8 applies to I8 tables; this one is {t.ggml_type.name}", field=t.name)
+    if len(t.shape) < 2 or t.row_bytes <= 0:
+        raise UsageError(t.path, "not a table of rows (needs at least 2 dimensions)", field=t.name)

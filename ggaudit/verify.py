@@ -1,0 +1,315 @@
+"""Check files against the digests they are supposed to have; findings come back as frozen data.
+
+Sources of expected digests (see ``manifests``): an Ollama model's manifest, a Hugging Face cache
+snapshot, a sha256 checksum file, a blob's own name, and ggaudit's tensor manifest, which narrows a
+damaged file down to the tensor and the rows that changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .digests import GitBlobSha1, Sha256, read_through
+from .errors import FormatError, ReadError, UsageError
+from .layout import open_gguf
+from .manifests import (FileDigest, TensorDigest, TensorManifest, digest_gguf_file, ollama_blob_path,
+                        ollama_partial_files, read_hf_snapshot, read_ollama_manifest, read_sums,
+                        read_tensor_manifest)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One thing that is not as expected. Where, then what was expected and what was found.
+
+    ``kind`` is one of: missing, not-a-file, size, sha256, git-sha1, link, header, tensor-data,
+    tensor-missing, tensor-extra, tensor-layout. ``expected``/``actual`` hold hex digests (or sizes,
+    types, shapes as text). For tensor-data, ``offset``/``length`` give the absolute span of the
+    differing row groups and ``rows`` the first and last row (inclusive).
+    """
+
+    kind: str
+    path: str
+    subject: str
+    expected: str | None = None
+    actual: str | None = None
+    offset: int | None = None
+    length: int | None = None
+    tensor: str | None = None
+    rows: tuple[int, int] | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A file whose digest was computed; ``ok`` says whether it matched."""
+
+    path: str
+    subject: str
+    algorithm: str
+    digest: str
+    size: int
+    ok: bool
+
+
+@dataclass(frozen=True)
+class VerifyStats:
+    files: int
+    bytes_hashed: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    source: str
+    kind: str                               # ollama, hf, sums, blob, manifest
+    checked: tuple[Checked, ...]
+    mismatches: tuple[Mismatch, ...]
+    warnings: tuple[str, ...]
+    stats: VerifyStats
+    stopped_early: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+@dataclass
+class _Collector:
+    """Accumulates a report; ``full`` turns true when --fail-fast should stop the walk."""
+
+    fail_fast: bool
+    checked: list[Checked] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    bytes_hashed: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def full(self) -> bool:
+        return self.fail_fast and bool(self.mismatches)
+
+    def report(self, source: str, kind: str) -> VerifyReport:
+        stats = VerifyStats(len(self.checked), self.bytes_hashed, time.perf_counter() - self.started)
+        return VerifyReport(source, kind, tuple(self.checked), tuple(self.mismatches),
+                            tuple(self.warnings), stats, self.full)
+
+
+def _file_size(path: Path, subject: str, expected: str, out: _Collector) -> int | None:
+    """Size of a regular file, or None after recording why it cannot be checked."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        out.mismatches.append(Mismatch("missing", os.fspath(path), subject, expected,
+                                       detail="file not found"))
+        return None
+    except OSError as err:
+        raise ReadError(path, f"cannot stat: {err.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        out.mismatches.append(Mismatch("not-a-file", os.fspath(path), subject, expected,
+                                       detail="not a regular file"))
+        return None
+    return st.st_size
+
+
+def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
+                  algorithm: str = "sha256", expected_size: int | None = None) -> None:
+    """Check one file's size (when known) and digest, recording the outcome in ``out``."""
+    size = _file_size(path, subject, expected, out)
+    if size is None:
+        return
+    if expected_size is not None and size != expected_size:
+        out.mismatches.append(Mismatch("size", os.fspath(path), subject, str(expected_size), str(size),
+                                       offset=0, length=size, detail="size differs"))
+        return
+    hasher = GitBlobSha1(size) if algorithm == "git-sha1" else Sha256()
+    out.bytes_hashed += read_through(path, [hasher], end=size)
+    actual = hasher.hexdigest()
+    out.checked.append(Checked(os.fspath(path), subject, algorithm, actual, size, actual == expected))
+    if actual != expected:
+        out.mismatches.append(Mismatch(algorithm, os.fspath(path), subject, expected, actual,
+                                       offset=0, length=size, detail=f"{algorithm} differs"))
+
+
+def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
+                  fail_fast: bool = False) -> VerifyReport:
+    """Check every layer and the config of an Ollama model: present, right size, right sha256."""
+    manifest = read_ollama_manifest(name, store)
+    out = _Collector(fail_fast)
+    for layer in manifest.blobs:
+        if out.full:
+            break
+        path = ollama_blob_path(manifest.store, layer.digest)
+        _check_digest(path, layer.media_type or layer.field, layer.digest, out,
+                      expected_size=layer.size)
+    ours = {layer.digest for layer in manifest.blobs}
+    for partial in ollama_partial_files(manifest.store):
+        digest = re.match(r"sha256[-:]([0-9a-f]{64})", partial.name)
+        whose = " (a blob of this model)" if digest and digest[1] in ours else ""
+        out.warnings.append(f"stray partial download: {os.fspath(partial)}{whose}")
+    return out.report(str(manifest.name), "ollama")
+
+
+def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
+              fail_fast: bool = False) -> VerifyReport:
+    """Check every file of a cached Hugging Face snapshot against its blob's name, offline."""
+    snapshot = read_hf_snapshot(spec, cache)
+    out = _Collector(fail_fast)
+    done: set[Path] = set()
+    for entry in snapshot.files:
+        if out.full:
+            break
+        if entry.problem is not None:
+            out.mismatches.append(Mismatch("link", os.fspath(entry.link), entry.name,
+                                           detail=entry.problem))
+        elif entry.blob not in done and entry.blob is not None and entry.expected is not None:
+            done.add(entry.blob)
+            _check_digest(entry.blob, entry.name, entry.expected, out, algorithm=entry.algorithm or "")
+    out.warnings.extend(f"leftover of an interrupted download: {os.fspath(p)}" for p in snapshot.incomplete)
+    return out.report(f"{snapshot.spec.repo_id}@{snapshot.commit}", "hf")
+
+
+def verify_sums(sums: str | os.PathLike[str], *, fail_fast: bool = False) -> VerifyReport:
+    """Check every file a sha256 checksum file names (GNU, BSD --tag or OpenSSL format)."""
+    out = _Collector(fail_fast)
+    for entry in read_sums(sums):
+        if out.full:
+            break
+        _check_digest(entry.path, entry.name, entry.sha256, out)
+    return out.report(os.fspath(sums), "sums")
+
+
+_BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
+
+
+def blob_name_digest(path: str | os.PathLike[str]) -> str | None:
+    """The sha256 a file's own name promises (``sha256-<hex>``, ``sha256:<hex>``, ``<hex>``), if any."""
+    match = _BLOB_NAME.fullmatch(os.path.basename(os.fspath(path)))
+    return match[1].lower() if match else None
+
+
+def verify_blob(path: str | os.PathLike[str]) -> VerifyReport:
+    """Check a content-addressed blob (Ollama or Hugging Face) against the digest in its name."""
+    expected = blob_name_digest(path)
+    if expected is None:
+        raise UsageError(path, "the file name holds no sha256; give --manifest, --sums, ollama:NAME "
+                         "or hf:ORG/NAME to say what to check it against")
+    out = _Collector(False)
+    _check_digest(Path(path), "blob name", expected, out)
+    return out.report(os.fspath(path), "blob")
+
+
+def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: str | os.PathLike[str],
+                           *, fail_fast: bool = False) -> VerifyReport:
+    """Check a model (file or split set) against a tensor manifest, one read per file.
+
+    The files are the manifest's, looked up next to ``model_path`` (any shard of a set will do; a
+    single-file manifest also accepts a renamed copy). Reports files missing, resized, with another
+    sha256 or with a header that no longer parses; tensors missing, added or re-shaped; and for
+    tensors whose bytes changed, each run of differing row groups with its rows and file span.
+    """
+    manifest = read_tensor_manifest(manifest_path)
+    out = _Collector(fail_fast)
+    for file_digest, path in _locate_files(manifest, os.fspath(model_path), out):
+        if out.full:
+            break
+        if not os.path.exists(path):
+            out.mismatches.append(Mismatch("missing", path, file_digest.name, file_digest.sha256,
+                                           detail="file of the manifest not found"))
+        else:
+            _check_model_file(manifest, file_digest, path, out)
+    return out.report(os.fspath(model_path), "manifest")
+
+
+def _locate_files(manifest: TensorManifest, model_path: str, out: _Collector) -> list[tuple[FileDigest, str]]:
+    folder, given = os.path.split(model_path)
+    names = [f.name for f in manifest.files]
+    if given not in names and len(names) == 1:
+        # A single file renamed (say, a copy of an Ollama blob) is still the same model.
+        out.warnings.append(f"manifest describes {names[0]}, checking {given} in its place")
+        return [(manifest.files[0], model_path)]
+    if given not in names:
+        raise UsageError(model_path, f"not one of the manifest's files ({', '.join(names[:3])}"
+                         f"{', ...' if len(names) > 3 else ''})")
+    return [(f, os.path.join(folder, f.name)) for f in manifest.files]
+
+
+def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str, out: _Collector) -> None:
+    wanted = [t for t in manifest.tensors if t.file == expected.name]
+    try:
+        actual, tensors = digest_gguf_file(open_gguf(path), manifest.group_bytes)
+    except FormatError as err:
+        # A damaged header is a finding too: say so, and still compare the whole file's digest.
+        out.mismatches.append(Mismatch("header", path, expected.name, offset=err.offset,
+                                       detail=f"no longer parses as GGUF, tensors not checked: {err}"))
+        sha = Sha256()
+        actual, tensors = FileDigest(expected.name, read_through(path, [sha]), sha.hexdigest()), ()
+        wanted = []
+    out.bytes_hashed += actual.size
+    ok = actual.size == expected.size and actual.sha256 == expected.sha256
+    out.checked.append(Checked(path, expected.name, "sha256", actual.sha256, actual.size, ok))
+    if actual.size != expected.size:
+        out.mismatches.append(Mismatch("size", path, expected.name, str(expected.size), str(actual.size),
+                                       offset=0, length=actual.size, detail="size differs"))
+    if actual.sha256 != expected.sha256:
+        out.mismatches.append(Mismatch("sha256", path, expected.name, expected.sha256, actual.sha256,
+                                       offset=0, length=actual.size, detail="sha256 differs"))
+    out.mismatches.extend(compare_tensors(wanted, tensors, path))
+
+
+def compare_tensors(expected: Sequence[TensorDigest], actual: Sequence[TensorDigest],
+                    path: str) -> list[Mismatch]:
+    """Tensor-level differences between a manifest's tensors and freshly computed ones."""
+    found = {t.name: t for t in actual}
+    listed = {t.name for t in expected}
+    problems = []
+    for want in expected:
+        have = found.get(want.name)
+        if have is None:
+            problems.append(Mismatch("tensor-missing", path, want.name, tensor=want.name,
+                                     detail="tensor in the manifest, not in the file"))
+        elif _geometry(want) != _geometry(have):
+            problems.append(Mismatch("tensor-layout", path, want.name, _geometry_text(want),
+                                     _geometry_text(have), offset=have.offset, length=have.nbytes,
+                                     tensor=want.name, detail="type, shape or row layout differs"))
+        elif want.xxh3_128 != have.xxh3_128:
+            problems.extend(_differing_runs(want, have, path))
+    problems.extend(Mismatch("tensor-extra", path, t.name, offset=t.offset, length=t.nbytes, tensor=t.name,
+                             detail="tensor in the file, not in the manifest")
+                    for t in actual if t.name not in listed)
+    return problems
+
+
+def _geometry(t: TensorDigest) -> tuple[Any, ...]:
+    return t.ggml_type, t.shape, t.nbytes, t.row_bytes, t.n_rows, t.rows_per_group
+
+
+def _geometry_text(t: TensorDigest) -> str:
+    return f"{t.ggml_type} {list(t.shape)}, {t.n_rows} rows of {t.row_bytes} bytes"
+
+
+def _differing_runs(want: TensorDigest, have: TensorDigest, path: str) -> Iterator[Mismatch]:
+    """One Mismatch per run of consecutive differing row groups, with the first group's digests."""
+    bad = [i for i, (a, b) in enumerate(zip(want.groups, have.groups)) if a != b]
+    runs: list[list[int]] = []
+    for g in bad:
+        if runs and runs[-1][-1] == g - 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    for run in runs:
+        first_row, _ = have.group_rows(run[0])
+        _, last_row = have.group_rows(run[-1])
+        start, _ = have.group_span(run[0])
+        end = sum(have.group_span(run[-1]))
+        yield Mismatch("tensor-data", path, want.name, want.groups[run[0]], have.groups[run[0]],
+                       offset=start, length=end - start, tensor=want.name, rows=(first_row, last_row),
+                       detail=f"xxh3-128 of {len(run)} row group(s) differs")

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Benchmark `ggaudit rows`: random single-row gathers per read path beside fio, and the --all sweep
+beside a plain sequential read, all on one ~1.5 GB PLE-shaped file, measured in the same run.
+
+    python scripts/bench_rows.py [--size-gb 1.5] [--seconds 4] [--reps 3] [--dir bench-data] [--keep]
+
+Targets (issue 5): direct >= 0.9x fio --rw=randread --bs=4k --direct=1 at the same job count;
+--all direct sweep >= 0.5x a plain sequential read. Every measurement starts with the file evicted
+from the page cache (posix_fadvise DONTNEED), so buffered and mmap reads reach the disk too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ggaudit.build import encode_kv, encode_tensor_info  # noqa: E402
+from ggaudit.layout import open_model  # noqa: E402
+from ggaudit.readers import open_reader  # noqa: E402
+from ggaudit.rows import Gatherer, RowTable, check_rows  # noqa: E402
+
+NAME = "per_layer_token_embd.weight"
+ROW_BYTES = 90  # IQ4_NL, ne0 = 160
+
+
+def make_file(path: Path, size: int) -> None:
+    """A GGUF with one IQ4_NL table of ~size bytes, streamed to disk in 64 MiB pieces."""
+    n_rows = size // ROW_BYTES
+    header = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + encode_kv("general.architecture", "gemma3n")
+    header += encode_tensor_info(NAME, T.IQ4_NL, (160, n_rows), 0)
+    header += bytes(-len(header) % 32)
+    rng = np.random.default_rng(0)
+    scale = np.frombuffer(np.float16(0.25).tobytes(), np.uint8)
+    with open(path, "wb") as f:
+        f.write(header)
+        left = n_rows * 5  # blocks
+        while left:
+            n = min(left, (64 << 20) // 18)
+            blocks = rng.integers(0, 256, size=(n, 18), dtype=np.uint8)
+            blocks[:, 0:2] = scale
+            f.write(blocks.tobytes())
+            left -= n
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def gather_rate(path: Path, table: RowTable, mode: str, rows: list[int], workers: int) -> tuple[float, int]:
+    """Rows per second through the library's gather (pool, poison, threads), cold cache."""
+    evict(path)
+    with open_reader(str(path), mode) as reader:
+        g = Gatherer(reader, table, workers)
+        try:
+            start = time.perf_counter()
+            for i in range(0, len(rows), 256):
+                g.gather(rows[i:i + 256])
+            seconds = time.perf_counter() - start
+        finally:
+            g.close()
+    return len(rows) / seconds, g.reads
+
+
+def fio_iops(path: Path, jobs: int, seconds: int) -> float | None:
+    if shutil.which("fio") is None:
+        return None
+    out = subprocess.run(["fio", "--name=rr", f"--filename={path}", "--rw=randread", "--bs=4k", "--direct=1",
+                          "--ioengine=psync", f"--numjobs={jobs}", "--time_based", f"--runtime={seconds}",
+                          "--group_reporting", "--output-format=json"], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout)["jobs"][0]["read"]["iops"])
+
+
+def plain_read(path: Path) -> float:
+    """MB/s of a plain sequential buffered read in 8 MiB pieces, cold cache."""
+    evict(path)
+    buf = bytearray(8 << 20)
+    fd = os.open(path, os.O_RDONLY)
+    total, start = 0, time.perf_counter()
+    try:
+        while n := os.readv(fd, [buf]):
+            total += n
+    finally:
+        os.close(fd)
+    return total / (time.perf_counter() - start) / 1e6
+
+
+def sweep_rate(path: Path, workers: int) -> float:
+    """MB/s of the table through `check_rows --all --modes direct` (reads, reference and compare)."""
+    evict(path)
+    start = time.perf_counter()
+    report = check_rows(str(path), all_rows=True, modes=["direct"], workers=workers)
+    seconds = time.perf_counter() - start
+    assert report.clean, report.mismatches[:1]
+    return report.n_rows * report.row_bytes / seconds / 1e6
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def random_rows(table: RowTable, n: int, seed: int) -> list[int]:
+    return np.random.default_rng(seed).choice(table.n_rows, size=n, replace=False).tolist()
+
+
+def bench_gather(path: Path, table: RowTable, reps: int, seconds: int) -> None:
+    """fio and the gather measured alternately (other work on the machine moves the disk's rate)."""
+    seed = 0
+    for jobs in (1, 2):
+        fio: list[float] = []
+        ours: dict[str, list[float]] = {m: [] for m in ("direct", "buffered", "mmap")}
+        for _ in range(reps):
+            iops = fio_iops(path, jobs, seconds)
+            if iops is not None:
+                fio.append(iops)
+            for mode in ours:
+                seed += 1
+                n = int((iops or 10000) * seconds)
+                ours[mode].append(gather_rate(path, table, mode, random_rows(table, n, seed), jobs)[0])
+        base = median(fio) if fio else None
+        runs = ", ".join(f"{v:,.0f}" for v in fio)
+        print(f"jobs={jobs}: fio randread 4k direct: " + (f"{base:,.0f} IOPS (runs: {runs})" if base
+                                                          else "fio not installed"))
+        for mode, rates in ours.items():
+            ratio = f", {median(rates) / base:.2f}x fio" if base else ""
+            runs = ", ".join(f"{v:,.0f}" for v in rates)
+            print(f"jobs={jobs}: {mode:8s} gather: {median(rates):,.0f} rows/s (runs: {runs}){ratio}")
+
+
+def bench_sweep(path: Path, reps: int) -> None:
+    for _ in range(reps):
+        plain = plain_read(path)
+        sweeps = {w: sweep_rate(path, w) for w in (1, 2, 4)}
+        print(f"plain sequential read: {plain:,.0f} MB/s; --all direct sweep: "
+              + "; ".join(f"workers={w}: {v:,.0f} MB/s = {v / plain:.2f}x" for w, v in sweeps.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-gb", type=float, default=1.5)
+    ap.add_argument("--seconds", type=int, default=4, help="length of each fio run (and of each gather)")
+    ap.add_argument("--reps", type=int, default=3, help="alternating repetitions; medians are compared")
+    ap.add_argument("--dir", type=Path, default=Path(__file__).resolve().parents[1] / "bench-data")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark file")
+    args = ap.parse_args()
+    args.dir.mkdir(exist_ok=True)
+    path = args.dir / "bench-rows.gguf"
+    try:
+        if not path.exists():
+            make_file(path, int(args.size_gb * 1e9))
+        table = RowTable(open_model(path).tensor(NAME), path.stat().st_size)
+        print(f"file {path}: {path.stat().st_size / 1e9:.2f} GB, {table.n_rows} rows of {ROW_BYTES} bytes; "
+              f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+        bench_gather(path, table, args.reps, args.seconds)
+        bench_sweep(path, args.reps)
+    finally:
+        if not args.keep and path.exists():
+            path.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Benchmark `verify` (sha256) and `manifest` (sha256 + per-tensor/row-group xxh3) against hashlib.
+
+Builds a GGUF of about --size-gb GiB under bench-data/ (gitignored), reads it once so it is hot in
+the page cache, then times, interleaved and best of --repeat:
+
+* reference: ``hashlib.file_digest(f, "sha256")``, the standard library hashing the same file;
+* verify:    ``ggaudit.verify.verify_sums`` on a checksum file naming it (one sha256 pass);
+* manifest:  ``build_tensor_manifest`` (sha256 of the file + xxh3-128 per tensor and per row group,
+             from one read);
+
+and prints each as a ratio of the reference's throughput (targets: verify >= 0.95, manifest >= 0.90).
+The file is deleted afterwards unless --keep is given.
+
+    python scripts/bench_verify.py [--size-gb 2] [--repeat 5] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ggaudit.build import encode_kv, encode_tensor_info  # noqa: E402
+from ggaudit.layout import open_model  # noqa: E402
+from ggaudit.manifests import build_tensor_manifest  # noqa: E402
+from ggaudit.verify import verify_sums  # noqa: E402
+
+COLS = 4096                                  # Q4_K: 16 blocks of 144 bytes per row
+ROW_BYTES = COLS // 256 * 144
+ROWS = 14_000                                # ~32 MB per tensor
+ALIGN = 32
+
+
+def make_model(path: Path, size_bytes: int) -> None:
+    """Write a GGUF of Q4_K tensors, streamed tensor by tensor (never the whole file in memory)."""
+    n = max(1, size_bytes // (ROWS * ROW_BYTES))
+    nbytes = ROWS * ROW_BYTES
+    header = b"GGUF" + struct.pack("<IQQ", 3, n, 1) + encode_kv("general.architecture", "llama")
+    header += b"".join(encode_tensor_info(f"blk.{i}.ffn_up.weight", T.Q4_K, (COLS, ROWS), i * nbytes)
+                       for i in range(n))
+    header += bytes(-len(header) % ALIGN)
+    block = np.random.default_rng(0).integers(0, 256, nbytes, np.uint8)
+    with open(path, "wb") as f:
+        f.write(header)
+        for i in range(n):
+            block[:8] = np.frombuffer(struct.pack("<Q", i), np.uint8)   # no two tensors alike
+            f.write(block.tobytes())
+
+
+def reference(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def timed(fn: Callable[[], object], times: list[tuple[float, float]]) -> object:
+    """Run ``fn``, appending (wall seconds, CPU seconds of all this process's threads)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    times.append((time.perf_counter() - start, time.process_time() - cpu))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-gb", type=float, default=2.0)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="keep bench-data/bench_verify.gguf afterwards")
+    args = parser.parse_args()
+
+    folder = ROOT / "bench-data"
+    folder.mkdir(exist_ok=True)
+    path = folder / "bench_verify.gguf"
+    sums = folder / "bench_verify.sha256"
+    try:
+        if not path.exists() or abs(path.stat().st_size - args.size_gb * 2**30) > 2**28:
+            make_model(path, int(args.size_gb * 2**30))
+        size = path.stat().st_size
+        digest = reference(path)                    # also warms the page cache
+        sums.write_text(f"{digest}  {path.name}\n")
+        timings: dict[str, list[tuple[float, float]]] = {"reference": [], "verify": [], "manifest": []}
+        for _ in range(args.repeat):
+            timed(lambda: reference(path), timings["reference"])
+            report = timed(lambda: verify_sums(sums), timings["verify"])
+            assert report.ok, report  # type: ignore[attr-defined]
+            built = timed(lambda: build_tensor_manifest(open_model(path)), timings["manifest"])
+            assert built.files[0].sha256 == digest  # type: ignore[attr-defined]
+        ref = min(w for w, _ in timings["reference"])
+        print(f"file: {path} ({size / 1e9:.2f} GB, {len(built.tensors)} tensors), "  # type: ignore[attr-defined]
+              f"cpus: {os.cpu_count()}, load avg: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"{'what':<10} {'best s':>8} {'GB/s':>7} {'ratio':>6} {'cpu s':>7}   all runs (wall s)")
+        for name, runs in timings.items():
+            best, cpu = min(runs)
+            print(f"{name:<10} {best:8.3f} {size / best / 1e9:7.2f} {ref / best:6.2f} {cpu:7.3f}   "
+                  + " ".join(f"{w:.3f}" for w, _ in runs))
+        print("targets: verify >= 0.95, manifest >= 0.90 (ratio = best reference wall time / best wall time;"
+              " cpu = CPU seconds of the best run, all threads)")
+    finally:
+        sums.unlink(missing_ok=True)
+        if not args.keep:
+            path.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

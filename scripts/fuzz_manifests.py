@@ -1,0 +1,237 @@
+"""Fuzz ggaudit's manifest and checksum-file parsers.
+
+Targets, each fed through real files in a scratch folder:
+
+* ``sums``: ``manifests.read_sums`` (GNU, BSD ``--tag`` and OpenSSL lines, backslash escapes);
+  every accepted entry must resolve inside the checksum file's folder.
+* ``tensor``: ``manifests.read_tensor_manifest`` (ggaudit's JSON tensor manifest).
+* ``ollama``: ``manifests.read_ollama_manifest`` on a manifest placed in a scratch store; every
+  accepted digest must be 64 lowercase hex digits and its blob path must stay in ``blobs/``.
+* ``names``: ``parse_ollama_name`` and ``parse_hf_spec`` on arbitrary text; an accepted Ollama name's
+  manifest path must stay under ``manifests/``.
+
+The only acceptable outcomes are success (with the invariants above) or ``ManifestError`` /
+``UsageError``. Engines as in ``fuzz_header.py``: hypothesis by default, ``--atheris`` for a
+coverage-guided run::
+
+    python scripts/fuzz_manifests.py --examples 20000
+    python scripts/fuzz_manifests.py --atheris --target sums -- -max_total_time=3600
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ggaudit import manifests as mf  # noqa: E402
+from ggaudit.errors import ManifestError, UsageError  # noqa: E402
+
+HEX = "0123456789abcdef" * 4
+DIGEST = "sha256:" + "ab" * 32
+ACCEPTABLE = (ManifestError, UsageError)
+
+
+class Bug(AssertionError):
+    """A parser did something other than succeed (with its invariants) or raise a ManifestError."""
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    resolved = path.resolve()
+    return resolved == folder or folder in resolved.parents
+
+
+def sums_seeds() -> list[bytes]:
+    h = "0f" * 32
+    return [
+        f"{h}  model.gguf\n".encode(),
+        f"{h} *model.gguf\n{h.upper()}  sub/other.gguf\n".encode(),
+        f"SHA256 (model.gguf) = {h}\n".encode(),
+        f"SHA2-256(model.gguf)= {h}\n".encode(),
+        f"\\{h}  we\\\\ird\\nname.gguf\n# comment\n\n".encode(),
+        f"{h}  ../escape.gguf\n{h}  /etc/passwd\n".encode(),
+    ]
+
+
+def tensor_manifest_seeds() -> list[bytes]:
+    doc = {"format": mf.MANIFEST_FORMAT, "version": mf.MANIFEST_VERSION, "created_by": "fuzz",
+           "hash": {"file": "sha256", "tensor": "xxh3-128", "row_group": "xxh3-128"},
+           "row_group_bytes": 1 << 20,
+           "files": [{"name": "m.gguf", "size": 4096, "sha256": "0f" * 32}],
+           "tensors": [{"name": "t", "file": "m.gguf", "type": "Q8_0", "shape": [64, 2], "offset": 64,
+                        "nbytes": 136, "row_bytes": 68, "n_rows": 2, "rows_per_group": 2,
+                        "xxh3_128": "1f" * 16, "row_groups": ["2e" * 16]}]}
+    return [json.dumps(doc).encode(), json.dumps(doc, indent=1).encode()]
+
+
+def ollama_seeds() -> list[bytes]:
+    doc = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+           "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": DIGEST,
+                      "size": 10},
+           "layers": [{"mediaType": mf.MEDIA_MODEL, "digest": "sha256:" + "cd" * 32, "size": 4096},
+                      {"mediaType": "application/vnd.ollama.image.template", "digest": DIGEST, "size": 5}]}
+    evil = dict(doc, layers=[{"mediaType": mf.MEDIA_MODEL, "digest": "sha256:../../etc/passwd", "size": 1}])
+    return [json.dumps(doc).encode(), json.dumps(evil).encode()]
+
+
+def name_seeds() -> list[bytes]:
+    return [b"llama3", b"llama3:8b", b"ns/model:tag", b"host.example:5000/ns/model:tag", b"../../x",
+            b"ORG/NAME@main", b"ORG/NAME@0123456789abcdef0123456789abcdef01234567"]
+
+
+class Targets:
+    """One scratch folder (a checksum folder and an Ollama store) shared by all inputs."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.root = Path(folder).resolve()
+        self.sums_dir = self.root / "sums"
+        self.sums_dir.mkdir(exist_ok=True)
+        (self.sums_dir / "model.gguf").write_bytes(b"x")
+        self.store = self.root / "store"
+        self.manifest = mf.parse_ollama_name("fuzz/model:tag").manifest_path(self.store)
+        self.manifest.parent.mkdir(parents=True, exist_ok=True)
+        (self.store / "blobs").mkdir(exist_ok=True)
+
+    def sums(self, data: bytes) -> str:
+        path = self.sums_dir / "SHA256SUMS"
+        path.write_bytes(data)
+        entries = mf.read_sums(path)
+        for e in entries:
+            if not _inside(e.path, self.sums_dir):
+                raise Bug(f"sums entry {e.name!r} resolves outside the folder: {e.path}")
+            if len(e.sha256) != 64 or e.sha256 != e.sha256.lower():
+                raise Bug(f"sums digest not normalised: {e.sha256!r}")
+        return "accepted"
+
+    def tensor(self, data: bytes) -> str:
+        path = self.root / "manifest.json"
+        path.write_bytes(data)
+        manifest = mf.read_tensor_manifest(path)
+        for f in manifest.files:
+            if "/" in f.name or "\\" in f.name or f.name in ("", ".", ".."):
+                raise Bug(f"file name {f.name!r} is not a plain name")
+        json.dumps(mf.tensor_manifest_to_json(manifest))
+        return "accepted"
+
+    def ollama(self, data: bytes) -> str:
+        self.manifest.write_bytes(data)
+        manifest = mf.read_ollama_manifest("fuzz/model:tag", self.store)
+        blobs = self.store / "blobs"
+        for layer in manifest.blobs:
+            if len(layer.digest) != 64 or any(c not in HEX for c in layer.digest):
+                raise Bug(f"digest {layer.digest!r} was not validated")
+            if mf.ollama_blob_path(self.store, layer.digest).parent != blobs:
+                raise Bug(f"blob path of {layer.digest!r} leaves blobs/")
+        return "accepted"
+
+    def names(self, data: bytes) -> str:
+        text = data.decode("utf-8", "replace")
+        manifests = self.store / "manifests"
+        try:
+            name = mf.parse_ollama_name(text)
+        except UsageError:
+            pass
+        else:
+            if not _inside(name.manifest_path(self.store), manifests):
+                raise Bug(f"Ollama name {text!r} leads outside manifests/: {name.manifest_path(self.store)}")
+        try:
+            spec = mf.parse_hf_spec(text)
+        except UsageError:
+            pass
+        else:
+            if not _inside(self.root / spec.folder, self.root) or ".." in spec.revision.split("/"):
+                raise Bug(f"HF spec {text!r} leads outside the cache")
+        return "checked"
+
+    def run(self, target: str, data: bytes) -> str:
+        try:
+            return getattr(self, target)(data)
+        except ACCEPTABLE as err:
+            if err.path is None and target != "names":
+                raise Bug(f"{type(err).__name__} without a path: {err}") from err
+            return "rejected"
+        except Bug:
+            raise
+        except Exception as err:
+            raise Bug(f"{target}: {type(err).__name__}: {err}") from err
+
+
+SEEDS: dict[str, Callable[[], list[bytes]]] = {"sums": sums_seeds, "tensor": tensor_manifest_seeds,
+                                               "ollama": ollama_seeds, "names": name_seeds}
+TOKENS = (b"..", b"/", b"\\", b"\n", b"\r", b"\x00", b"\x1b[2J", b" *", b"  ", b"sha256:", b"(", b")= ",
+          b"\"", b"{", b"}", b"[", b"]", b",", b":", b"-1", b"1e309", b"true", b"null", b"\xff", b"\xc3",
+          b"0" * 64, b"@", b"%", b"\\n")
+
+
+def mutate(data: bytes, ops: Sequence[tuple[int, int, int]]) -> bytes:
+    """(kind, position, value) mutations: insert a token, delete a span, flip a byte, cut."""
+    buf = bytearray(data)
+    for kind, pos, value in ops:
+        at = pos % (len(buf) + 1)
+        if kind == 0:
+            buf[at:at] = TOKENS[value % len(TOKENS)]
+        elif kind == 1:
+            del buf[at:at + 1 + value % 8]
+        elif kind == 2 and buf:
+            buf[at % len(buf)] ^= 1 << (value % 8)
+        elif kind == 3:
+            del buf[at:]
+        elif kind == 4:
+            buf[at:at] = buf[at:at + 1 + value % 32]
+    return bytes(buf)
+
+
+def hypothesis_test(targets: Targets, target: str, examples: int) -> Callable[[], None]:
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    seeds = SEEDS[target]()
+    op = st.tuples(st.integers(0, 4), st.integers(0, 1 << 16), st.integers(0, 255))
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(index=st.integers(0, len(seeds) - 1), ops=st.lists(op, max_size=6),
+           raw=st.one_of(st.none(), st.binary(max_size=256)))
+    def run(index: int, ops: list[tuple[int, int, int]], raw: bytes | None) -> None:
+        data = raw if raw is not None else mutate(seeds[index], ops)
+        targets.run(target, data)
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=sorted(SEEDS), action="append",
+                        help="parser(s) to fuzz (default: all)")
+    parser.add_argument("--examples", type=int, default=3000, help="hypothesis examples per target")
+    parser.add_argument("--atheris", action="store_true", help="coverage-guided run with atheris")
+    parser.add_argument("rest", nargs="*", help="after --: arguments for libFuzzer")
+    args = parser.parse_args(argv)
+    chosen = args.target or sorted(SEEDS)
+    with tempfile.TemporaryDirectory(prefix="ggaudit-fuzz-") as tmp:
+        targets = Targets(tmp)
+        if args.atheris:
+            import atheris
+
+            if len(chosen) != 1:
+                parser.error("--atheris fuzzes one --target at a time")
+            corpus = tempfile.mkdtemp(prefix="ggaudit-fuzz-corpus-")
+            for i, seed in enumerate(SEEDS[chosen[0]]()):
+                Path(corpus, f"seed-{i:03d}").write_bytes(seed)
+            atheris.instrument_all()
+            atheris.Setup([sys.argv[0], *args.rest, corpus], lambda data: targets.run(chosen[0], data))
+            atheris.Fuzz()
+            return 0
+        for target in chosen:
+            hypothesis_test(targets, target, args.examples)()
+            print(f"fuzz_manifests: {target}: {args.examples} examples, no bugs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

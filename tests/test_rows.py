@@ -1,0 +1,191 @@
+"""`ggaudit rows` library: selection, geometry, gather, cache and sweep on real GGUF files and real reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from fake_kernel32 import FakeKernel32
+from ggaudit import rows as R
+from ggaudit.errors import UsageError
+from ggaudit.layout import open_model
+from ggaudit.readers import BufferedReader, DirectIOUnavailable, WindowsDirectReader, open_reader
+from test_rows_support import PLE, crossing, ddir, make_table  # noqa: F401  (ddir is a fixture)
+
+
+@pytest.fixture(params=[(T.IQ4_NL, 90), (T.Q8_0, 170)], ids=["IQ4_NL", "Q8_0"])
+def ple(request: pytest.FixtureRequest, ddir: Path):  # noqa: F811
+    ggml_type, row_bytes = request.param
+    table = make_table(ddir, ggml_type, n_rows=5000, lead=4000)
+    assert table.tensor.row_bytes == row_bytes
+    return table
+
+
+def test_all_paths_agree_for_all(ple) -> None:
+    report = R.check_rows(ple.path, all_rows=True, workers=2)
+    assert report.clean and report.rows_checked == 5000 and report.mismatch_count == 0
+    assert [s.path for s in report.stats] == ["buffered", "mmap", "direct"]
+    assert all(s.stage == "sweep" and s.rows == 5000 for s in report.stats)
+    assert report.stats[2].alignment_source in ("statx", "fallback")
+    assert report.geometry.page == len(crossing(ple))
+    assert report.geometry.window_64k == len(crossing(ple, 65536))
+
+
+def test_all_paths_agree_for_page_crossing_rows_with_the_cache_on(ple) -> None:
+    report = R.check_rows(ple.path, page_crossing=True, cache_rows=16, batch=40, workers=3)
+    want = crossing(ple)
+    assert report.clean, report.mismatches[:1]
+    assert report.rows_checked == len(want) > 50
+    assert report.geometry == R.Geometry(len(want), len(want), len(want), len(crossing(ple, 65536)))
+    for s in report.stats:
+        assert s.cache_hits > 0 and s.cache_evictions > 0 and s.buffers <= 3
+
+
+def test_tensor_defaults_to_the_ple_table_then_token_embd(ddir: Path) -> None:  # noqa: F811
+    from ggaudit.build import TensorSpec, write_gguf
+    from test_rows_support import table_bytes
+    both = ddir / "both.gguf"
+    write_gguf(both, [TensorSpec("token_embd.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10)),
+                      TensorSpec(PLE, T.IQ4_NL, (160, 10), table_bytes(T.IQ4_NL, 160, 10))])
+    assert R.check_rows(str(both), ids="1", modes=["buffered"]).tensor == PLE
+    only = ddir / "only.gguf"
+    write_gguf(only, [TensorSpec("token_embd.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10))])
+    assert R.check_rows(str(only), ids="1", modes=["buffered"]).tensor == "token_embd.weight"
+    none = ddir / "none.gguf"
+    write_gguf(none, [TensorSpec("output.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10))])
+    with pytest.raises(UsageError, match="name one with --tensor"):
+        R.check_rows(str(none), ids="1")
+    assert R.check_rows(str(none), ids="1", tensor="output.weight", modes=["mmap"]).clean
+
+
+def test_parse_ids() -> None:
+    assert R.parse_ids("4162,4170-4175", 5000) == [4162, 4170, 4171, 4172, 4173, 4174, 4175]
+    assert R.parse_ids("1 2\n# three\n3-4 # four\n", 10, "ids.txt") == [1, 2, 3, 4]
+    for text, message in (("12x", "'12x' is not a row ID"), ("9-3", "'9-3' is not a valid range"),
+                          ("5000", "row 5000 is outside the table (rows 0..4999)"),
+                          ("-4", "'-4' is not a row ID")):
+        with pytest.raises(UsageError) as info:
+            R.parse_ids(text, 5000)
+        assert message in str(info.value) and str(info.value).startswith("--ids: ")
+
+
+def test_selection_rules(ple, tmp_path: Path) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("7\n4170-4172\n")
+    sel = R.select_rows(table, ids="4162,7", ids_file=str(ids_file))
+    assert sel.rows == (4162, 7, 4170, 4171, 4172)
+    a = R.select_rows(table, random=50, seed=9)
+    assert a == R.select_rows(table, random=50, seed=9) and len(set(a.rows)) == 50 and a.seed == 9
+    assert all(0 <= r < 5000 for r in a.rows)
+    assert R.select_rows(table, random=5).seed is not None
+    with pytest.raises(UsageError, match="drop --ids"):
+        R.select_rows(table, all_rows=True, ids="1")
+    with pytest.raises(UsageError, match="choose rows"):
+        R.select_rows(table)
+    with pytest.raises(UsageError, match="choose 1..5000 rows"):
+        R.select_rows(table, random=5001)
+    with pytest.raises(UsageError, match="cannot read ID file"):
+        R.select_rows(table, ids_file=str(tmp_path / "missing"))
+
+
+def test_geometry_counts_match_brute_force(ple) -> None:
+    ids = [0, 1, 44, 45, 46, 700, 728, 729, 4999]
+    report = R.check_rows(ple.path, ids=",".join(map(str, ids)), modes=["buffered"])
+    cross = {name: set(crossing(ple, b)) for name, b in (("page", 4096), ("sector", 512), ("64k", 65536))}
+    assert report.geometry == R.Geometry(len(ids), *(len(cross[n] & set(ids)) for n in ("page", "sector", "64k")))
+
+
+def test_reads_are_sorted_and_deduplicated_per_page(ple) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    rb = table.row_bytes
+    same_page = [r for r in range(200) if table.row_offset(r) // 4096 == table.row_offset(100) // 4096
+                 and (table.row_offset(r) + rb - 1) // 4096 == table.row_offset(100) // 4096]
+    with open_reader(ple.path, "direct") as reader:
+        plan = R.plan_reads(reader, table, [same_page[-1], 3000, same_page[0], 1500], 1 << 20)
+        a = reader.alignment.offset
+    assert [p.rows for p in plan] == [(same_page[0], same_page[-1]), (1500,), (3000,)]
+    for p in plan:
+        assert p.start % a == 0 and p.length % a == 0
+        assert p.start <= table.row_offset(p.rows[0]) and table.row_offset(p.rows[-1]) + rb <= p.start + p.length
+
+
+def test_cache_miss_then_hit_counts(ple) -> None:
+    n = 20
+    report = R.check_rows(ple.path, ids=f"100-{99 + n}", modes=["buffered"], cache_rows=1000, batch=n)
+    s = report.stats[0]
+    # main cache: n misses then n hits; pressure cache (n/2 rows): n misses forwards, then the n/2 it still
+    # holds hit backwards and the other n/2 miss.
+    assert (s.cache_hits, s.cache_misses, s.cache_evictions) == (n + n // 2, n + n + n // 2, n // 2 + n // 2)
+    assert report.clean
+
+
+def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    with open_reader(ple.path, "direct") as reader:
+        g = R.Gatherer(reader, table, workers=4, max_read=4096)
+        try:
+            rows = list(range(0, 5000, 97))  # no two share a page
+            samples = g.gather(rows)
+            samples += g.gather(rows)
+        finally:
+            g.close()
+    assert sorted(s.row for s in samples) == sorted(rows * 2)
+    assert all(s.data == ple.row(s.row) for s in samples)
+    assert g.pool.created <= 4 and g.reads == 2 * len(rows)
+
+
+def test_direct_unavailable_is_said_once_and_the_rest_goes_on(ple) -> None:
+    def factory(path: str, mode: str):
+        if mode == "direct":
+            raise DirectIOUnavailable(path, "the filesystem refuses direct I/O")
+        return open_reader(path, mode)
+
+    report = R.check_rows(ple.path, ids="1-9", reader_factory=factory)
+    assert report.clean and [s.path for s in report.stats] == ["buffered", "mmap"]
+    assert report.warnings == (f"direct: skipped: {ple.path}: the filesystem refuses direct I/O",)
+
+
+@pytest.mark.parametrize("sector", [512, 4096])
+def test_windows_direct_path_through_the_stand_in(ple, sector: int) -> None:
+    k = FakeKernel32(sector=sector)
+    report = R.check_rows(ple.path, page_crossing=True, ids="0-99", modes=["direct"], cache_rows=8,
+                          reader_factory=lambda path, mode: WindowsDirectReader(path, k))
+    assert report.clean and report.stats[0].alignment == sector
+    assert all(o % sector == 0 and n % sector == 0 for o, n in k.reads)
+    swept = R.check_rows(ple.path, all_rows=True, modes=["direct"],
+                         reader_factory=lambda path, mode: WindowsDirectReader(path, k))
+    assert swept.clean
+
+
+def test_bad_arguments(ple) -> None:
+    with pytest.raises(UsageError, match="unknown read path 'disk'"):
+        R.check_rows(ple.path, ids="1", modes=["disk"])
+    with pytest.raises(UsageError, match="--workers"):
+        R.check_rows(ple.path, ids="1", workers=0)
+    with pytest.raises(UsageError, match="--fp8 applies to I8 tables"):
+        R.check_rows(ple.path, ids="1", fp8=True)
+    with pytest.raises(UsageError, match="no tensor named"):
+        R.check_rows(ple.path, ids="1", tensor="nope")
+
+
+def test_decode_and_locate(ple) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    row = ple.row(4162)
+    values = table.decode(row)
+    assert values.shape == (160,) and np.isfinite(values).all()
+    bad = bytearray(row)
+    bad[table.tensor.block_bytes * 3 + 5] ^= 0xFF  # a quant byte of block 3
+    block, column = table.locate(table.tensor.block_bytes * 3 + 5, row, bytes(bad))
+    assert block == 3 and 96 <= column < 128
+    assert table.decode(bytes(bad))[column] != values[column]
+
+
+def test_reference_reader_matches_the_written_table(ple) -> None:
+    with BufferedReader(ple.path) as ref:
+        got = R._reference_rows(ref, R.RowTable(ple.tensor, 0), [5, 6, 7, 100])
+    assert got == {r: ple.row(r) for r in (5, 6, 7, 100)}
+    assert open_model(ple.path).tensor(PLE).offset == ple.tensor.offset

@@ -1,0 +1,93 @@
+"""`ggaudit rows` on the command line: exact text lines, JSON, exit codes 0 / 1 / 2, escaping."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+from gguf import GGMLQuantizationType as T
+
+from ggaudit.cli import main
+from test_rows_support import Table, make_table
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["rows", *args])
+
+
+def test_clean_run_text(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.Q8_0, n_rows=300)
+    result = run(t.path, "--ids", "4,100-102", "--random", "5", "--seed", "7", "--cache-rows", "8")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"file {t.path}"
+    assert lines[1] == (f"tensor per_layer_token_embd.weight: Q8_0, 160 columns, 170-byte rows, 300 rows at "
+                        f"offset {t.tensor.offset}")
+    assert lines[2].startswith("rows: 9 (--ids 4,100-102 + --random 5 --seed 7); crossing: 4096-byte page ")
+    assert [line.split(" ")[0] for line in lines[3:6]] == ["buffered", "mmap", "direct"]
+    assert lines[-1] == "result: clean: every path delivered the file's bytes"
+
+
+def test_capture_mismatch_text_and_exit_1(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.IQ4_NL, n_rows=5000)
+    rows = np.stack([np.frombuffer(t.row(r), np.uint8) for r in (4162, 4170)])
+    rows[0, 36:] = 0xA5
+    np.savez(tmp_path / "cap.npz", ids=np.array([4162, 4170]), rows=rows)
+    result = run(t.path, "--against", str(tmp_path / "cap.npz"))
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    off = t.offset(4162)
+    k = next(i for i in range(36, 90) if t.row(4162)[i] != 0xA5)
+    at = lines.index("mismatch: capture row 4162 [short-read] (capture)")
+    assert lines[at + 1] == f"  file {t.path}, offset {off} (0x{off:x}), length 90"
+    assert lines[at + 2].startswith(f"  tensor per_layer_token_embd.weight, row 4162, block {k // 18}, column ")
+    assert lines[at + 2].endswith(f"(byte {k} of the row, offset {off + k} (0x{off + k:x}))")
+    assert lines[at + 3] == f"  expected: {t.row(4162)[k:k + 16].hex(' ')}"
+    assert lines[at + 4] == "  actual:   " + " ".join(["a5"] * len(t.row(4162)[k:k + 16]))
+    assert lines[at + 5].startswith(f"  {sum(b != 0xA5 for b in t.row(4162)[36:])} bytes differ; decoded row "
+                                    "finite: expected yes, actual ")
+    assert lines[at + 6] == f"  poison from offset {off + k} on: the read stopped there"
+    assert lines[-1].startswith("result: 1 mismatches (short-read 1), 0 short reads; mismatched rows crossing: ")
+    assert "capture" in lines[3] and "2 raw rows (uint8), 1 differ" in lines[3]
+
+
+def test_json_output(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.IQ4_NL, n_rows=200)
+    result = run(t.path, "--ids", "1-3", "--modes", "direct,mmap", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["clean"], data["rows_checked"], data["modes"], data["mismatches"]) == (True, 3, ["direct", "mmap"], [])
+    assert data["tensor"] == "per_layer_token_embd.weight" and data["row_bytes"] == 90
+    assert set(data["geometry"]) == {"rows", "page", "sector", "window_64k"}
+    assert [s["path"] for s in data["stats"]] == ["direct", "mmap"]
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.IQ4_NL, n_rows=200)
+    cases = [
+        (["--ids", "199,200"], "ggaudit: error: --ids: row 200 is outside the table (rows 0..199)"),
+        (["--ids", "1", "--all"], "ggaudit: error: --all sweeps the whole table; drop --ids"),
+        (["--ids", "1", "--modes", "disk"], "ggaudit: error: unknown read path 'disk'; choose from buffered, mmap, "
+                                            "direct"),
+        (["--ids", "1", "--modes", ","], "ggaudit: error: --modes needs at least one of buffered,mmap,direct"),
+        (["--ids", "1", "--tensor", "x"], f"ggaudit: error: {t.path}: tensor: no tensor named 'x'"),
+        ([], "ggaudit: error: choose rows: --ids, --ids-file, --random N, --page-crossing or --all"),
+    ]
+    for extra, line in cases:
+        result = run(t.path, *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert result.stderr.splitlines() == [line] and result.stdout == ""
+    missing = run(str(tmp_path / "nope.gguf"), "--ids", "1")
+    assert missing.exit_code == 2 and missing.stderr.startswith("ggaudit: error: ") and "nope.gguf" in missing.stderr
+
+
+def test_names_are_escaped_in_text_and_exact_in_json(tmp_path: Path) -> None:
+    name = "evil\x1b[31m.weight"
+    t = make_table(tmp_path, T.Q8_0, n_rows=20, name=name)
+    text = run(t.path, "--tensor", name, "--ids", "1", "--modes", "buffered")
+    assert text.exit_code == 0 and "\x1b" not in text.stdout
+    assert "tensor evil\\x1b[31m.weight: Q8_0" in text.stdout
+    js = run(t.path, "--tensor", name, "--ids", "1", "--modes", "buffered", "--json")
+    assert json.loads(js.stdout)["tensor"] == name

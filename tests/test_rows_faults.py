@@ -1,0 +1,253 @@
+"""Fault-injection self-test: readers and caches with deliberate engine bugs, each caught and classified.
+
+The expected outcome of every fault is computed here from the file's bytes and the fault's definition
+(not from ggaudit.rows' own planning): exact rows, first bad file offset, block, column and raw bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from ggaudit import rows as R
+from ggaudit.readers import POISON, Buffer, Reader, open_reader
+from test_rows_support import Table, crossing, ddir, make_table  # noqa: F401  (ddir is a fixture)
+
+
+class Wrapped(Reader):
+    """Delegates everything to a real reader; subclasses break one thing."""
+
+    def __init__(self, inner: Reader) -> None:
+        super().__init__(inner.path, inner.size)
+        self.inner = inner
+        self.mode = inner.mode
+        self.alignment = inner.alignment
+
+    def span(self, offset: int, length: int) -> tuple[int, int]:
+        return self.inner.span(offset, length)
+
+    def alloc(self, size: int) -> Buffer:
+        return self.inner.alloc(size)
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        return self.inner.read_into(view, offset)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class ShortTreatedAsComplete(Wrapped):
+    """The read returns its first half (whole alignment units) but the caller is told it all arrived."""
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        a = self.alignment.offset
+        cut = len(view) // 2 // a * a
+        if cut:
+            self.inner.read_into(view[:cut], offset)
+            return len(view)
+        return self.inner.read_into(view, offset)
+
+
+class HonestShort(ShortTreatedAsComplete):
+    """The same short read, reported truthfully: the gather must call it a short read."""
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        a = self.alignment.offset
+        cut = len(view) // 2 // a * a
+        return self.inner.read_into(view[:cut] if cut else view, offset)
+
+
+class SpanSectorShort(Wrapped):
+    """For a range that crosses a 4096-byte page, the aligned span ends one sector early."""
+
+    def span(self, offset: int, length: int) -> tuple[int, int]:
+        start, n = self.inner.span(offset, length)
+        if offset // 4096 != (offset + length - 1) // 4096:
+            n -= self.alignment.offset
+        return start, n
+
+
+class ShiftedOffset(Wrapped):
+    """Reads from the wrong place: *shift* bytes after where it was asked (a row, or one byte)."""
+
+    def __init__(self, inner: Reader, shift: int) -> None:
+        super().__init__(inner)
+        self.shift = shift
+        self.fd = os.open(inner.path, os.O_RDONLY)
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        data = os.pread(self.fd, len(view), offset + self.shift)
+        view[:len(data)] = data
+        return len(view)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        super().close()
+
+
+class HandedOutEarly(Wrapped):
+    """Returns as soon as the read is issued: the caller copies the buffer before the data lands."""
+
+    def __init__(self, inner: Reader) -> None:
+        super().__init__(inner)
+        self.issued: list[tuple[int, int]] = []
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        self.issued.append((offset, len(view)))
+        return len(view)
+
+
+def faulty(fault: type, modes: tuple[str, ...] = ("direct",), **kw: object):
+    def factory(path: str, mode: str) -> Reader:
+        inner = open_reader(path, mode)
+        return fault(inner, **kw) if mode in modes else inner
+    return factory
+
+
+@pytest.fixture
+def ple(ddir: Path) -> Table:  # noqa: F811
+    return make_table(ddir, T.IQ4_NL, n_rows=5000, lead=4000)
+
+
+def isolated_crossing_rows(table: Table, count: int = 8) -> list[int]:
+    """Page-crossing rows at least two pages apart, so each gets a read of its own."""
+    picked: list[int] = []
+    for r in crossing(table):
+        if not picked or table.offset(r) - table.offset(picked[-1]) > 3 * 4096:
+            picked.append(r)
+    return picked[:count]
+
+
+def first_bad_column(good: bytes, bad: bytes, block_bytes: int = 18) -> int:
+    a = quants.dequantize(np.frombuffer(good, np.uint8), T.IQ4_NL).view(np.uint32)
+    b = quants.dequantize(np.frombuffer(bad, np.uint8), T.IQ4_NL).view(np.uint32)
+    return int(np.flatnonzero(a != b)[0])
+
+
+def poisoned_from(table: Table, row: int, file_offset: int) -> bytes:
+    """The row as a buffer shows it when the bytes from *file_offset* on never arrived."""
+    keep = file_offset - table.offset(row)
+    return table.row(row)[:keep] + bytes([POISON]) * (table.tensor.row_bytes - keep)
+
+
+@pytest.mark.parametrize("mode", ["direct", "buffered"])
+def test_short_read_treated_as_complete(ple: Table, mode: str) -> None:
+    rows = isolated_crossing_rows(ple)
+    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=[mode], workers=1,
+                          reader_factory=faulty(ShortTreatedAsComplete, (mode,)))
+    with open_reader(ple.path, mode) as probe:
+        a = probe.alignment.offset
+    assert not report.short_reads  # the fault hides the short count: only the bytes give it away
+    assert {m.row for m in report.mismatches} == set(rows) and report.by_kind == (("short-read", len(rows)),)
+    for m in report.mismatches:
+        start = R.align_down(ple.offset(m.row), a)
+        span = R.align_up(ple.offset(m.row) + 90, a) - start
+        stop = start + span // 2 // a * a
+        assert (m.kind, m.path, m.stage, m.offset) == ("short-read", mode, "gather", stop)
+        assert m.byte == stop - ple.offset(m.row) and m.block == m.byte // 18
+        assert m.column == first_bad_column(ple.row(m.row), poisoned_from(ple, m.row, stop))
+        assert m.expected == ple.row(m.row)[m.byte:m.byte + 16].hex(" ")
+        assert m.actual == " ".join(["a5"] * len(ple.row(m.row)[m.byte:m.byte + 16]))
+        assert m.differing == sum(x != POISON for x in ple.row(m.row)[m.byte:])
+        assert m.expected_finite is True and m.file == ple.path and m.length == 90
+
+
+def test_honest_short_read_is_a_finding(ple: Table) -> None:
+    rows = isolated_crossing_rows(ple, 3)
+    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=["direct"], workers=1,
+                          reader_factory=faulty(HonestShort))
+    assert [(s.path, s.stage, s.returned * 2 == s.requested) for s in report.short_reads] == \
+        [("direct", "gather", True)] * 3
+    a = report.stats[0].alignment
+    assert sorted(s.offset for s in report.short_reads) == sorted(R.align_down(ple.offset(r), a) for r in rows)
+    assert not report.clean and report.by_kind == (("short-read", 3),)
+
+
+def test_span_one_sector_short_for_page_crossing_rows(ple: Table) -> None:
+    cross = isolated_crossing_rows(ple, 6)
+    inside = [r for r in range(3000, 5000, 150) if r not in crossing(ple)][:6]
+    report = R.check_rows(ple.path, ids=",".join(map(str, cross + inside)), modes=["direct", "mmap"], workers=1,
+                          reader_factory=faulty(SpanSectorShort))
+    a = report.stats[0].alignment
+    assert {m.row for m in report.mismatches} == set(cross)
+    assert {(m.kind, m.path) for m in report.mismatches} == {("short-read", "direct")}
+    for m in report.mismatches:
+        end = ple.offset(m.row) + 90
+        assert m.offset == R.align_up(end, a) - a
+        assert m.column == first_bad_column(ple.row(m.row), poisoned_from(ple, m.row, m.offset))
+    assert report.mismatch_geometry.page == len(cross) == report.mismatch_geometry.rows
+
+
+def test_off_by_one_row_offset_is_misplaced_and_names_the_row(ple: Table) -> None:
+    rows = [10, 500, 1000, 1001, 4998]
+    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=["buffered"],
+                          reader_factory=faulty(ShiftedOffset, ("buffered",), shift=90))
+    got = {m.row: m for m in report.mismatches}
+    assert set(got) == set(rows)
+    for r in rows:
+        m = got[r]
+        assert (m.kind, m.other_row, m.other_offset) == ("misplaced", r + 1, ple.offset(r + 1))
+        assert m.detail == f"the bytes of row {r + 1}"
+        k = next(i for i in range(90) if ple.row(r)[i] != ple.row(r + 1)[i])
+        assert m.byte == k and m.actual == ple.row(r + 1)[k:k + 16].hex(" ")
+
+
+def test_off_by_one_byte_is_misplaced_at_the_offset(ple: Table) -> None:
+    report = R.check_rows(ple.path, ids="2000", modes=["mmap"], reader_factory=faulty(ShiftedOffset, ("mmap",),
+                                                                                      shift=1))
+    (m,) = report.mismatches
+    assert (m.kind, m.other_row, m.other_offset) == ("misplaced", None, ple.offset(2000) + 1)
+
+
+def test_buffer_handed_out_before_the_read_lands(ple: Table) -> None:
+    rows = list(range(100, 140)) + [3000]
+    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=["direct"], workers=2,
+                          reader_factory=faulty(HandedOutEarly))
+    assert {m.row for m in report.mismatches} == set(rows) and report.by_kind == (("stale", len(rows)),)
+    m = next(m for m in report.mismatches if m.row == 3000)
+    assert m.byte == 0 and m.offset == ple.offset(3000) and m.actual == " ".join(["a5"] * 16)
+    assert "handed out before its read landed" in m.detail
+
+
+def test_cache_keyed_by_page_gives_cache_crosstalk(ple: Table) -> None:
+    rows = list(range(200, 260))
+
+    def by_page(capacity: int, table: R.RowTable) -> R.RowCache:
+        return R.RowCache(capacity, key=lambda row: table.row_offset(row) // 4096)
+
+    report = R.check_rows(ple.path, ids="200-259", modes=["buffered"], cache_rows=1000, batch=len(rows),
+                          cache_factory=by_page)
+    hit = {m.row: m for m in report.mismatches if m.stage == "cache-hit"}
+    # The cache holds, for each page, the last row put there: the page's highest row in the batch.
+    last_on_page = {}
+    for r in rows:
+        last_on_page[ple.offset(r) // 4096] = r
+    want = {r: last_on_page[ple.offset(r) // 4096] for r in rows if last_on_page[ple.offset(r) // 4096] != r}
+    assert {r: m.other_row for r, m in hit.items()} == want
+    assert {m.kind for m in report.mismatches} == {"cache-crosstalk"}
+    assert all(m.stage != "gather" for m in report.mismatches)  # fresh reads were right; only hits lie
+
+
+def test_a_correct_stack_has_no_findings_on_the_same_selections(ple: Table) -> None:
+    rows = isolated_crossing_rows(ple) + list(range(100, 140)) + list(range(200, 260))
+    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), cache_rows=1000, workers=2)
+    assert report.clean and not report.short_reads
+
+
+def test_fail_fast_stops_at_the_first_mismatch(ple: Table) -> None:
+    report = R.check_rows(ple.path, ids="10-19", modes=["buffered", "direct"], fail_fast=True, batch=1,
+                          reader_factory=faulty(ShiftedOffset, ("buffered",), shift=90))
+    assert report.mismatch_count == 1 and [s.path for s in report.stats] == ["buffered"]
+
+
+def test_sweep_catches_a_short_read_too(ple: Table) -> None:
+    report = R.check_rows(ple.path, all_rows=True, modes=["direct"], reader_factory=faulty(ShortTreatedAsComplete))
+    kinds = dict(report.by_kind)
+    assert set(kinds) == {"short-read"} and report.mismatch_count == kinds["short-read"]
+    first = min(report.mismatches, key=lambda m: m.offset)
+    assert first.stage == "sweep" and first.actual.startswith("a5")

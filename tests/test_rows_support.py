@@ -1,0 +1,103 @@
+"""Shared helpers for the readers/rows tests (no tests here): a directory where O_DIRECT really works,
+small embedding tables written with ggaudit.build, and the reference bytes of their rows."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from ggaudit.blocks import Encoding, layout_of
+from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.layout import Tensor, open_model
+
+PLE = "per_layer_token_embd.weight"
+
+
+def supports_direct(folder: Path) -> bool:
+    probe = folder / ".odirect-probe"
+    probe.write_bytes(b"\0" * 8192)
+    try:
+        fd = os.open(probe, os.O_RDONLY | os.O_DIRECT)
+    except OSError as err:
+        if err.errno == errno.EINVAL:
+            return False
+        raise
+    try:
+        buf = mmap.mmap(-1, 4096)
+        return os.preadv(fd, [buf], 0) == 4096
+    finally:
+        os.close(fd)
+        probe.unlink()
+
+
+@pytest.fixture
+def ddir(tmp_path: Path) -> Iterator[Path]:
+    """tmp_path if O_DIRECT works there, else a temp dir on the disk holding the repo (never tmpfs)."""
+    if supports_direct(tmp_path):
+        yield tmp_path
+        return
+    other = Path(tempfile.mkdtemp(dir=Path(__file__).resolve().parents[2]))
+    try:
+        if not supports_direct(other):
+            pytest.skip(f"neither {tmp_path} nor {other} supports O_DIRECT")
+        yield other
+    finally:
+        shutil.rmtree(other)
+
+
+@dataclass(frozen=True)
+class Table:
+    path: str
+    tensor: Tensor
+    data: bytes  # the table's bytes as written
+
+    def row(self, r: int) -> bytes:
+        rb = self.tensor.row_bytes
+        return self.data[r * rb:(r + 1) * rb]
+
+    def offset(self, r: int) -> int:
+        return self.tensor.offset + r * self.tensor.row_bytes
+
+
+def table_bytes(ggml_type: T, ne0: int, n_rows: int, seed: int = 0) -> bytes:
+    """Random blocks whose float fields are finite (0.25), so every row decodes finite."""
+    facts = layout_of(ggml_type)
+    rng = np.random.default_rng(seed)
+    n_blocks = ne0 // facts.block_size * n_rows
+    raw = rng.integers(0, 256, size=(n_blocks, facts.block_bytes), dtype=np.uint8)
+    if ggml_type == T.I8:
+        raw[(raw & 0x7F) == 0x7F] = 0x10  # no FP8 NaN patterns unless a test puts one there
+    for f in facts.fields:
+        if f.encoding is Encoding.F16:
+            raw[:, f.offset:f.offset + 2] = np.frombuffer(np.float16(0.25).tobytes(), np.uint8)
+    return raw.tobytes()
+
+
+def make_table(folder: Path, ggml_type: T = T.IQ4_NL, ne0: int = 160, n_rows: int = 5000, *,
+               name: str = PLE, seed: int = 0, filename: str = "model.gguf", lead: int = 0) -> Table:
+    """A GGUF holding one table (after an optional *lead*-byte F32 tensor, to shift its offset)."""
+    data = table_bytes(ggml_type, ne0, n_rows, seed)
+    specs = []
+    if lead:
+        specs.append(TensorSpec("lead.weight", T.F32, (lead // 4,), b"\0" * lead))
+    specs.append(TensorSpec(name, ggml_type, (ne0, n_rows), data))
+    path = folder / filename
+    write_gguf(path, specs, {"general.architecture": "gemma3n"})
+    return Table(str(path), open_model(path).tensor(name), data)
+
+
+def crossing(table: Table, boundary: int = 4096) -> list[int]:
+    """Rows straddling a multiple of *boundary*, found by brute force (independent of ggaudit.rows)."""
+    rb = table.tensor.row_bytes
+    return [r for r in range(table.tensor.n_rows)
+            if table.offset(r) // boundary != (table.offset(r) + rb - 1) // boundary]

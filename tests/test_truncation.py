@@ -1,0 +1,133 @@
+"""Truncation sweep (issue 6): every model cut at every header byte and at every tensor boundary.
+
+Opening (and so scanning) a cut file must raise FormatError at the offset of the field the cut falls
+in, as an independent walk of the intact header says; the CLI gives exit 2 and one error line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ggaudit.errors import FormatError
+from ggaudit.layout import open_gguf, open_model
+
+from reliability_support import (acceptable_cut_offsets, assert_one_line_error, fixture_files, run_cli,
+                                 walk_header, write_rich_model, write_small_model, write_split_set)
+
+HAVE_SCAN = importlib.util.find_spec("ggaudit.scan") is not None
+
+
+def _models(folder: Path) -> list[Path]:
+    """The bundled fixtures, plus models built here so the sweep never runs on nothing."""
+    built = [write_rich_model(folder / "rich.gguf"), write_small_model(folder / "small.gguf"),
+             *write_split_set(folder)]
+    return fixture_files() + built
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return _models(tmp_path_factory.mktemp("trunc-models"))
+
+
+def _scan_if_opened(path: Path) -> None:
+    """What `scan` does first: open the whole model; then scan it when the scan module exists."""
+    model = open_model(path)
+    if HAVE_SCAN:
+        from ggaudit.scan import scan
+        scan(model)
+
+
+def test_every_header_byte_cut_is_reported_at_the_field_it_falls_in(models: list[Path],
+                                                                      tmp_path: Path) -> None:
+    checked = 0
+    swept: set[bytes] = set()
+    for source in models:
+        data = source.read_bytes()
+        hmap = walk_header(data)
+        if data[:hmap.header_end] in swept:     # the faulty fixtures share their clean twin's header
+            continue
+        swept.add(data[:hmap.header_end])
+        cut_file = tmp_path / f"cut-{source.name}"
+        cut_file.write_bytes(data[:hmap.header_end])
+        # Shrink one file in place, from the longest cut down: cheap, and every size gets opened.
+        for cut in range(hmap.header_end - 1, -1, -1):
+            os.truncate(cut_file, cut)
+            with pytest.raises(FormatError) as caught:
+                open_gguf(cut_file)
+            err = caught.value
+            allowed, section = acceptable_cut_offsets(hmap, cut)
+            assert err.offset in allowed, (source.name, cut, str(err), sorted(allowed))
+            assert err.offset <= cut, (source.name, cut, str(err))
+            assert err.path == str(cut_file)
+            assert err.field, str(err)
+            if section in ("metadata", "tensor") and err.offset not in (8, 16):
+                assert err.field.startswith(f"{section}["), (cut, str(err))
+            checked += 1
+    assert checked > 1000
+
+
+def test_every_tensor_boundary_cut_names_the_tensor_offset_field(models: list[Path], tmp_path: Path) -> None:
+    checked = 0
+    for source in models:
+        data = source.read_bytes()
+        hmap = walk_header(data)
+        ends = sorted({end for _, _, end in hmap.tensor_offset_fields})
+        starts = sorted({t.offset for t in open_gguf(source).tensors})
+        cuts = {c for s in starts for c in (s, s + 1)} | {c for e in ends for c in (e - 1,)}
+        cuts |= set(range(hmap.header_end, hmap.data_offset))      # the padding before the data section
+        cuts = sorted(c for c in cuts if hmap.header_end <= c < len(data))
+        cut_file = tmp_path / f"cut-{source.name}"
+        shutil.copyfile(source, cut_file)
+        for cut in reversed(cuts):
+            os.truncate(cut_file, cut)
+            first_past = next((name, at) for name, at, end in hmap.tensor_offset_fields if end > cut)
+            with pytest.raises(FormatError) as caught:
+                open_gguf(cut_file)
+            err = caught.value
+            assert (err.offset, err.field) == (first_past[1], f"tensor[{first_past[0]}].offset"), (cut, str(err))
+            assert "past the end of the file" in err.message
+            checked += 1
+    assert checked > 50
+
+
+def test_cut_files_fail_scan_with_format_error(models: list[Path], tmp_path: Path) -> None:
+    """The library path `scan` takes: a cut model never gets as far as reading tensor data."""
+    for source in models:
+        data = source.read_bytes()
+        hmap = walk_header(data)
+        for cut in (0, 3, 23, hmap.meta_end - 1, hmap.header_end - 1, hmap.data_offset, len(data) - 1):
+            if cut < 0:
+                continue
+            path = tmp_path / f"scan-{cut}-{source.name}"
+            path.write_bytes(data[:cut])
+            with pytest.raises(FormatError):
+                _scan_if_opened(path)
+
+
+@pytest.mark.parametrize("command", ["info", "scan"])
+def test_cli_reports_a_cut_file_in_one_line_with_exit_2(command: str, models: list[Path],
+                                                       tmp_path: Path) -> None:
+    if command == "scan" and not HAVE_SCAN:
+        pytest.skip("ggaudit.scan has not landed yet")
+    source = next(m for m in models if m.name == "rich.gguf")
+    data = source.read_bytes()
+    hmap = walk_header(data)
+    for cut in (0, 2, 12, 30, hmap.meta_end + 3, hmap.header_end, len(data) - 1):
+        path = tmp_path / f"cli-{cut}.gguf"
+        path.write_bytes(data[:cut])
+        line = assert_one_line_error(run_cli([command, path]), str(path), "offset ")
+        if cut >= hmap.header_end:
+            assert ".offset: tensor data" in line
+
+
+def test_cli_names_the_cut_shard_of_a_split_set(tmp_path: Path) -> None:
+    first, second = write_split_set(tmp_path)
+    size = second.stat().st_size
+    os.truncate(second, size - 1)
+    result = run_cli(["info", first])
+    assert_one_line_error(result, str(second), "past the end of the file")
