@@ -9,12 +9,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from .errors import ReadError
-from .layout import open_model
+from .layout import Model, Tensor, open_model
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +83,8 @@ class DiffReport:
         return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs)
 
 
-def diff_models(a: Any, b: Any, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES) -> DiffReport:
-    """Compare two opened ``layout.Model`` objects (files or split sets)."""
+def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES) -> DiffReport:
+    """Compare two opened models (files or split sets)."""
     started = time.perf_counter()
     tensors_b = {t.name: t for t in b.tensors}
     names_a = {t.name for t in a.tensors}
@@ -120,7 +118,7 @@ def diff_paths(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], *
     return diff_models(open_model(path_a), open_model(path_b), fail_fast=fail_fast)
 
 
-def _layout_change(ta: Any, tb: Any) -> LayoutChange | None:
+def _layout_change(ta: Tensor, tb: Tensor) -> LayoutChange | None:
     what = [w for w, differs in (("type", ta.ggml_type != tb.ggml_type), ("shape", ta.shape != tb.shape))
             if differs]
     if not what:
@@ -159,7 +157,7 @@ class _Files:
         return bytes(buf)
 
 
-def _compare_data(files: _Files, ta: Any, tb: Any, chunk_bytes: int) -> TensorDataDiff | None:
+def _compare_data(files: _Files, ta: Tensor, tb: Tensor, chunk_bytes: int) -> TensorDataDiff | None:
     """Stream both tensors; count differing rows and locate the first differing byte."""
     row_bytes = ta.row_bytes
     step = (chunk_bytes // row_bytes) * row_bytes if row_bytes <= chunk_bytes else chunk_bytes
@@ -200,7 +198,7 @@ def _differing_rows(diff: np.ndarray, start: int, row_bytes: int) -> list[int]:
     return rows
 
 
-def _first_difference(files: _Files, ta: Any, tb: Any, at: int) -> FirstDifference:
+def _first_difference(files: _Files, ta: Tensor, tb: Tensor, at: int) -> FirstDifference:
     row, in_row = divmod(at, ta.row_bytes)
     block, in_block = divmod(in_row, ta.block_bytes)
     block_start = row * ta.row_bytes + block * ta.block_bytes

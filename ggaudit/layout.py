@@ -437,7 +437,9 @@ def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tup
 
 
 def _open_readonly(path: str) -> tuple[int, os.stat_result]:
-    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; it changes
+    # nothing for a regular file, and anything else is refused below.
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
     except OSError as err:

@@ -12,13 +12,17 @@ import json
 import logging
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .digests import Segment, SegmentDigests, Sha256, read_through
+from .digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
 from .errors import ManifestError, ReadError, UsageError
+
+if TYPE_CHECKING:   # layout may import locate, which imports this module: no import cycle at run time
+    from .layout import GGUFFile, Model
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +34,11 @@ _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 def _read_text(path: Path, what: str) -> str:
     """Read a small text file, refusing huge ones and reporting undecodable bytes with their offset."""
-    with open(path, "rb") as f:
+    # O_NONBLOCK so a FIFO cannot hang the open; only regular files are read.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ManifestError(path, f"{what} is not a regular file")
         data = f.read(MAX_MANIFEST_BYTES + 1)
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
@@ -205,9 +213,15 @@ def ollama_blob_path(store: Path, digest: str) -> Path:
         raise ManifestError(None, f"digest {digest!r} is not 64 hex digits", field="digest")
     new = store / "blobs" / f"sha256-{digest}"
     old = store / "blobs" / f"sha256:{digest}"
-    if not new.exists() and old.exists():
-        return old
-    return new
+    path = old if not new.exists() and old.exists() else new
+    # A blob that is a link out of the store is reported, never followed: the store is what was named.
+    if path.is_symlink():
+        root = store.resolve()
+        target = path.resolve()
+        if target != root and root not in target.parents:
+            raise ManifestError(path, f"blob is a link pointing outside the store: {os.readlink(path)}",
+                                field="digest")
+    return path
 
 
 def ollama_partial_files(store: Path) -> tuple[Path, ...]:
@@ -476,11 +490,11 @@ def rows_per_group(row_bytes: int, group_bytes: int = DEFAULT_GROUP_BYTES) -> in
     return max(1, group_bytes // row_bytes) if row_bytes > 0 else 1
 
 
-def digest_gguf_file(gguf_file: Any, group_bytes: int = DEFAULT_GROUP_BYTES,
-                     extra: Sequence[Any] = ()) -> tuple[FileDigest, tuple[TensorDigest, ...]]:
+def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES,
+                     extra: Sequence[ChunkConsumer] = ()) -> tuple[FileDigest, tuple[TensorDigest, ...]]:
     """sha256 of one GGUF file and xxh3-128 of each of its tensors and row groups, in ONE read.
 
-    ``gguf_file`` is a ``layout.GGUFFile``; ``extra`` chunk consumers ride along on the same read.
+    ``extra`` chunk consumers (a scanner, say) ride along on the same read.
     """
     tensors = gguf_file.tensors
     sha = Sha256()
@@ -499,7 +513,7 @@ def digest_gguf_file(gguf_file: Any, group_bytes: int = DEFAULT_GROUP_BYTES,
     return FileDigest(name, int(gguf_file.size), sha.hexdigest()), digests
 
 
-def _check_unchanged(gguf_file: Any) -> None:
+def _check_unchanged(gguf_file: GGUFFile) -> None:
     """The digests describe the file that was opened: refuse them if it was replaced or resized since."""
     st = os.stat(gguf_file.path)
     then = gguf_file.identity
@@ -507,8 +521,8 @@ def _check_unchanged(gguf_file: Any) -> None:
         raise ReadError(gguf_file.path, "file changed (replaced, resized or rewritten) while it was being read")
 
 
-def build_tensor_manifest(model: Any, group_bytes: int = DEFAULT_GROUP_BYTES) -> TensorManifest:
-    """The tensor manifest of a ``layout.Model`` (a file or a split set), each file read once."""
+def build_tensor_manifest(model: Model, group_bytes: int = DEFAULT_GROUP_BYTES) -> TensorManifest:
+    """The tensor manifest of a model (a file or a split set), each file read once."""
     from . import __version__
 
     files, tensors = [], []

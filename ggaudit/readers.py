@@ -54,7 +54,7 @@ class Alignment:
 
     offset: int
     memory: int
-    source: str  # where the numbers came from: "none", "statx", "fallback", "sector-size"
+    source: str  # where the numbers came from: "none", "statx", "probe", "fallback", "sector-size"
 
 
 NO_ALIGNMENT = Alignment(1, 1, "none")
@@ -104,6 +104,28 @@ class Buffer:
                 pass
         if self._release is not None:
             self._release()
+
+
+_MEMCMP: Any = None
+
+
+def _memcmp() -> Any:
+    global _MEMCMP
+    if _MEMCMP is None:
+        libc = ctypes.cdll.msvcrt if sys.platform == "win32" else ctypes.CDLL(None)
+        fn = libc.memcmp
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_int
+        _MEMCMP = fn
+    return _MEMCMP
+
+
+def same_bytes(a: memoryview, b: memoryview) -> bool:
+    """Byte equality of two writable buffers without copying them (libc memcmp, GIL released)."""
+    if len(a) != len(b):
+        return False
+    if len(a) < 4096:
+        return bytes(a) == bytes(b)
+    return _memcmp()(buffer_address(a), buffer_address(b), len(a)) == 0
 
 
 _POISON_CACHE: dict[int, memoryview] = {}
@@ -203,6 +225,23 @@ class BufferedReader(Reader):
             left -= len(chunk)
         return b"".join(parts)
 
+    def read_exact_into(self, view: memoryview, offset: int) -> None:
+        """read_exact into a caller's buffer (no allocation): loops over short reads, ReadError at EOF."""
+        done = 0
+        while done < len(view):
+            part = view[done:]
+            try:
+                n = os.preadv(self.fd, [part], offset + done)
+            except OSError as err:
+                raise self._failed(err, offset + done, len(part)) from err
+            finally:
+                part.release()
+            if n == 0:
+                raise ReadError(self.path, f"file ends before {len(view)} bytes could be read (it is "
+                                           f"{os.fstat(self.fd).st_size} bytes; changed while reading?)",
+                                offset=offset + done)
+            done += n
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -240,6 +279,12 @@ class MmapReader(Reader):
     def read_into(self, view: memoryview, offset: int) -> int:
         n = max(0, min(len(view), self.size - offset))
         if n and self._map is not None:
+            # Touching a mapped page past the end of a file that shrank raises SIGBUS, which kills
+            # the process: check the size first (this leaves only a race with a truncate in between).
+            now = os.fstat(self.fd).st_size
+            if offset + n > now:
+                raise ReadError(self.path, f"file shrank to {now} bytes while mapped (changed while "
+                                "reading?)", offset=offset)
             view[:n] = self._map[offset:offset + n]
         return n
 
@@ -302,6 +347,25 @@ class LinuxDirectReader(BufferedReader):
                                             "STATX_DIOALIGN reports 0)")
         super().__init__(path, os.O_DIRECT)
         self.alignment = found or Alignment(FALLBACK_DIO_ALIGN, FALLBACK_DIO_ALIGN, "fallback")
+        self._probe()
+
+    def _probe(self) -> None:
+        """One aligned read at offset 0: some filesystems accept O_DIRECT at open and refuse every read."""
+        for align in dict.fromkeys((self.alignment.offset, FALLBACK_DIO_ALIGN)):
+            buf = Buffer(align)
+            try:
+                os.preadv(self.fd, [buf.view], 0)
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise self._failed(err, 0, align) from err
+                continue
+            finally:
+                buf.close()
+            if align != self.alignment.offset:  # the kernel's figure was too small for this device
+                self.alignment = Alignment(align, max(align, self.alignment.memory), "probe")
+            return
+        self.close()
+        raise DirectIOUnavailable(self.path, "direct reads fail with EINVAL even when aligned")
 
     def alloc(self, size: int) -> Buffer:
         # mmap'd memory is page-aligned, which satisfies every dio_mem_align Linux reports.

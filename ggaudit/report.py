@@ -77,7 +77,8 @@ class Finding:
     block (or sub-block) the field scales, and ``width`` the number of columns it scales.
     ``offset``/``size`` are the absolute file offset and byte length of the field (or element).
     ``bits`` is the raw stored value (for IQ1_M the assembled f16; for a ``decoded`` finding the
-    float32 bits of the decoded value).
+    float32 bits of the decoded value). ``value`` is the decoded field when it is finite (an outlier,
+    or a scale that overflows when decoded), else None: the kind says which non-finite it is.
     """
 
     tensor: str
@@ -107,7 +108,7 @@ class Finding:
             expected = f"|x| <= {format_value(max_abs)}"
         else:
             expected = "finite"
-        actual = f"{self.bits} ({format_value(self.value)})"
+        actual = f"{self.bits} ({self.kind if self.value is None else format_value(self.value)})"
         if self.cause == CAUSE_OVERFLOW:
             actual += f", which decodes to {self.kind}"
         return f"{self.kind} at {where}, field {escape(self.field)}: expected {expected}, got {actual}"
@@ -198,7 +199,7 @@ def render_text(report: ScanReport) -> Iterator[str]:
     """The report as lines for a terminal; names are escaped, offsets decimal, bits hex."""
     total_bytes = report.stats.bytes
     yield (f"model {escape(report.model)}: {len(report.tensors)} tensors, {total_bytes} bytes of tensor data"
-           f" in {len(report.files)} file{'s' if len(report.files) != 1 else ''}")
+           f" scanned in {len(report.files)} file{'s' if len(report.files) != 1 else ''}")
     not_applicable = []
     for t in report.tensors:
         if t.check == CHECK_NONE:
@@ -206,7 +207,7 @@ def render_text(report: ScanReport) -> Iterator[str]:
             continue
         if not t.total:
             continue
-        shown = "x".join(str(n) for n in t.shape)
+        shown = ", ".join(str(n) for n in t.shape)
         yield (f"tensor {escape(t.name)} ({t.type} [{shown}]): {counts_text(t.counts)}; "
                f"max finite |x| {format_value(t.max_abs)}")
         for finding in t.findings:

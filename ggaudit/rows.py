@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections import Counter, OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -24,14 +22,16 @@ from gguf import quants as gguf_quants
 
 from .blocks import Encoding, decode_bits
 from .errors import ReadError, UsageError
-from .layout import Model, Tensor, open_model
-from .readers import (MODES, PAGE, POISON, SECTOR, WINDOW_64K, Buffer, BufferedReader, DirectIOUnavailable,
-                      Reader, align_down, align_up, is_short, open_reader)
+from .layout import FileIdentity, Model, Tensor, open_model
+from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
+from .rows_gather import Chunk, Gatherer, RowCache, Sample, Sweep, through_cache, uniform
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENSORS = ("per_layer_token_embd.weight", "token_embd.weight")
 KINDS = ("short-read", "stale", "misplaced", "cache-crosstalk", "garbage")
+#: Mismatches beyond MAX_REPORTED are counted under this name instead of being classified.
+UNCLASSIFIED = "unclassified"
 #: Boundaries a row may straddle: a 4 KiB page, a 512-byte sector, Windows' 64 KiB mmap granularity.
 BOUNDARIES = (("page", PAGE), ("sector", SECTOR), ("64k", WINDOW_64K))
 #: Selections larger than this must use --all (which streams) rather than a list of IDs.
@@ -39,8 +39,6 @@ MAX_SELECTED = 1 << 24
 #: Mismatches kept in full; beyond this they are only counted.
 MAX_REPORTED = 1000
 HEX_WINDOW = 16
-GATHER_READ = 256 << 10
-SWEEP_CHUNK = 8 << 20
 
 ReaderFactory = Callable[[str, str], Reader]
 
@@ -334,13 +332,14 @@ class RowsReport:
     by_kind: tuple[tuple[str, int], ...]
     mismatches: tuple[Mismatch, ...]
     short_reads: tuple[ShortRead, ...]
+    short_read_count: int
     capture: CaptureResult | None
     stats: tuple[PathStats, ...]
     warnings: tuple[str, ...]
 
     @property
     def clean(self) -> bool:
-        return not self.mismatch_count and not self.short_reads
+        return not self.mismatch_count and not self.short_read_count
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -363,21 +362,8 @@ def table_geometry(table: RowTable) -> Geometry:
 
 # --- classification ------------------------------------------------------------------------------
 
-class Sample(NamedTuple):
-    """One row as a read path delivered it, with what is known about how (a tuple: made per row, fast)."""
-
-    row: int
-    data: bytes
-    unlanded: bool = False      # the buffer was still all poison when the row was copied out
-    via_cache: bool = False
-
-
 def _hex(data: bytes) -> str:
     return data.hex(" ")
-
-
-def _uniform(data: bytes, value: int) -> bool:
-    return bool(data) and data.count(value) == len(data)
 
 
 class Classifier:
@@ -416,19 +402,21 @@ class Classifier:
         if previous is not None and actual == previous:
             return "stale", None, None, "the bytes of the previous row gathered into the same buffer"
         tail = actual[k:]
-        if _uniform(tail, POISON) or (k and _uniform(tail, 0)):
+        if uniform(tail, POISON) or (k and uniform(tail, 0)):
             what = "poison" if tail[0] == POISON else "zeros"
             return "short-read", None, None, f"{what} from offset {stop} on: the read stopped there"
         other = self._other_row(actual, s.row, batch)
         if other is not None:
             name = f"row {other[0]}" if other[0] is not None else f"offset {other[1]}"
             return "misplaced", other[0], other[1], f"the bytes of {name}"
-        if _uniform(tail, 0):
+        if uniform(tail, 0):
             return "short-read", None, None, f"zeros from offset {stop} on: the read stopped there"
         return "garbage", None, None, "bytes found nowhere near the row"
 
     def _other_row(self, actual: bytes, row: int, batch: dict[int, bytes]) -> tuple[int | None, int] | None:
         """Where else in the file *actual* lives: a row of this batch, or anywhere near the row."""
+        if uniform(actual, actual[0]):
+            return None  # one byte repeated (zeros, poison) would "match" padding anywhere
         for other, data in batch.items():
             if other != row and data == actual:
                 return other, self.table.row_offset(other)
@@ -451,64 +439,7 @@ class Classifier:
         return (other if in_table else None), found
 
 
-# --- buffers, cache, gather ----------------------------------------------------------------------
-
-class BufferPool:
-    """Reused read buffers. deque append/pop are atomic, so worker threads share it without a lock."""
-
-    def __init__(self, reader: Reader, size: int) -> None:
-        self.reader = reader
-        self.size = size
-        self.free: deque[Buffer] = deque()
-        self.created = 0
-        self.all: list[Buffer] = []
-
-    def take(self) -> Buffer:
-        try:
-            return self.free.pop()
-        except IndexError:
-            buf = self.reader.alloc(self.size)
-            self.created += 1
-            self.all.append(buf)
-            return buf
-
-    def give(self, buf: Buffer) -> None:
-        self.free.append(buf)
-
-    def close(self) -> None:
-        for buf in self.all:
-            buf.close()
-        self.all.clear()
-        self.free.clear()
-
-
-class RowCache:
-    """An LRU row cache as an engine keeps one; *key* maps a row ID to its cache key."""
-
-    def __init__(self, capacity: int, key: Callable[[int], Any] = lambda row: row) -> None:
-        self.capacity = max(1, capacity)
-        self.key = key
-        self.entries: OrderedDict[Any, bytes] = OrderedDict()
-        self.hits = self.misses = self.evictions = 0
-
-    def get(self, row: int) -> bytes | None:
-        k = self.key(row)
-        data = self.entries.get(k)
-        if data is None:
-            self.misses += 1
-            return None
-        self.entries.move_to_end(k)
-        self.hits += 1
-        return data
-
-    def put(self, row: int, data: bytes) -> None:
-        k = self.key(row)
-        self.entries[k] = data
-        self.entries.move_to_end(k)
-        while len(self.entries) > self.capacity:
-            self.entries.popitem(last=False)
-            self.evictions += 1
-
+# --- the replay ----------------------------------------------------------------------------------
 
 CacheFactory = Callable[[int, RowTable], RowCache]
 
@@ -517,97 +448,12 @@ def default_cache(capacity: int, table: RowTable) -> RowCache:
     return RowCache(capacity)
 
 
-class PlannedRead(NamedTuple):
-    start: int
-    length: int
-    rows: tuple[int, ...]
-
-
-def plan_reads(reader: Reader, table: RowTable, rows: Iterable[int], max_read: int) -> list[PlannedRead]:
-    """Group rows sorted by offset into reads: rows sharing a page (or touching) share one read."""
-    plan: list[PlannedRead] = []
-    group: list[int] = []
-    first = last_end = 0
-    base, rb, a = table.tensor.offset, table.row_bytes, reader.alignment.offset
-    for row in sorted(set(rows)):
-        off = base + row * rb
-        end = off + rb
-        if group and (off <= last_end or off // PAGE <= (last_end - 1) // PAGE) \
-                and align_up(end, a) - align_down(first, a) <= max_read:
-            group.append(row)
-            last_end = end
-            continue
-        if group:
-            plan.append(PlannedRead(*reader.span(first, last_end - first), tuple(group)))
-        group, first, last_end = [row], off, end
-    if group:
-        plan.append(PlannedRead(*reader.span(first, last_end - first), tuple(group)))
-    return plan
-
-
-class Gatherer:
-    """Gathers batches of rows through one reader with a thread pool and a reused buffer pool."""
-
-    def __init__(self, reader: Reader, table: RowTable, workers: int, max_read: int = GATHER_READ) -> None:
-        self.reader = reader
-        self.table = table
-        self.workers = max(1, workers)
-        a = reader.alignment.offset
-        self.max_read = max(max_read, align_up(table.row_bytes, a) + 2 * a)
-        self.pool = BufferPool(reader, self.max_read)
-        self.executor = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
-        self.lock = threading.Lock()
-        self.reads = self.bytes = 0
-        self.short_reads: list[ShortRead] = []
-        self.stage = "gather"
-
-    def gather(self, rows: Iterable[int]) -> list[Sample]:
-        plan = plan_reads(self.reader, self.table, rows, self.max_read)
-        if self.executor is None or len(plan) < 2:
-            return self._run(plan)
-        stripes = [plan[i::self.workers] for i in range(self.workers)]
-        futures = [self.executor.submit(self._run, s) for s in stripes if s]
-        return [sample for f in futures for sample in f.result()]
-
-    def _run(self, plan: list[PlannedRead]) -> list[Sample]:
-        out: list[Sample] = []
-        rb, base = self.table.row_bytes, self.table.tensor.offset
-        read_into, size = self.reader.read_into, self.reader.size
-        done = 0
-        for rd in plan:
-            buf = self.pool.take()
-            try:
-                # Poison all the rows will be sliced from, even past a (wrongly) short span.
-                buf.poison(max(rd.length, base + rd.rows[-1] * rb + rb - rd.start))
-                view = buf.view[:rd.length]
-                got = read_into(view, rd.start)
-                view.release()
-                done += got
-                if got < rd.length and is_short(rd.start, rd.length, got, size):
-                    self.short_reads.append(ShortRead(self.reader.mode, self.stage, self.reader.path, rd.start,
-                                                      rd.length, got))
-                whole = buf.view
-                unlanded = whole[0] == POISON and _uniform(bytes(whole[:HEX_WINDOW]), POISON)
-                for row in rd.rows:
-                    at = base + row * rb - rd.start
-                    out.append(Sample(row, bytes(whole[at:at + rb]), unlanded))
-            finally:
-                self.pool.give(buf)
-        with self.lock:
-            self.reads += len(plan)
-            self.bytes += done
-        return out
-
-    def close(self) -> None:
-        if self.executor is not None:
-            self.executor.shutdown()
-        self.pool.close()
-
-
-# --- the replay ----------------------------------------------------------------------------------
-
 class _Findings:
-    """Collects mismatches: keeps the first MAX_REPORTED in full, counts every one."""
+    """Collects findings: the first MAX_REPORTED of each sort in full, every one counted.
+
+    Classifying a mismatch may read the file around the row, so beyond the cap rows are only counted
+    (as "unclassified"): a path that is wrong everywhere must not cost a search per row of a 54 GB table.
+    """
 
     def __init__(self, table: RowTable, fail_fast: bool) -> None:
         self.table = table
@@ -617,17 +463,28 @@ class _Findings:
         self.kinds: Counter[str] = Counter()
         self.rows: set[int] = set()
         self.short_reads: list[ShortRead] = []
+        self.short_count = 0
 
-    def add(self, m: Mismatch) -> None:
+    def add(self, row: int, make: Callable[[], Mismatch]) -> None:
         self.count += 1
-        self.kinds[m.kind] += 1
-        self.rows.add(m.row)
+        if len(self.rows) < MAX_SELECTED:
+            self.rows.add(row)
         if len(self.kept) < MAX_REPORTED:
+            m = make()
             self.kept.append(m)
+            self.kinds[m.kind] += 1
+        else:
+            self.kinds[UNCLASSIFIED] += 1
+
+    def short(self, reads: Iterable[ShortRead]) -> None:
+        for s in reads:
+            self.short_count += 1
+            if len(self.short_reads) < MAX_REPORTED:
+                self.short_reads.append(s)
 
     @property
     def stop(self) -> bool:
-        return self.fail_fast and bool(self.count or self.short_reads)
+        return self.fail_fast and bool(self.count or self.short_count)
 
 
 def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int]) -> dict[int, bytes]:
@@ -661,130 +518,87 @@ class _Replay:
         classifier = Classifier(self.table, self.reference)
         for s in samples:
             if s.data != ref[s.row]:
-                self.findings.add(classifier.mismatch(s, ref[s.row], path, stage, batch=ref))
+                self.findings.add(s.row, lambda s=s: classifier.mismatch(s, ref[s.row], path, stage, batch=ref))
+                if self.findings.stop:
+                    return
 
     def run_path(self, reader: Reader, rows: Sequence[int]) -> None:
-        gatherer = Gatherer(reader, self.table, self.workers)
+        gatherer = Gatherer(reader, self.table.tensor.offset, self.table.row_bytes, self.workers)
         caches: dict[str, RowCache] = {}
         started = time.perf_counter()
         try:
             for i in range(0, len(rows), self.batch):
-                self._batch(gatherer, caches, rows[i:i + self.batch], reader.mode)
+                self._batch(gatherer, caches, rows[i:i + self.batch])
                 if self.findings.stop:
                     break
         finally:
-            self.findings.short_reads += gatherer.short_reads
             gatherer.close()
         a = reader.alignment
         self.stats.append(PathStats(reader.mode, "gather", gatherer.reads, gatherer.bytes, len(rows),
                                     time.perf_counter() - started, a.offset, a.source, gatherer.pool.created,
                                     *_cache_counts(caches)))
 
-    def _batch(self, gatherer: Gatherer, caches: dict[str, RowCache], rows: Sequence[int], path: str) -> None:
+    def _batch(self, gatherer: Gatherer, caches: dict[str, RowCache], rows: Sequence[int]) -> None:
         ref = _reference_rows(self.reference, self.table, rows)
-        gatherer.stage = "gather"
-        self.check(gatherer.gather(rows), ref, path, "gather")
+        path = gatherer.reader.mode
+
+        def gather(stage: str) -> Callable[[Iterable[int]], list[Sample]]:
+            def run(batch: Iterable[int]) -> list[Sample]:
+                samples = gatherer.gather(batch)
+                self.findings.short(ShortRead(path, stage, gatherer.reader.path, *s) for s in gatherer.shortfalls)
+                gatherer.shortfalls.clear()
+                return samples
+            return run
+
+        self.check(gather("gather")(rows), ref, path, "gather")
         if not self.cache_rows or self.findings.stop:
             return
         main = caches.setdefault("main", self.cache_factory(self.cache_rows, self.table))
         for stage in ("cache-miss", "cache-hit"):
-            gatherer.stage = stage
-            self.check(_through_cache(gatherer, main, rows), ref, path, stage)
+            self.check(through_cache(gather(stage), main, rows), ref, path, stage)
         # Under pressure: a cache holding half the batch, gathered forwards then backwards.
         small = caches.setdefault("pressure", self.cache_factory(max(1, min(self.cache_rows, len(rows) // 2)),
                                                                  self.table))
-        gatherer.stage = "cache-pressure"
         for order in (rows, rows[::-1]):
-            self.check(_through_cache(gatherer, small, order), ref, path, "cache-pressure")
+            self.check(through_cache(gather("cache-pressure"), small, order), ref, path, "cache-pressure")
+
+    def sweep(self, reader: Reader) -> None:
+        t = self.table
+        sweep = Sweep(reader, self.reference, t.tensor.offset, t.row_bytes, t.n_rows, self.workers)
+        started = time.perf_counter()
+        chunks = sweep.chunks()
+        try:
+            for chunk in chunks:
+                self._sweep_chunk(chunk, reader.mode)
+                if self.findings.stop:
+                    break
+        finally:
+            chunks.close()
+        a = reader.alignment
+        self.stats.append(PathStats(reader.mode, "sweep", sweep.reads, sweep.bytes, t.n_rows,
+                                    time.perf_counter() - started, a.offset, a.source, sweep.pool.created))
+
+    def _sweep_chunk(self, chunk: Chunk, path: str) -> None:
+        if chunk.shortfall is not None:
+            self.findings.short([ShortRead(path, "sweep", self.table.path, *chunk.shortfall)])
+        actual, expected = chunk.actual, chunk.expected
+        if actual is None or expected is None:
+            return
+        rb = self.table.row_bytes
+        a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
+        e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
+        classifier = Classifier(self.table, self.reference)
+        for i in np.flatnonzero((a != e).any(axis=1)).tolist():
+            sample = Sample(chunk.first + i, actual[i * rb:(i + 1) * rb], chunk.unlanded)
+            self.findings.add(sample.row, lambda s=sample, i=i: classifier.mismatch(
+                s, expected[i * rb:(i + 1) * rb], path, "sweep"))
+            if self.findings.stop:
+                return
 
 
 def _cache_counts(caches: dict[str, RowCache]) -> tuple[int, int, int]:
     return (sum(c.hits for c in caches.values()), sum(c.misses for c in caches.values()),
             sum(c.evictions for c in caches.values()))
-
-
-def _through_cache(gatherer: Gatherer, cache: RowCache, rows: Sequence[int]) -> list[Sample]:
-    out, missing = [], []
-    for row in rows:
-        data = cache.get(row)
-        if data is None:
-            missing.append(row)
-        else:
-            out.append(Sample(row, data, via_cache=True))
-    fresh = gatherer.gather(missing)
-    for s in fresh:
-        cache.put(s.row, s.data)
-    return out + fresh
-
-
-# --- the --all sweep -----------------------------------------------------------------------------
-
-def sweep(reader: Reader, table: RowTable, reference: BufferedReader, findings: _Findings, workers: int,
-          chunk: int = SWEEP_CHUNK) -> PathStats:
-    """Compare the whole table in large sequential aligned reads, several in flight at once."""
-    per = max(1, chunk // table.row_bytes)
-    a = reader.alignment.offset
-    pool = BufferPool(reader, align_up(per * table.row_bytes, a) + 2 * a)
-    counters = {"reads": 0, "bytes": 0}
-    started = time.perf_counter()
-    groups = range(0, table.n_rows, per)
-    with ThreadPoolExecutor(max(1, workers)) as ex:
-        pending: deque[Any] = deque()
-        for first in groups:
-            pending.append(ex.submit(_sweep_group, reader, table, reference, pool, first,
-                                     min(per, table.n_rows - first), counters))
-            if len(pending) >= 2 * max(1, workers):
-                _sweep_collect(pending.popleft().result(), table, reference, findings, reader.mode)
-            if findings.stop:
-                break
-        while pending:
-            _sweep_collect(pending.popleft().result(), table, reference, findings, reader.mode)
-    pool.close()
-    return PathStats(reader.mode, "sweep", counters["reads"], counters["bytes"], table.n_rows,
-                     time.perf_counter() - started, a, reader.alignment.source, pool.created)
-
-
-_COUNT_LOCK = threading.Lock()
-
-
-def _sweep_group(reader: Reader, table: RowTable, reference: BufferedReader, pool: BufferPool, first: int,
-                 count: int, counters: dict[str, int]) -> tuple[int, bytes, bytes, ShortRead | None]:
-    off = table.row_offset(first)
-    length = count * table.row_bytes
-    start, span = reader.span(off, length)
-    buf = pool.take()
-    try:
-        buf.poison(max(span, off - start + length))
-        view = buf.view[:span]
-        got = reader.read_into(view, start)
-        view.release()
-        actual = bytes(buf.view[off - start:off - start + length])
-    finally:
-        pool.give(buf)
-    with _COUNT_LOCK:
-        counters["reads"] += 1
-        counters["bytes"] += got
-    short = ShortRead(reader.mode, "sweep", reader.path, start, span, got) \
-        if is_short(start, span, got, reader.size) else None
-    return first, actual, reference.read_exact(off, length), short
-
-
-def _sweep_collect(result: tuple[int, bytes, bytes, ShortRead | None], table: RowTable,
-                   reference: BufferedReader, findings: _Findings, path: str) -> None:
-    first, actual, expected, short = result
-    if short is not None:
-        findings.short_reads.append(short)
-    if actual == expected:
-        return
-    rb = table.row_bytes
-    a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
-    e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
-    classifier = Classifier(table, reference)
-    for i in np.flatnonzero((a != e).any(axis=1)).tolist():
-        sample = Sample(first + i, actual[i * rb:(i + 1) * rb], _uniform(actual[:HEX_WINDOW], POISON))
-        findings.add(classifier.mismatch(sample, expected[i * rb:(i + 1) * rb], path, "sweep"))
-        if findings.stop:
-            return
 
 
 # --- engine captures -----------------------------------------------------------------------------
@@ -839,60 +653,90 @@ def _check_capture(path: str, table: RowTable, ids: np.ndarray, data: np.ndarray
 
 def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
                     findings: _Findings) -> CaptureResult:
+    """Each captured row against the file: raw bytes exactly, decoded values bit for bit."""
     classifier = Classifier(table, reference)
     bad, worst = 0, None
-    prev_expected: bytes | None = None
+    previous: bytes | None = None  # the file's bytes of the row captured just before
     for i, row in enumerate(capture.ids.tolist()):
         expected = reference.read_exact(table.row_offset(row), table.row_bytes)
+        got = np.asarray(capture.data[i])
         if capture.kind == "raw":
-            actual = bytes(np.asarray(capture.data[i]))
+            actual = got.tobytes()
             if actual != expected:
                 bad += 1
-                findings.add(classifier.mismatch(Sample(row, actual), expected, "capture", "capture",
-                                                 previous=prev_expected))
+                findings.add(row, lambda: classifier.mismatch(Sample(row, actual), expected, "capture", "capture",
+                                                              previous=previous))
         else:
-            m, diff = _decoded_mismatch(table, classifier, row, expected, np.asarray(capture.data[i]))
-            worst = diff if worst is None or (diff is not None and diff > worst) else worst
-            if m is not None:
+            cmp = _DecodedRow(table, reference, row, expected, got)
+            worst = cmp.max_abs_diff if worst is None or (cmp.max_abs_diff or 0) > worst else worst
+            if not cmp.same:
                 bad += 1
-                findings.add(m)
-        prev_expected = expected
+                findings.add(row, lambda: cmp.mismatch(previous))
+        previous = expected
         if findings.stop:
             break
     return CaptureResult(capture.path, capture.kind, str(capture.data.dtype), len(capture.ids), bad, worst)
 
 
-def _decoded_mismatch(table: RowTable, classifier: Classifier, row: int, expected_raw: bytes,
-                      got: np.ndarray) -> tuple[Mismatch | None, float | None]:
-    decoded = table.decode(expected_raw)
-    if decoded is None:
-        raise UsageError(table.path, f"cannot decode {table.tensor.ggml_type.name} rows to compare floats",
-                         field=table.name)
-    want = decoded.astype(got.dtype)
-    same = (want.view(_uint_of(got.dtype)) == got.view(_uint_of(got.dtype))) | (np.isnan(want) & np.isnan(got))
-    both = np.isfinite(want) & np.isfinite(got)
-    diff = float(np.max(np.abs(want[both].astype(np.float64) - got[both]))) if both.any() else None
-    if same.all():
-        return None, diff
-    col = int(np.flatnonzero(~same)[0])
-    block = col // table.tensor.block_size
-    t, bits = table.tensor, _uint_of(got.dtype)
-    first_byte = block * t.block_bytes
-    kind, detail = _decoded_kind(got, want, col)
-    return Mismatch(kind, "capture", "capture", table.path, table.name, row, table.row_offset(row), table.row_bytes,
-                    first_byte, table.row_offset(row) + first_byte, block, col,
-                    f"{int(want[col:col + 1].view(bits)[0]):0{want.itemsize * 2}x}",
-                    f"{int(got[col:col + 1].view(bits)[0]):0{got.itemsize * 2}x}", int((~same).sum()),
-                    bool(np.isfinite(want).all()), bool(np.isfinite(got).all()), max_abs_diff=diff,
-                    detail=detail + f"; stored block: {_hex(expected_raw[first_byte:first_byte + t.block_bytes])}",
-                    unit="values"), diff
+class _DecodedRow:
+    """A captured row of decoded values against ggaudit's decode of the file's row, cast to its type."""
 
+    #: Rows each side of the row whose decodes are tried when looking for where the values came from.
+    NEAR = 64
 
-def _decoded_kind(got: np.ndarray, want: np.ndarray, col: int) -> tuple[str, str]:
-    tail = got[col:]
-    if tail.size and not np.any(tail) and np.any(want[col:]):
-        return "short-read", f"zeros from column {col} on: the gather stopped there"
-    return "garbage", f"decoded values differ from column {col}"
+    def __init__(self, table: RowTable, reference: BufferedReader, row: int, expected_raw: bytes,
+                 got: np.ndarray) -> None:
+        self.table, self.reference, self.row, self.raw, self.got = table, reference, row, expected_raw, got
+        self.want = self._decode(expected_raw)
+        self.bits = _uint_of(got.dtype)
+        equal = self._equal(self.want, got)
+        self.same = bool(equal.all())
+        self.col = int(np.flatnonzero(~equal)[0]) if not self.same else -1
+        self.differing = int((~equal).sum())
+        both = np.isfinite(self.want) & np.isfinite(got)
+        self.max_abs_diff = float(np.max(np.abs(self.want[both].astype(np.float64) - got[both]))) \
+            if both.any() else None
+
+    def _decode(self, raw: bytes) -> np.ndarray:
+        decoded = self.table.decode(raw)
+        if decoded is None:
+            raise UsageError(self.table.path, f"cannot decode {self.table.tensor.ggml_type.name} rows to compare "
+                                              "floats", field=self.table.name)
+        return decoded.astype(self.got.dtype)
+
+    def _equal(self, want: np.ndarray, got: np.ndarray) -> np.ndarray:
+        return (want.view(self.bits) == got.view(self.bits)) | (np.isnan(want) & np.isnan(got))
+
+    def _kind(self, previous: bytes | None) -> tuple[str, int | None, str]:
+        if previous is not None and self._equal(self._decode(previous), self.got).all():
+            return "stale", None, "the values of the previous row gathered"
+        tail = self.got[self.col:]
+        if not np.any(tail) and np.any(self.want[self.col:]):
+            return "short-read", None, f"zeros from column {self.col} on: the gather stopped there"
+        t = self.table
+        lo, hi = max(0, self.row - self.NEAR), min(t.n_rows, self.row + self.NEAR + 1)
+        near = self.reference.read_exact(t.row_offset(lo), (hi - lo) * t.row_bytes)
+        for other in sorted(range(lo, hi), key=lambda r: abs(r - self.row)):
+            if other != self.row:
+                at = (other - lo) * t.row_bytes
+                if self._equal(self._decode(near[at:at + t.row_bytes]), self.got).all():
+                    return "misplaced", other, f"the values of row {other}"
+        return "garbage", None, f"decoded values differ from column {self.col}"
+
+    def mismatch(self, previous: bytes | None) -> Mismatch:
+        t, col = self.table, self.col
+        kind, other, detail = self._kind(previous)
+        block = col // t.tensor.block_size
+        first_byte = block * t.tensor.block_bytes
+        at = t.row_offset(self.row)
+        width = self.got.itemsize * 2
+        stored = _hex(self.raw[first_byte:first_byte + t.tensor.block_bytes])
+        return Mismatch(kind, "capture", "capture", t.path, t.name, self.row, at, t.row_bytes, first_byte,
+                        at + first_byte, block, col, f"{int(self.want[col:col + 1].view(self.bits)[0]):0{width}x}",
+                        f"{int(self.got[col:col + 1].view(self.bits)[0]):0{width}x}", self.differing,
+                        bool(np.isfinite(self.want).all()), bool(np.isfinite(self.got).all()), other,
+                        None if other is None else t.row_offset(other), self.max_abs_diff,
+                        f"{detail}; stored block: {stored}", unit="values")
 
 
 def _uint_of(dtype: np.dtype) -> type:
@@ -928,15 +772,16 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
             if findings.stop:
                 break
             _run_mode(replay, factory, mode, selection, warnings)
+    _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else \
         geometry_of([table.row_offset(r) for r in selection.rows], table.row_bytes)
     bad_geometry = geometry_of([table.row_offset(r) for r in sorted(findings.rows)], table.row_bytes)
+    by_kind = tuple((k, findings.kinds[k]) for k in (*KINDS, UNCLASSIFIED) if findings.kinds[k])
     return RowsReport(t.path, t.name, t.ggml_type.name, t.n_cols, t.row_bytes, t.n_rows, t.offset,
                       selection.description, selection.seed, tuple(modes or ()),
                       table.n_rows if selection.rows is None else len(selection.rows), geometry, bad_geometry,
-                      findings.count, tuple((k, findings.kinds[k]) for k in KINDS if findings.kinds[k]),
-                      tuple(findings.kept), tuple(findings.short_reads), capture_result, tuple(replay.stats),
-                      tuple(warnings))
+                      findings.count, by_kind, tuple(findings.kept), tuple(findings.short_reads),
+                      findings.short_count, capture_result, tuple(replay.stats), tuple(warnings))
 
 
 def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,
@@ -945,11 +790,11 @@ def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Sel
         reader = factory(replay.table.path, mode)
     except DirectIOUnavailable as err:
         warnings.append(f"{mode}: skipped: {err}")
-        log.warning("%s", err)
+        log.info("%s", err)
         return
     with reader:
         if selection.rows is None:
-            replay.stats.append(sweep(reader, replay.table, replay.reference, replay.findings, replay.workers))
+            replay.sweep(reader)
         else:
             replay.run_path(reader, list(selection.rows))
 
@@ -964,3 +809,15 @@ def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache
         raise UsageError(t.path, f"--fp8 applies to I8 tables; this one is {t.ggml_type.name}", field=t.name)
     if len(t.shape) < 2 or t.row_bytes <= 0:
         raise UsageError(t.path, "not a table of rows (needs at least 2 dimensions)", field=t.name)
+
+
+def _check_unchanged(m: Model, t: Tensor) -> None:
+    """Read paths that disagree because the file was replaced or rewritten under them is not a read
+    bug: say the file changed (exit 2) instead of reporting mismatches."""
+    opened = next(f.identity for f in m.files if f.path == t.path)
+    try:
+        now = FileIdentity.of(os.stat(t.path))
+    except OSError as err:
+        raise ReadError(t.path, f"file changed while rows were read: {err.strerror}") from None
+    if now != opened:
+        raise ReadError(t.path, "file changed (replaced, resized or rewritten) while rows were read")

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ggaudit.build import encode_kv, encode_tensor_info  # noqa: E402
 from ggaudit.layout import open_model  # noqa: E402
 from ggaudit.readers import open_reader  # noqa: E402
-from ggaudit.rows import Gatherer, RowTable, check_rows  # noqa: E402
+from ggaudit.rows import RowTable, check_rows  # noqa: E402
+from ggaudit.rows_gather import Gatherer  # noqa: E402
 
 NAME = "per_layer_token_embd.weight"
 ROW_BYTES = 90  # IQ4_NL, ne0 = 160
@@ -69,7 +72,7 @@ def gather_rate(path: Path, table: RowTable, mode: str, rows: list[int], workers
     """Rows per second through the library's gather (pool, poison, threads), cold cache."""
     evict(path)
     with open_reader(str(path), mode) as reader:
-        g = Gatherer(reader, table, workers)
+        g = Gatherer(reader, table.tensor.offset, table.row_bytes, workers)
         try:
             start = time.perf_counter()
             for i in range(0, len(rows), 256):
@@ -78,6 +81,27 @@ def gather_rate(path: Path, table: RowTable, mode: str, rows: list[int], workers
         finally:
             g.close()
     return len(rows) / seconds, g.reads
+
+
+def raw_rate(path: Path, table: RowTable, rows: list[int], jobs: int) -> float:
+    """The floor of Python's own cost: bare os.preadv of each row's aligned span, *jobs* threads, no checks."""
+    with open_reader(str(path), "direct") as reader:
+        spans = [reader.span(table.row_offset(r), table.row_bytes) for r in rows]
+        fd = reader.fd  # type: ignore[attr-defined]
+
+        def run(part: list[tuple[int, int]]) -> None:
+            buf = mmap.mmap(-1, 1 << 16)
+            view = memoryview(buf)
+            for start, n in part:
+                os.preadv(fd, [view[:n]], start)
+
+        threads = [threading.Thread(target=run, args=(spans[i::jobs],)) for i in range(jobs)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return len(rows) / (time.perf_counter() - start)
 
 
 def fio_iops(path: Path, jobs: int, seconds: int) -> float | None:
@@ -126,14 +150,16 @@ def bench_gather(path: Path, table: RowTable, reps: int, seconds: int) -> None:
     seed = 0
     for jobs in (1, 2):
         fio: list[float] = []
-        ours: dict[str, list[float]] = {m: [] for m in ("direct", "buffered", "mmap")}
+        ours: dict[str, list[float]] = {m: [] for m in ("raw preadv", "direct", "buffered", "mmap")}
         for _ in range(reps):
             iops = fio_iops(path, jobs, seconds)
             if iops is not None:
                 fio.append(iops)
-            for mode in ours:
+            n = int((iops or 10000) * seconds)
+            seed += 1
+            ours["raw preadv"].append(raw_rate(path, table, random_rows(table, n, seed), jobs))
+            for mode in ("direct", "buffered", "mmap"):
                 seed += 1
-                n = int((iops or 10000) * seconds)
                 ours[mode].append(gather_rate(path, table, mode, random_rows(table, n, seed), jobs)[0])
         base = median(fio) if fio else None
         runs = ", ".join(f"{v:,.0f}" for v in fio)
@@ -142,7 +168,8 @@ def bench_gather(path: Path, table: RowTable, reps: int, seconds: int) -> None:
         for mode, rates in ours.items():
             ratio = f", {median(rates) / base:.2f}x fio" if base else ""
             runs = ", ".join(f"{v:,.0f}" for v in rates)
-            print(f"jobs={jobs}: {mode:8s} gather: {median(rates):,.0f} rows/s (runs: {runs}){ratio}")
+            what = "O_DIRECT loop" if mode == "raw preadv" else "gather"
+            print(f"jobs={jobs}: {mode:10s} {what}: {median(rates):,.0f} rows/s (runs: {runs}){ratio}")
 
 
 def bench_sweep(path: Path, reps: int) -> None:

@@ -15,7 +15,7 @@ from ggaudit import readers
 from ggaudit.errors import ReadError
 from ggaudit.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
                              MacNoCacheReader, MmapReader, WindowsDirectReader, buffer_address, dio_alignment,
-                             is_short, map_view, open_reader)
+                             is_short, map_view, open_reader, same_bytes)
 from test_rows_support import ddir  # noqa: F401  (fixture)
 
 SIZE = 3 * 65536 + 1234  # not a multiple of any alignment, so the last span crosses EOF
@@ -143,6 +143,32 @@ def test_reference_read_exact_reports_a_file_that_ends_early(blob: tuple[str, by
         with pytest.raises(ReadError) as info:
             r.read_exact(SIZE - 10, 20)
         assert info.value.offset == SIZE
+
+
+def test_read_exact_into_fills_the_buffer_or_names_the_offset(blob: tuple[str, bytes]) -> None:
+    path, data = blob
+    with BufferedReader(path) as r:
+        buf = Buffer(70000)
+        r.read_exact_into(buf.view[:70000], 1000)
+        assert bytes(buf.view) == data[1000:71000]
+        with pytest.raises(ReadError) as info:
+            r.read_exact_into(buf.view[:100], SIZE - 40)
+        assert info.value.offset == SIZE and "file ends before 100 bytes" in str(info.value)
+        buf.close()
+
+
+def test_same_bytes_compares_every_byte() -> None:
+    a, b = Buffer(1 << 20), Buffer(1 << 20)
+    a.view[:] = b.view[:] = os.urandom(1 << 20)
+    assert same_bytes(a.view, b.view)
+    for at in (0, 4095, (1 << 20) - 1):
+        b.view[at] ^= 1
+        assert not same_bytes(a.view, b.view)
+        assert same_bytes(a.view[:at], b.view[:at])
+        b.view[at] ^= 1
+    assert not same_bytes(a.view[:10], b.view[:11])
+    a.close()
+    b.close()
 
 
 def test_mmap_reader_of_an_empty_file(ddir: Path) -> None:  # noqa: F811

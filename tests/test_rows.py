@@ -13,6 +13,7 @@ from ggaudit import rows as R
 from ggaudit.errors import UsageError
 from ggaudit.layout import open_model
 from ggaudit.readers import BufferedReader, DirectIOUnavailable, WindowsDirectReader, open_reader
+from ggaudit.rows_gather import Gatherer, plan_reads
 from test_rows_support import PLE, crossing, ddir, make_table  # noqa: F401  (ddir is a fixture)
 
 
@@ -105,7 +106,7 @@ def test_reads_are_sorted_and_deduplicated_per_page(ple) -> None:
     same_page = [r for r in range(200) if table.row_offset(r) // 4096 == table.row_offset(100) // 4096
                  and (table.row_offset(r) + rb - 1) // 4096 == table.row_offset(100) // 4096]
     with open_reader(ple.path, "direct") as reader:
-        plan = R.plan_reads(reader, table, [same_page[-1], 3000, same_page[0], 1500], 1 << 20)
+        plan = plan_reads(reader, table.tensor.offset, rb, [same_page[-1], 3000, same_page[0], 1500], 1 << 20)
         a = reader.alignment.offset
     assert [p.rows for p in plan] == [(same_page[0], same_page[-1]), (1500,), (3000,)]
     for p in plan:
@@ -126,7 +127,7 @@ def test_cache_miss_then_hit_counts(ple) -> None:
 def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
     table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
     with open_reader(ple.path, "direct") as reader:
-        g = R.Gatherer(reader, table, workers=4, max_read=4096)
+        g = Gatherer(reader, table.tensor.offset, table.row_bytes, workers=4, max_read=4096)
         try:
             rows = list(range(0, 5000, 97))  # no two share a page
             samples = g.gather(rows)

@@ -85,6 +85,19 @@ def test_decoded_capture_with_a_nan(ple: Table, tmp_path: Path) -> None:
     assert report.capture.max_abs_diff == 0.0
 
 
+def test_decoded_capture_stale_misplaced_and_zero_tail(ple: Table, tmp_path: Path) -> None:
+    data = decoded_rows(ple, IDS, np.float32)
+    data[3] = data[2]                                  # 4163 holds the values of 4162, gathered just before
+    data[0] = decoded_rows(ple, [9], np.float32)[0]    # 5 holds the values of row 9
+    data[4, 40:] = 0                                   # 4999 stops at column 40
+    np.savez(tmp_path / "cap.npz", ids=np.array(IDS), rows=data)
+    report = R.check_rows(ple.path, against=str(tmp_path / "cap.npz"), modes=())
+    got = {m.row: m for m in report.mismatches}
+    assert (got[4163].kind, got[5].kind, got[4999].kind) == ("stale", "misplaced", "short-read")
+    assert (got[5].other_row, got[5].other_offset) == (9, ple.offset(9))
+    assert got[4999].column == 40 and got[4999].block == 1 and got[4999].actual == "00000000"
+
+
 def test_decoded_capture_off_by_a_little_reports_max_abs_diff(ple: Table, tmp_path: Path) -> None:
     data = decoded_rows(ple, IDS, np.float32)
     data[0, 3] += 0.5

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.cli import main
-from test_rows_support import Table, make_table
+from test_rows_support import make_table
 
 
 def run(*args: str):

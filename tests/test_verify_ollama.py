@@ -201,3 +201,16 @@ def test_blob_verifies_against_its_own_name(store: Store) -> None:
     unnamed.write_bytes(b"x")
     res = runner.invoke(main, ["verify", str(unnamed)])
     assert res.exit_code == 2 and "the file name holds no sha256" in res.stderr
+
+
+def test_manifest_and_diff_accept_ollama_names(store: Store, tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "tiny.json"
+    written = runner.invoke(main, ["manifest", "ollama:tiny", "--store", str(store.root), "-o", str(out)])
+    assert written.exit_code == 0, written.output
+    assert json.loads(out.read_text())["files"][0]["name"] == store.blob("tiny.model").name
+    assert runner.invoke(main, ["verify", "ollama:tiny", "--manifest", str(out), "--store", str(store.root)]
+                         ).exit_code == 0
+    differ = runner.invoke(main, ["diff", "ollama:tiny", "ollama:acme/vis:q4", "--store", str(store.root)])
+    assert differ.exit_code == 1
+    assert "DIFFER tensor token_embd.weight (F16 [32, 8]): 8 of 8 rows differ" in differ.output.splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .common import OneLineErrorsGroup
 from .diff import diff
 from .info import info
 from .manifest import manifest
@@ -13,7 +14,7 @@ from .scan import scan
 from .verify import verify
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ggaudit")
 def main() -> None:
     """Audit GGUF model files: is the data intact, and does every read path deliver the same bytes?"""

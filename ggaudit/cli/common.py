@@ -6,10 +6,11 @@ import functools
 import json
 import logging
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import click
 
+from ..batch import Outcome, overall_status, status_word
 from ..errors import GGAuditError
 
 EXIT_CLEAN = 0
@@ -17,8 +18,23 @@ EXIT_FINDINGS = 1
 EXIT_ERROR = 2
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
+
+
+class OneLineErrorsGroup(click.Group):
+    """A command group whose commands report bad arguments (a MODEL that is a directory, an unreadable
+    --sums file, a missing option) as one line on stderr with exit 2, like every other error."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as err:
+            from ..text import escape
+
+            where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+            fail(escape(err.format_message()) + where)
 
 
 def handle_errors(func: F) -> F:
@@ -63,3 +79,44 @@ def hint(message: str) -> None:
     """Warnings and hints go to stderr, and only when a person is watching."""
     if stderr_is_tty():
         click.echo(message, err=True)
+
+
+def error_to_json(err: GGAuditError) -> dict[str, Any]:
+    """An error as JSON: the one-line text, and its parts exact."""
+    return {"message": str(err), "path": err.path, "offset": err.offset, "field": err.field,
+            "kind": type(err).__name__}
+
+
+def emit_outcomes(outcomes: Sequence[Outcome[R]], *, as_json: bool, to_json: Callable[[R], Any],
+                  render: Callable[[R], Iterable[str]], has_findings: Callable[[R], bool]) -> int:
+    """Print what several models gave, in the order given, and return the exit status.
+
+    One model prints exactly what a single-model command prints (an error: one line, exit 2). Several:
+    each report in turn on stdout and each error as its own line on stderr; with --json one object
+    ``{"status": "ok"|"findings"|"error", "models": [{"model", "status", "report" | "error"}]}``.
+    Status: 2 if any model failed, else 1 if any has findings, else 0.
+    """
+    status = overall_status(outcomes, has_findings)
+    if len(outcomes) == 1 and outcomes[0].error is not None:
+        fail(str(outcomes[0].error))
+    if len(outcomes) == 1:
+        result = outcomes[0].result
+        if as_json:
+            emit_json(to_json(result))
+        else:
+            for line in render(result):
+                click.echo(line)
+        return status
+    if as_json:
+        emit_json({"status": ("ok", "findings", "error")[status], "models": [
+            {"model": o.model, "status": status_word(o, has_findings),
+             **({"error": error_to_json(o.error)} if o.error is not None else {"report": to_json(o.result)})}
+            for o in outcomes]})
+        return status
+    for o in outcomes:
+        if o.error is not None:
+            click.echo(f"ggaudit: error: {o.error}", err=True)
+        else:
+            for line in render(o.result):
+                click.echo(line)
+    return status

@@ -22,19 +22,22 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 
 @click.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--tensor", help="Table to replay [default: per_layer_token_embd.weight, else token_embd.weight].")
-@click.option("--ids", help='Row IDs and ranges, e.g. "4162,4170-4200".')
+@click.option("--tensor", metavar="NAME",
+              help="Table to replay [default: per_layer_token_embd.weight, else token_embd.weight].")
+@click.option("--ids", metavar="LIST", help='Row IDs and ranges, e.g. "4162,4170-4200".')
 @click.option("--ids-file", type=click.Path(dir_okay=False), help="File of row IDs/ranges ('#' comments).")
 @click.option("--all", "all_rows", is_flag=True, help="Sweep the whole table in large sequential aligned reads.")
-@click.option("--random", "random_n", type=int, help="Also pick N distinct random rows.")
-@click.option("--seed", type=int, help="Seed for --random (printed when chosen for you).")
+@click.option("--random", "random_n", type=int, metavar="N", help="Also pick N distinct random rows.")
+@click.option("--seed", type=int, metavar="S", help="Seed for --random (printed when chosen for you).")
 @click.option("--page-crossing", is_flag=True, help="Also select every row that crosses a 4096-byte page.")
-@click.option("--modes", help=f"Read paths, comma-separated [default: {','.join(MODES)}; none with --against].")
-@click.option("--workers", type=int, default=4, show_default=True, help="Gather threads.")
-@click.option("--batch", type=int, default=256, show_default=True, help="Rows per gather batch.")
-@click.option("--cache-rows", type=int, default=0, show_default=True,
+@click.option("--modes", metavar="LIST",
+              help=f"Read paths, comma-separated [default: {','.join(MODES)}; none with --against].")
+@click.option("--workers", type=int, default=4, show_default=True, metavar="N",
+              help="Threads gathering a batch (reads in flight for --all).")
+@click.option("--batch", type=int, default=256, show_default=True, metavar="N", help="Rows per gather batch.")
+@click.option("--cache-rows", type=int, default=0, show_default=True, metavar="N",
               help="Row-cache capacity; 0 turns the cache passes (miss, hit, eviction pressure) off.")
-@click.option("--against", type=click.Path(dir_okay=False),
+@click.option("--against", type=click.Path(dir_okay=False), metavar="CAPTURE",
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
@@ -64,6 +67,10 @@ def _yes(value: bool | None) -> str:
     return "unknown" if value is None else ("yes" if value else "no")
 
 
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit} differ" if n != 1 else f"1 {unit.rstrip('s')} differs"
+
+
 def _geometry(g: Geometry) -> str:
     return f"4096-byte page {g.page}, 512-byte sector {g.sector}, 64 KiB {g.window_64k}"
 
@@ -78,7 +85,7 @@ def render_mismatch(m: Mismatch) -> list[str]:
         f"(byte {m.byte} of the row, offset {m.offset} (0x{m.offset:x}))",
         f"  expected: {m.expected}",
         f"  actual:   {m.actual}",
-        f"  {m.differing} {m.unit} differ; decoded row finite: expected "
+        f"  {_count(m.differing, m.unit)}; decoded row finite: expected "
         f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}"
         + (f"; max abs diff {m.max_abs_diff:g}" if m.max_abs_diff is not None else ""),
     ]
@@ -116,10 +123,12 @@ def render(report: RowsReport) -> list[str]:
     lines.extend(render_short(s) for s in r.short_reads)
     if r.mismatch_count > len(r.mismatches):
         lines.append(f"... {r.mismatch_count - len(r.mismatches)} more mismatches not shown")
+    if r.short_read_count > len(r.short_reads):
+        lines.append(f"... {r.short_read_count - len(r.short_reads)} more short reads not shown")
     if r.clean:
         lines.append("result: clean: every path delivered the file's bytes")
     else:
         kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
-        lines.append(f"result: {r.mismatch_count} mismatches ({kinds}), {len(r.short_reads)} short reads; "
+        lines.append(f"result: {r.mismatch_count} mismatches ({kinds}), {r.short_read_count} short reads; "
                      f"mismatched rows crossing: {_geometry(r.mismatch_geometry)}")
     return lines

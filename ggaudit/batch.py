@@ -1,0 +1,91 @@
+"""Run one audit over several models: each model's result or error is kept, none is lost.
+
+``scan`` and ``verify`` of several models at once (several MODEL arguments, ``--jobs N``) use this:
+a failure in one model (a missing file, a truncated header, a file that changes while it is read)
+becomes that model's error and the others still report. Results come back in the order the models
+were given, whatever order the jobs finish in.
+
+    outcomes = run_models(["a.gguf", "b.gguf"], lambda m: scan(m, workers=0), jobs=2)
+    overall_status(outcomes, lambda r: r.has_findings)    # 0 clean, 1 findings, 2 any error
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Generic, Sequence, TypeVar
+
+from .errors import GGAuditError, ReadError
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+STATUS_CLEAN = 0
+STATUS_FINDINGS = 1
+STATUS_ERROR = 2
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[R]):
+    """What auditing one model gave: a result, or the error that stopped it (never both)."""
+
+    model: str
+    result: R | None = None
+    error: GGAuditError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _as_error(model: str, err: BaseException) -> GGAuditError:
+    if isinstance(err, GGAuditError):
+        return err
+    if isinstance(err, MemoryError):
+        return ReadError(model, "out of memory")
+    assert isinstance(err, OSError)
+    path = err.filename if err.filename is not None else model
+    return ReadError(path, err.strerror or str(err))
+
+
+def _one(model: str, audit: Callable[[str], R]) -> Outcome[R]:
+    try:
+        return Outcome(model, result=audit(model))
+    except (GGAuditError, OSError, MemoryError) as err:
+        # Expected failures of one model become its outcome; anything else is a bug and propagates.
+        log.debug("%s failed: %s", model, err)
+        return Outcome(model, error=_as_error(model, err))
+
+
+def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 1) -> list[Outcome[R]]:
+    """Apply ``audit`` to every model, ``jobs`` at a time (threads), and return outcomes in order.
+
+    ``audit`` should do its own reading in this thread (pass ``workers=0`` to ``scan`` when
+    ``jobs > 1``: the jobs already use the cores, and forking reader processes from several threads
+    at once is unsafe).
+    """
+    if jobs < 1:
+        raise ValueError("jobs must be >= 1")
+    if jobs == 1 or len(models) <= 1:
+        return [_one(m, audit) for m in models]
+    with ThreadPoolExecutor(max_workers=min(jobs, len(models)), thread_name_prefix="ggaudit-job") as pool:
+        return list(pool.map(lambda m: _one(m, audit), models))
+
+
+def overall_status(outcomes: Sequence[Outcome[R]], has_findings: Callable[[R], bool]) -> int:
+    """2 if any model failed, else 1 if any model has findings, else 0."""
+    if any(o.error is not None for o in outcomes):
+        return STATUS_ERROR
+    if any(has_findings(o.result) for o in outcomes if o.result is not None):
+        return STATUS_FINDINGS
+    return STATUS_CLEAN
+
+
+def status_word(outcome: Outcome[R], has_findings: Callable[[R], bool]) -> str:
+    """``error``, ``findings`` or ``ok``: one model's status in JSON output."""
+    if outcome.error is not None:
+        return "error"
+    assert outcome.result is not None
+    return "findings" if has_findings(outcome.result) else "ok"

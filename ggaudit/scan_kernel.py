@@ -1,0 +1,446 @@
+"""The scan's core: find and locate non-finite values and outliers in whole units of one tensor.
+
+A *unit* is a block of a quantized type or one element of a float tensor. Every test runs on integer
+keys (the stored bits with the sign cleared, which order like |x|): per slice, one gather of the field
+bytes, one ``bitwise_and`` and one ``max`` decide whether anything needs reporting; only such slices
+take the slow path that locates and classifies values. Block fields are read through strided views of
+the caller's bytes (a mapping or a read buffer), so the quantized data itself is never copied.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import gguf.quants
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+from .blocks import BlockLayout, Encoding, FloatField, decode_bits, iq1m_assemble, layout_of
+from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, hex_bits
+
+log = logging.getLogger(__name__)
+
+#: Raw bytes of float elements examined per numpy step: the key buffer (``out=``) stays in cache.
+SLICE_BYTES = 1 << 20
+#: Raw bytes of quantized blocks per step: only a few bytes per block are gathered, so more fit.
+BLOCK_SLICE_BYTES = 4 << 20
+#: Raw bytes decoded per gguf.quants call in --deep mode (decoded floats are ~20x larger).
+DEEP_BYTES = 64 << 10
+
+
+# ----- codecs: integer keys that order like |x| ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Codec:
+    """How to turn one encoding's stored bits into keys that order like |x|."""
+
+    encoding: Encoding
+    unit: str            # numpy dtype of one stored unit ('<u2' ...); IQ1_M: one of its 4 words
+    mask: int            # key = raw & mask (sign bit cleared)
+    inf_key: int         # keys >= inf_key are non-finite (NaN, +Inf, -Inf)
+
+
+CODECS: dict[Encoding, Codec] = {
+    Encoding.F16: Codec(Encoding.F16, "<u2", 0x7FFF, 0x7C00),
+    Encoding.IQ1M_F16: Codec(Encoding.IQ1M_F16, "<u2", 0x7FFF, 0x7C00),
+    Encoding.BF16: Codec(Encoding.BF16, "<u2", 0x7FFF, 0x7F80),
+    Encoding.F32: Codec(Encoding.F32, "<u4", 0x7FFF_FFFF, 0x7F80_0000),
+    Encoding.F64: Codec(Encoding.F64, "<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
+    Encoding.E8M0: Codec(Encoding.E8M0, "u1", 0xFF, 0xFF),      # no sign; 0xFF is NaN
+    Encoding.E4M3: Codec(Encoding.E4M3, "u1", 0x7F, 0x7F),      # 0x7F/0xFF are NaN, no Inf
+    # As ggml and gguf decode it, bit 7 is ignored and 0x7F means zero: no byte is non-finite, and the
+    # key is a rank from a lookup table because 0x7F breaks the ordering (see _ue4m3_ranks).
+    Encoding.UE4M3: Codec(Encoding.UE4M3, "u1", 0xFF, 0x100),
+}
+
+#: MXFP4: E8M0 keys from here up (2^126 and 2^127 as scales) can overflow float32 when decoded.
+OVERFLOW_KEY: dict[T, int] = {T.MXFP4: 0xFD}
+
+
+@functools.lru_cache(maxsize=None)
+def _ue4m3_ranks() -> tuple[np.ndarray, np.ndarray]:
+    """(byte -> rank of its value, rank -> value) for UE4M3, so ranks order like values."""
+    values = decode_bits(Encoding.UE4M3, np.arange(256))
+    uniq, rank = np.unique(values, return_inverse=True)
+    return rank.astype(np.uint16), uniq
+
+
+def _key_values(codec: Codec, keys: np.ndarray) -> np.ndarray:
+    """|x| of each key as float64."""
+    if codec.encoding is Encoding.UE4M3:
+        return _ue4m3_ranks()[1][np.asarray(keys, dtype=np.int64)]
+    return np.abs(decode_bits(codec.encoding, np.asarray(keys)))
+
+
+@functools.lru_cache(maxsize=64)
+def _threshold_key(codec: Codec, limit: float) -> int:
+    """The largest key whose |x| <= limit: keys above it (and below inf_key) are outliers."""
+    if codec.encoding is Encoding.F32:
+        key = int(np.float32(min(limit, 3.4028234663852886e38)).view(np.uint32))
+        return key - 1 if float(_key_values(codec, key)) > limit else key
+    if codec.encoding is Encoding.F64:
+        return min(int(np.float64(limit).view(np.uint64)), codec.inf_key - 1)
+    top = len(_ue4m3_ranks()[1]) if codec.encoding is Encoding.UE4M3 else codec.inf_key
+    values = _key_values(codec, np.arange(top))
+    return int(np.searchsorted(values, limit, side="right")) - 1
+
+
+# ----- per-tensor plans ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Group:
+    """Fields of one encoding, equally spaced in the block: read as one (n, k) strided view."""
+
+    fields: tuple[FloatField, ...]
+    offset: int
+    spacing: int
+    codec: Codec
+
+    @property
+    def words(self) -> int:
+        """Stored units per field (IQ1_M's scale spans four u16 words)."""
+        return 4 if self.codec.encoding is Encoding.IQ1M_F16 else 1
+
+
+@functools.lru_cache(maxsize=None)
+def groups(layout: BlockLayout) -> tuple[Group, ...]:
+    groups: list[Group] = []
+    for f in layout.fields:
+        last = groups[-1] if groups else None
+        if last is not None and last.codec.encoding is f.encoding and f.encoding is not Encoding.IQ1M_F16:
+            gap = f.offset - last.fields[-1].offset
+            if gap >= f.size and (len(last.fields) == 1 or gap == last.spacing):
+                groups[-1] = Group(last.fields + (f,), last.offset, gap, last.codec)
+                continue
+        groups.append(Group((f,), f.offset, f.size, CODECS[f.encoding]))
+    return tuple(groups)
+
+
+@dataclass(frozen=True)
+class Options:
+    max_abs: float | None
+    limit: int
+    fail_fast: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One tensor to scan; picklable so a worker process can receive it."""
+
+    index: int
+    name: str
+    path: str
+    offset: int
+    nbytes: int
+    n_cols: int
+    layout: BlockLayout
+    deep: bool
+
+    @property
+    def units(self) -> int:
+        return self.nbytes // self.layout.block_bytes
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+    @property
+    def units_per_row(self) -> int:
+        return self.n_cols // self.layout.block_size
+
+
+@dataclass
+class Acc:
+    """What has been found so far in one tensor (or one piece of it, in a worker)."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    max_abs: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+    stopped: bool = False
+
+    def add_max(self, value: float | None) -> None:
+        if value is not None and (self.max_abs is None or value > self.max_abs):
+            self.max_abs = value
+
+    def merge(self, other: Acc, limit: int) -> None:
+        for kind, n in other.counts.items():
+            self.counts[kind] += n
+        self.add_max(other.max_abs)
+        self.findings.extend(other.findings[:max(0, limit - len(self.findings))])
+        self.stopped = self.stopped or other.stopped
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+# ----- the core: scan whole units held in a uint8 array ----------------------------------------------
+
+@dataclass
+class _Candidates:
+    """Located values of one slice worth reporting, in file order, before they become Findings."""
+
+    offsets: list[int] = field(default_factory=list)
+    makers: list[Callable[[], Finding]] = field(default_factory=list)
+
+
+@dataclass
+class GroupPass:
+    """One field group during a scan of one stretch of a tensor: its limits and the largest finite key."""
+
+    group: Group
+    trigger: int          # keys >= trigger need a closer look (non-finite, or may overflow)
+    threshold: int        # keys above it (finite) are outliers
+    max_key: int = -1
+
+
+def scan_units(plan: Plan, opts: Options, acc: Acc, data: np.ndarray, first_unit: int) -> None:
+    """Scan ``data`` (whole units of ``plan`` starting at unit ``first_unit``) into ``acc``."""
+    layout = plan.layout
+    bb = layout.block_bytes
+    per_slice = max(1, (SLICE_BYTES if layout.is_float_elements else BLOCK_SLICE_BYTES) // bb)
+    passes = [GroupPass(g, OVERFLOW_KEY.get(layout.ggml_type, g.codec.inf_key),
+                         g.codec.inf_key if opts.max_abs is None else _threshold_key(g.codec, opts.max_abs))
+              for g in groups(layout)]
+    n_units = len(data) // bb
+    for u0 in range(0, n_units, per_slice):
+        if acc.stopped:
+            break
+        n = min(per_slice, n_units - u0)
+        _scan_slice(plan, opts, acc, passes, data[u0 * bb:(u0 + n) * bb], first_unit + u0)
+    for p in passes:
+        if p.max_key >= 0:
+            acc.add_max(float(_key_values(p.group.codec, p.max_key)))
+
+
+_SCRATCH = threading.local()     # per thread: scans may run in several threads of one process
+
+
+def _scratch(role: str, dtype: str, size: int) -> np.ndarray:
+    """A reused buffer per role and dtype (an ``out=`` target), grown on demand."""
+    buffers: dict[tuple[str, str], np.ndarray] = _SCRATCH.__dict__.setdefault("buffers", {})
+    buf = buffers.get((role, dtype))
+    if buf is None or buf.size < size:
+        buf = buffers[(role, dtype)] = np.empty(size, dtype=np.dtype(dtype).newbyteorder("="))
+    return buf[:size]
+
+
+_WIDE = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
+
+
+def _raw(group: Group, data: np.ndarray, n: int, bb: int, contiguous: bool) -> np.ndarray:
+    """The group's stored units of ``n`` blocks as an (n, k) array.
+
+    Float elements are viewed in place. Block fields are gathered through a strided view of ``data``
+    (one wide integer per block when the fields are adjacent), so only their bytes are read, into a
+    small contiguous buffer where the tests run at full speed.
+    """
+    unit = np.dtype(group.codec.unit)
+    k = len(group.fields) * group.words
+    if contiguous:
+        return np.ndarray((n, k), dtype=unit, buffer=data, offset=group.offset, strides=(bb, unit.itemsize))
+    out = _scratch("raw", group.codec.unit, n * k).reshape(n, k)
+    width = k * unit.itemsize
+    step = unit.itemsize if group.words > 1 else group.spacing
+    if step == unit.itemsize and width in _WIDE:
+        wide = np.ndarray((n,), dtype=_WIDE[width], buffer=data, offset=group.offset, strides=(bb,))
+        np.copyto(out.view(_WIDE[width]).reshape(n), wide)
+    else:
+        for j in range(k):
+            np.copyto(out[:, j], np.ndarray((n,), dtype=unit, buffer=data, offset=group.offset + j * step,
+                                            strides=(bb,)))
+    return out
+
+
+def _keys(group: Group, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, bits): keys order like |x|; bits are the stored values (IQ1_M: assembled), (n, fields)."""
+    codec = group.codec
+    if codec.encoding is Encoding.IQ1M_F16:
+        bits = iq1m_assemble(raw.view(np.uint8)).reshape(-1, 1)
+        return bits & np.uint16(codec.mask), bits
+    if codec.encoding is Encoding.UE4M3:
+        return _ue4m3_ranks()[0][raw], raw
+    keys = _scratch("keys", codec.unit, raw.size).reshape(raw.shape)
+    np.bitwise_and(raw, codec.mask, out=keys)
+    return keys, raw
+
+
+def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], data: np.ndarray,
+                first_unit: int) -> None:
+    bb = plan.layout.block_bytes
+    n = len(data) // bb
+    slow: list[tuple[GroupPass, np.ndarray, np.ndarray]] = []
+    for p in passes:
+        keys, bits = _keys(p.group, _raw(p.group, data, n, bb, plan.layout.is_float_elements))
+        top = int(keys.max())
+        if top < p.trigger and top <= p.threshold:     # the common case: nothing to report here
+            if top > p.max_key:
+                p.max_key = top
+            continue
+        finite = keys < p.group.codec.inf_key
+        if finite.any():
+            p.max_key = max(p.max_key, int(keys[finite].max()))
+        slow.append((p, keys.copy(), bits.copy()))
+    if slow or plan.deep:
+        _report_slice(plan, opts, acc, slow, data, first_unit)
+
+
+def _report_slice(plan: Plan, opts: Options, acc: Acc, slow: list[tuple[GroupPass, np.ndarray, np.ndarray]],
+                  data: np.ndarray, first_unit: int) -> None:
+    """Locate and classify what the fast test flagged in a slice (and decode it, with --deep)."""
+    cands = _Candidates()
+    room = 1 if opts.fail_fast else max(0, opts.limit - len(acc.findings))
+    counts = dict.fromkeys(KINDS, 0)
+    bad_blocks = [_locate(plan, opts, p.group, data, keys, bits, keys < p.group.codec.inf_key, p.trigger,
+                          None if opts.max_abs is None else p.threshold, first_unit, counts, cands, room)
+                  for p, keys, bits in slow]
+    flagged = np.unique(np.concatenate(bad_blocks)) if bad_blocks else np.empty(0, np.int64)
+    if plan.deep:
+        _deep_slice(plan, data, flagged, first_unit, counts, cands, room)
+    _commit(acc, opts, counts, cands)
+
+
+def _locate(plan: Plan, opts: Options, group: Group, data: np.ndarray, keys: np.ndarray, bits: np.ndarray,
+            finite: np.ndarray, trigger: int, threshold: int | None, first_unit: int,
+            counts: dict[str, int], cands: _Candidates, room: int) -> np.ndarray:
+    """Classify the keys of one slice worth a look; returns the block indices that are non-finite."""
+    codec = group.codec
+    interesting = keys >= trigger
+    if threshold is not None:
+        interesting |= finite & (keys > threshold)
+    flat = np.flatnonzero(interesting)
+    k = keys.shape[1]
+    rows, cols = np.divmod(flat, k)
+    raw = bits[rows, cols].astype(np.uint64)
+    values = decode_bits(codec.encoding, raw)
+    kinds = np.full(len(flat), "", dtype=object)
+    causes = np.full(len(flat), CAUSE_FIELD, dtype=object)
+    kinds[np.isnan(values)] = "nan"
+    kinds[np.isposinf(values)] = "+inf"
+    kinds[np.isneginf(values)] = "-inf"
+    suspect = np.flatnonzero((kinds == "") & (keys[rows, cols] >= trigger))
+    if len(suspect):
+        overflow = _overflow_kinds(plan.layout.ggml_type, data, rows[suspect], plan.layout.block_bytes)
+        kinds[suspect] = overflow
+        causes[suspect[overflow != ""]] = CAUSE_OVERFLOW
+    if opts.max_abs is not None:
+        kinds[(kinds == "") & (np.abs(values) > opts.max_abs)] = "outlier"
+    keep = np.flatnonzero(kinds != "")
+    for kind in KINDS:
+        counts[kind] += int(np.count_nonzero(kinds[keep] == kind))
+    size = group.fields[0].size
+    for i in keep[:room]:
+        f = group.fields[cols[i] if group.words == 1 else 0]
+        unit = first_unit + int(rows[i])
+        offset = plan.offset + unit * plan.layout.block_bytes + f.offset
+        cands.offsets.append(offset)
+        cands.makers.append(functools.partial(
+            _finding, plan, unit, f, offset, hex_bits(int(raw[i]), min(size, 2) if group.words > 1 else size),
+            _finite_or_none(float(values[i])), str(kinds[i]), str(causes[i])))
+    nonfinite = keep[kinds[keep] != "outlier"]
+    return first_unit + rows[nonfinite]
+
+
+def _finite_or_none(value: float) -> float | None:
+    """Findings keep a value only when it is finite (the kind says which non-finite it is), so they
+    compare equal and serialise as JSON."""
+    return value if math.isfinite(value) else None
+
+
+def _overflow_kinds(ggml_type: T, data: np.ndarray, rows: np.ndarray, bb: int) -> np.ndarray:
+    """Decode the few blocks with a huge finite scale; the kind of the first non-finite value, or ''."""
+    blocks = np.stack([data[r * bb:(r + 1) * bb] for r in rows]).reshape(-1)
+    with np.errstate(all="ignore"):     # overflow is what we are looking for
+        decoded = gguf.quants.dequantize(blocks, ggml_type).reshape(len(rows), -1)
+    return np.array([_first_kind(row)[0] for row in decoded], dtype=object)
+
+
+def _first_kind(values: np.ndarray) -> tuple[str, int]:
+    """The kind of the first non-finite value in ``values`` and its index, or ('', -1)."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if not len(bad):
+        return "", -1
+    v = values[bad[0]]
+    return ("nan" if np.isnan(v) else "+inf" if v > 0 else "-inf"), int(bad[0])
+
+
+def _finding(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value: float | None, kind: str,
+             cause: str) -> Finding:
+    layout = plan.layout
+    if layout.is_float_elements:
+        row, column = divmod(unit, plan.n_cols)
+        block, width = column, 1
+    else:
+        row, block = divmod(unit, plan.units_per_row)
+        column, width = block * layout.block_size + f.first_col, f.width
+    return Finding(plan.name, plan.path, kind, row, column, width, block, f.name, offset, f.size, bits,
+                   value, cause)
+
+
+def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: int,
+                counts: dict[str, int], cands: _Candidates, room: int) -> None:
+    """Decode the slice with gguf.quants; report non-finite blocks the fields did not explain."""
+    layout = plan.layout
+    bb, bs = layout.block_bytes, layout.block_size
+    step = max(1, DEEP_BYTES // bb)
+    n = len(data) // bb
+    listed = 0
+    for b0 in range(0, n, step):
+        m = min(step, n - b0)
+        with np.errstate(all="ignore"):     # non-finite results are what we are looking for
+            decoded = gguf.quants.dequantize(data[b0 * bb:(b0 + m) * bb], layout.ggml_type).reshape(m, bs)
+        bad = np.flatnonzero(~np.isfinite(decoded).all(axis=1))
+        bad = bad[~np.isin(first_unit + b0 + bad, flagged)]
+        for r in bad:
+            kind, col = _first_kind(decoded[r])
+            counts[kind] += 1
+            if listed >= room:
+                continue
+            listed += 1
+            unit = first_unit + b0 + int(r)
+            row, block = divmod(unit, plan.units_per_row)
+            value = np.float32(decoded[r, col])
+            offset = plan.offset + unit * bb
+            cands.offsets.append(offset)
+            cands.makers.append(functools.partial(
+                Finding, plan.name, plan.path, kind, row, block * bs + col, 1, block, "decoded", offset, bb,
+                hex_bits(int(value.view(np.uint32)), 4), None, CAUSE_DECODED))
+
+
+def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates) -> None:
+    """Add a slice's counts and its first findings (in file order) to the accumulator."""
+    order = sorted(range(len(cands.offsets)), key=cands.offsets.__getitem__)
+    if opts.fail_fast:
+        if order:
+            first = cands.makers[order[0]]()
+            acc.findings.append(first)
+            acc.counts[first.kind] += 1
+            acc.stopped = True
+        return
+    for kind, n in counts.items():
+        acc.counts[kind] += n
+    room = max(0, opts.limit - len(acc.findings))
+    acc.findings.extend(cands.makers[i]() for i in order[:room])
+
+
+def by_file(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
+    files: dict[str, list[Plan]] = {}
+    for p in sorted(plans, key=lambda p: (p.path, p.offset)):
+        files.setdefault(p.path, []).append(p)
+    return files
+
+
+@functools.lru_cache(maxsize=None)
+def deep_supported(ggml_type: T) -> bool:
+    """Whether gguf.quants can dequantize ``ggml_type`` (what --deep needs)."""
+    layout = layout_of(ggml_type)
+    try:
+        gguf.quants.dequantize(np.zeros(layout.block_bytes, np.uint8), ggml_type)
+    except NotImplementedError:
+        return False
+    return True

@@ -1,0 +1,180 @@
+"""Scan large models in worker processes that map windows of the file and read the fields in place.
+
+A mapping of a file that shrinks under it raises SIGBUS when touched past the new end, which kills the
+process: here that process is a worker, and the parent turns the broken pool into
+``ReadError("file changed during scan")``. Each task maps its own window (64 MiB) and unmaps it, so
+resident memory does not grow with the file.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import mmap
+import multiprocessing
+import os
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .errors import ReadError
+from .layout import FileIdentity, GGUFFile
+from .scan_kernel import Acc, Options, Plan, by_file, scan_units
+
+log = logging.getLogger(__name__)
+
+#: Raw bytes a worker maps and scans per task.
+TASK_BYTES = 64 << 20
+#: Tasks queued per worker, so workers never wait for the parent and memory stays bounded.
+_QUEUE_PER_WORKER = 2
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of whole units of one tensor."""
+
+    plan: Plan
+    first_unit: int
+    n_units: int
+
+    @property
+    def start(self) -> int:
+        return self.plan.offset + self.first_unit * self.plan.layout.block_bytes
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_units * self.plan.layout.block_bytes
+
+
+@dataclass(frozen=True)
+class Task:
+    """Neighbouring pieces of one file that a worker maps and scans together."""
+
+    path: str
+    identity: FileIdentity
+    pieces: tuple[Piece, ...]
+
+    @property
+    def start(self) -> int:
+        return self.pieces[0].start
+
+    @property
+    def end(self) -> int:
+        return self.pieces[-1].end
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.end - p.start for p in self.pieces)
+
+
+def make_tasks(plans: Sequence[Plan], identities: dict[str, FileIdentity], task_bytes: int) -> Iterator[Task]:
+    """Cut tensors into pieces and pack neighbouring pieces into tasks of about ``task_bytes``."""
+    for path, group in by_file(plans).items():
+        pieces: list[Piece] = []
+        size = 0
+        for plan in group:
+            per_piece = max(1, task_bytes // plan.layout.block_bytes)
+            for u0 in range(0, plan.units, per_piece):
+                piece = Piece(plan, u0, min(per_piece, plan.units - u0))
+                full = size + piece.end - piece.start > task_bytes
+                if pieces and (full or piece.start - pieces[-1].end > task_bytes):
+                    yield Task(path, identities[path], tuple(pieces))
+                    pieces, size = [], 0
+                pieces.append(piece)
+                size += piece.end - piece.start
+        if pieces:
+            yield Task(path, identities[path], tuple(pieces))
+
+
+def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
+    """In a worker: map the task's window of the file and scan its pieces in place."""
+    fd = os.open(task.path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (task.identity.device, task.identity.inode) or st.st_size < task.end:
+            raise ReadError(task.path, f"file changed during scan (now {st.st_size} bytes, "
+                            f"expected {task.identity.size})", offset=task.end)
+        base = task.start - task.start % mmap.ALLOCATIONGRANULARITY
+        # No MAP_POPULATE: the kernel's fault-around maps 64 KiB per fault, which measured faster.
+        mm = mmap.mmap(fd, task.end - base, access=mmap.ACCESS_READ, offset=base)
+    finally:
+        os.close(fd)
+    try:
+        return scan_pieces(task, opts, mm, base)
+    finally:
+        try:
+            mm.close()
+        except BufferError:     # a view survives in a traceback; the mapping goes with the process
+            pass
+
+
+def scan_pieces(task: Task, opts: Options, mm: mmap.mmap, base: int) -> list[tuple[int, Acc]]:
+    """Scan each piece of ``task`` in the mapping ``mm`` of the file from offset ``base``."""
+    out: list[tuple[int, Acc]] = []
+    window = np.frombuffer(mm, dtype=np.uint8)
+    try:
+        for piece in task.pieces:
+            acc = Acc()
+            scan_units(piece.plan, opts, acc, window[piece.start - base:piece.end - base], piece.first_unit)
+            out.append((piece.plan.index, acc))
+            if acc.stopped:
+                break
+    finally:
+        del window
+    return out
+
+
+def _worker_init() -> None:
+    # A worker killed by SIGBUS is expected (the file shrank) and reported by the parent as a
+    # ReadError; a fault handler inherited from the parent would only add a stack dump to stderr.
+    faulthandler.disable()
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # fork starts a worker in milliseconds, which matters when a whole scan takes 100 ms; where it is
+    # unavailable (Windows, macOS default) spawn is correct, only slower to start.
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], workers: int,
+               progress: Callable[[int], None]) -> dict[int, Acc]:
+    """Scan ``plans`` in ``workers`` processes; results are merged in file order, tasks run ahead."""
+    identities = {f.path: f.identity for f in files}
+    tasks = make_tasks(plans, identities, TASK_BYTES)
+    accs: dict[int, Acc] = {}
+    pending: deque[tuple[Task, Future[list[tuple[int, Acc]]]]] = deque()
+    pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init)
+    current: Task | None = None
+    try:
+        while len(pending) < workers * _QUEUE_PER_WORKER and (task := next(tasks, None)) is not None:
+            pending.append((task, pool.submit(run_task, task, opts)))
+        while pending:
+            current, future = pending.popleft()
+            results = future.result()
+            if (task := next(tasks, None)) is not None:
+                pending.append((task, pool.submit(run_task, task, opts)))
+            if _merge(accs, results, opts):
+                break
+            progress(current.nbytes)
+    except BrokenProcessPool:
+        path = current.path if current is not None else files[0].path
+        raise ReadError(path, "file changed during scan: a reader process was killed "
+                        "(SIGBUS from a mapping of a file that shrank?)",
+                        offset=current.start if current is not None else None) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return accs
+
+
+def _merge(accs: dict[int, Acc], results: list[tuple[int, Acc]], opts: Options) -> bool:
+    """Fold a task's results in; True when --fail-fast has found its finding."""
+    for index, acc in results:
+        accs.setdefault(index, Acc()).merge(acc, opts.limit if not opts.fail_fast else 1)
+        if acc.stopped:
+            return True
+    return False

@@ -1,0 +1,42 @@
+"""`ggaudit rows` on the committed PLE fixtures (IQ4_NL 90-byte and Q8_0 170-byte rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ggaudit import rows as R
+from ggaudit.layout import open_model
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PLE = "per_layer_token_embd.weight"
+
+
+@pytest.mark.parametrize("name,row_bytes,crossing", [("ple_iq4_nl.gguf", 90, 23), ("ple_q8_0.gguf", 170, 42)])
+def test_all_paths_agree_on_the_fixture(name: str, row_bytes: int, crossing: int) -> None:
+    path = str(FIXTURES / name)
+    swept = R.check_rows(path, all_rows=True, workers=2)
+    assert swept.clean and swept.rows_checked == 1024 and swept.row_bytes == row_bytes
+    assert swept.geometry.page == crossing
+    crossed = R.check_rows(path, page_crossing=True, cache_rows=8, batch=16, workers=2)
+    assert crossed.clean and crossed.rows_checked == crossing == crossed.geometry.page
+    assert [s.path for s in crossed.stats] == ["buffered", "mmap", "direct"]
+    assert all(s.cache_hits and s.cache_evictions for s in crossed.stats)
+    token = R.check_rows(path, tensor="token_embd.weight", all_rows=True, modes=["direct"])
+    assert token.clean and token.n_rows == 256
+
+
+def test_capture_of_the_clean_fixture_pins_the_flipped_byte(tmp_path: Path) -> None:
+    clean = open_model(FIXTURES / "ple_iq4_nl.gguf").tensor(PLE)
+    data = (FIXTURES / "ple_iq4_nl.gguf").read_bytes()
+    ids = np.arange(90, 111)
+    rows = np.stack([np.frombuffer(data[clean.row_offset(r):clean.row_offset(r) + 90], np.uint8) for r in ids])
+    np.savez(tmp_path / "engine.npz", ids=ids, rows=rows)
+    # fixtures/README.md: row 100, block 3, columns 96 and 112, offset 32768, 3a -> c5.
+    report = R.check_rows(str(FIXTURES / "ple_iq4_nl-flip.gguf"), against=str(tmp_path / "engine.npz"))
+    (m,) = report.mismatches
+    assert (m.row, m.block, m.column, m.offset, m.differing) == (100, 3, 96, 32768, 1)
+    assert m.expected.split()[0] == "c5" and m.actual.split()[0] == "3a"
+    assert report.capture.mismatched_rows == 1 and report.mismatch_geometry.page == 1

@@ -1,0 +1,84 @@
+"""ggaudit.scan when the file misbehaves: shrinks during a mapped scan (SIGBUS in a worker), a worker
+dies, the file changes between opening and scanning, or shrinks under a streamed read."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+import ggaudit.scan as scan_module
+import ggaudit.scan_workers as workers_module
+from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.errors import ReadError
+from ggaudit.layout import open_model
+from ggaudit.scan import scan
+
+needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                                reason="patching workers needs fork")
+
+
+def _model(path: Path) -> int:
+    data = np.random.default_rng(0).standard_normal(512 * 512).astype("<f4").tobytes()
+    write_gguf(path, [TensorSpec("a", T.F32, (512, 512), data), TensorSpec("b", T.F32, (512, 512), data)])
+    return path.stat().st_size
+
+
+@needs_fork
+def test_sigbus_in_a_worker_becomes_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.gguf"
+    _model(path)
+    real = workers_module.scan_pieces
+
+    def shrink_then_scan(task, opts, mm, base):  # type: ignore[no-untyped-def]
+        os.truncate(task.path, 4096)             # the window is mapped: touching it now raises SIGBUS
+        return real(task, opts, mm, base)
+
+    monkeypatch.setattr(workers_module, "scan_pieces", shrink_then_scan)
+    with pytest.raises(ReadError, match="file changed during scan: a reader process was killed"):
+        scan(path, workers=2)
+
+
+def test_a_worker_killed_by_a_signal_becomes_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.gguf"
+    _model(path)
+    monkeypatch.setattr(workers_module, "TASK_BYTES", 8192)
+
+    def kill_workers(done: int, total: int) -> None:
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGKILL)
+
+    with pytest.raises(ReadError, match="file changed during scan"):
+        scan(path, workers=2, progress=kill_workers)
+
+
+def test_file_shrinking_during_a_mapped_scan_is_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.gguf"
+    size = _model(path)
+    monkeypatch.setattr(workers_module, "TASK_BYTES", 8192)
+    with pytest.raises(ReadError, match="file changed during scan") as err:
+        scan(path, workers=2, progress=lambda done, total: os.truncate(path, size // 2))
+    assert str(path) in str(err.value)
+
+
+def test_file_shrinking_during_a_streamed_scan_is_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.gguf"
+    size = _model(path)
+    monkeypatch.setattr(scan_module, "STREAM_CHUNK_BYTES", 65536)
+    with pytest.raises(ReadError, match="shrank or was replaced"):
+        scan(path, workers=0, progress=lambda done, total: os.truncate(path, size // 2))
+
+
+def test_file_changed_after_opening_is_a_read_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    _model(path)
+    model = open_model(path)
+    with open(path, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ReadError, match="file changed since it was opened"):
+        scan(model)

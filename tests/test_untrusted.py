@@ -1,0 +1,258 @@
+"""Untrusted names (issue 6).
+
+Text read from a file or a manifest (tensor names, metadata keys and strings, checksum-file names,
+media types) reaches a terminal only escaped, and stays exact in JSON. Names and digests from
+manifests and checksum files never lead outside the store or folder: ``../``, absolute paths and
+symlinks pointing out are reported, not followed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.errors import ManifestError, UsageError
+from ggaudit.manifests import parse_ollama_name, read_sums, read_tensor_manifest
+from ggaudit.text import escape
+
+from reliability_support import assert_one_line_error, run_cli, tensor_payload
+
+CLEAR = "\x1b[2J"
+#: Names a hostile file might carry: screen clear, title set (OSC ... BEL), a fake line, bidi override,
+#: C1 CSI, a lone DEL.
+EVIL = [f"{CLEAR}embd", "t\x1b]0;pwned\x07", "x\r\nggaudit: all clean", "\u202egnp.exe", "c1\x9b31m", "del\x7f"]
+
+
+def _terminal_safe(text: str) -> None:
+    """No control character but the newlines that separate lines."""
+    bad = [ch for ch in text if (ord(ch) < 0x20 and ch != "\n") or 0x7F <= ord(ch) < 0xA0
+           or ch in "\u2028\u2029" or 0x202A <= ord(ch) <= 0x202E or 0x2066 <= ord(ch) <= 0x2069]
+    assert not bad, (bad, text[:400])
+
+
+@pytest.fixture()
+def evil_model(tmp_path: Path) -> Path:
+    """Tensors named EVIL (the first an embedding table, one F32 holding a NaN); hostile metadata."""
+    path = tmp_path / "evil.gguf"
+    f32 = np.ones(64, dtype="<f4")
+    f32[5] = np.nan
+    tensors = [TensorSpec(EVIL[0], T.Q8_0, (64, 16), tensor_payload(T.Q8_0, (64, 16), seed=1)),
+               TensorSpec(EVIL[1], T.F32, (64,), f32.tobytes())]
+    tensors += [TensorSpec(name, T.F16, (8,), np.ones(8, "<f2").tobytes()) for name in EVIL[2:]]
+    write_gguf(path, tensors, {"general.architecture": "llama", f"key{CLEAR}": "value\x1b[31mred\x07",
+                               "general.name": EVIL[2]})
+    return path
+
+
+def test_info_escapes_every_hostile_string_and_json_keeps_them(evil_model: Path) -> None:
+    text = run_cli(["info", evil_model])
+    assert text.exit_code == 0, text.output
+    _terminal_safe(text.stdout)
+    for name in EVIL:
+        assert escape(name) in text.stdout
+    assert escape(f"key{CLEAR}") in text.stdout and escape("value\x1b[31mred\x07") in text.stdout
+    doc = json.loads(run_cli(["info", evil_model, "--json"]).stdout)
+    assert [t["name"] for t in doc["tensors"]] == EVIL
+    assert doc["files"][0]["metadata"][f"key{CLEAR}"]["value"] == "value\x1b[31mred\x07"
+
+
+def test_scan_escapes_names_in_text_and_keeps_them_in_json(evil_model: Path) -> None:
+    text = run_cli(["scan", evil_model])
+    assert text.exit_code == 1, text.output
+    _terminal_safe(text.stdout)
+    assert f"tensor {escape(EVIL[1])} (F32" in text.stdout
+    doc = json.loads(run_cli(["scan", evil_model, "--json"]).stdout)
+    bad = [t for t in doc["tensors"] if t["findings"]]
+    assert [t["name"] for t in bad] == [EVIL[1]]
+    assert bad[0]["findings"][0]["column"] == 5
+
+
+def test_rows_escapes_the_tensor_name(evil_model: Path) -> None:
+    text = run_cli(["rows", evil_model, "--tensor", EVIL[0], "--ids", "0-3"])
+    assert text.exit_code == 0, text.output
+    _terminal_safe(text.stdout)
+    assert f"tensor {escape(EVIL[0])}: Q8_0" in text.stdout
+    doc = json.loads(run_cli(["rows", evil_model, "--tensor", EVIL[0], "--ids", "0-3", "--json"]).stdout)
+    assert doc["tensor"] == EVIL[0]
+
+
+def test_errors_naming_hostile_tensors_are_one_escaped_line(evil_model: Path, tmp_path: Path) -> None:
+    dup = tmp_path / "dup.gguf"
+    spec = TensorSpec(EVIL[2], T.F16, (8,), np.ones(8, "<f2").tobytes())
+    write_gguf(dup, [spec, spec])
+    line = assert_one_line_error(run_cli(["info", dup]), "duplicate tensor name")
+    _terminal_safe(line)
+    assert escape(EVIL[2]) in line
+    line = assert_one_line_error(run_cli(["rows", evil_model, "--tensor", f"no{CLEAR}such"]))
+    _terminal_safe(line)
+    assert "\\x1b[2J" in line
+
+
+def test_manifest_and_diff_output_is_escaped(evil_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    text = run_cli(["manifest", evil_model, "-o", out])
+    assert text.exit_code == 0, text.output
+    _terminal_safe(text.stdout)
+    assert [t["name"] for t in json.loads(out.read_text())["tensors"]] == EVIL
+    other = tmp_path / "other.gguf"
+    data = bytearray(evil_model.read_bytes())
+    data[-1] ^= 0xFF            # the last tensor's data differs
+    other.write_bytes(bytes(data))
+    diff = run_cli(["diff", evil_model, other])
+    assert diff.exit_code == 1, diff.output
+    _terminal_safe(diff.stdout)
+    assert escape(EVIL[-1]) in diff.stdout
+
+
+# --- checksum files ------------------------------------------------------------------------------------
+
+def test_verify_sums_escapes_names_and_json_keeps_them(tmp_path: Path) -> None:
+    name = f"m{CLEAR}\x07.gguf"
+    (tmp_path / name).write_bytes(b"model bytes")
+    good = hashlib.sha256(b"model bytes").hexdigest()
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text(f"{'0' * 64}  {name}\nSHA256 ({name}) = {good}\n")
+    text = run_cli(["verify", "--sums", sums])
+    assert text.exit_code == 1, text.output
+    _terminal_safe(text.stdout)
+    assert f"({escape(name)})" in text.stdout
+    doc = json.loads(run_cli(["verify", "--sums", sums, "--json"]).stdout)
+    assert doc["mismatches"][0]["subject"] == name
+    assert doc["checked"][1]["subject"] == name and doc["checked"][1]["ok"] is True
+
+
+@pytest.mark.parametrize("line", ["../outside.gguf", "/etc/passwd", "sub/../../outside.gguf", "a\0b"])
+def test_sums_names_leaving_the_folder_are_refused(line: str, tmp_path: Path) -> None:
+    folder = tmp_path / "sums"
+    folder.mkdir()
+    (tmp_path / "outside.gguf").write_bytes(b"secret")
+    sums = folder / "SHA256SUMS"
+    sums.write_text(f"{hashlib.sha256(b'secret').hexdigest()}  {line}\n")
+    with pytest.raises(ManifestError) as caught:
+        read_sums(sums)
+    assert caught.value.field == "line 1"
+    result = run_cli(["verify", "--sums", sums])
+    line_out = assert_one_line_error(result, str(sums), "line 1")
+    assert "outside" in line_out or "leaves" in line_out
+
+
+def test_sums_symlink_pointing_out_is_refused_not_followed(tmp_path: Path) -> None:
+    folder = tmp_path / "sums"
+    folder.mkdir()
+    outside = tmp_path / "outside.fifo"
+    os.mkfifo(outside)          # following the link would block on the FIFO: a hang, not a pass
+    (folder / "link.gguf").symlink_to(outside)
+    sums = folder / "SHA256SUMS"
+    sums.write_text(f"{'1' * 64}  link.gguf\n")
+    assert_one_line_error(run_cli(["verify", "--sums", sums]), str(sums), "resolves outside")
+
+
+def test_tensor_manifest_file_names_must_be_plain(tmp_path: Path, evil_model: Path) -> None:
+    out = tmp_path / "m.json"
+    assert run_cli(["manifest", evil_model, "-o", out]).exit_code == 0
+    doc = json.loads(out.read_text())
+    for bad in ("../evil.gguf", "/etc/passwd", "..", "a\\b"):
+        doc["files"][0]["name"] = bad
+        out.write_text(json.dumps(doc))
+        with pytest.raises(ManifestError) as caught:
+            read_tensor_manifest(out)
+        assert caught.value.field == "files[0].name"
+
+
+# --- the Ollama store ------------------------------------------------------------------------------------
+
+def _store(tmp_path: Path, layers: list[dict], name: str = "evil:latest") -> Path:
+    store = tmp_path / "store"
+    manifest = parse_ollama_name(name).manifest_path(store)
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    (store / "blobs").mkdir()
+    return store
+
+
+def test_ollama_digest_with_path_tricks_never_becomes_a_path(tmp_path: Path) -> None:
+    for digest in ("sha256:../../../etc/passwd", "sha256:" + "a" * 63 + "/", "../" + "a" * 64,
+                   "sha256:" + "A" * 63 + "\x1b"):
+        store = _store(tmp_path / str(abs(hash(digest))), [{"mediaType": "application/vnd.ollama.image.model",
+                                                             "digest": digest, "size": 1}])
+        result = run_cli(["verify", "ollama:evil", "--store", store])
+        line = assert_one_line_error(result, "layers[0].digest")
+        _terminal_safe(line)
+
+
+def test_ollama_names_with_path_tricks_are_refused(tmp_path: Path) -> None:
+    for name in ("../../etc", "a/../../b:tag", "host/ns/..:x", "/abs:tag", f"n{CLEAR}:t"):
+        with pytest.raises(UsageError):
+            parse_ollama_name(name)
+        result = run_cli(["verify", f"ollama:{name}", "--store", tmp_path])
+        _terminal_safe(assert_one_line_error(result))
+
+
+def test_ollama_media_type_is_escaped_in_text(tmp_path: Path) -> None:
+    media = f"application/x{CLEAR}\x07"
+    store = _store(tmp_path, [{"mediaType": media, "digest": "sha256:" + "cd" * 32, "size": 3}])
+    text = run_cli(["verify", "ollama:evil", "--store", store])
+    assert text.exit_code == 1
+    _terminal_safe(text.stdout)
+    assert f"({escape(media)})" in text.stdout
+    doc = json.loads(run_cli(["verify", "ollama:evil", "--store", store, "--json"]).stdout)
+    assert doc["mismatches"][0]["subject"] == media
+
+
+def test_ollama_blob_symlink_out_of_the_store_is_reported_not_followed(tmp_path: Path) -> None:
+    data = b"weights outside the store"
+    digest = hashlib.sha256(data).hexdigest()
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(data)
+    store = _store(tmp_path, [{"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}",
+                               "size": len(data)}])
+    (store / "blobs" / f"sha256-{digest}").symlink_to(outside)
+    text = run_cli(["verify", "ollama:evil", "--store", store])
+    assert text.exit_code == 1, text.output + text.stderr
+    assert "MISMATCH link:" in text.stdout and "outside the store" in text.stdout
+    assert not any(line.startswith("ok sha256") for line in text.stdout.splitlines())
+    scan = run_cli(["scan", "ollama:evil", "--store", store])
+    assert_one_line_error(scan, f"sha256-{digest}", "outside the store")
+
+
+def test_ollama_blob_symlink_inside_the_store_is_fine(tmp_path: Path) -> None:
+    data = b"weights"
+    digest = hashlib.sha256(data).hexdigest()
+    store = _store(tmp_path, [{"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}",
+                               "size": len(data)}])
+    (store / "blobs" / "real").write_bytes(data)
+    (store / "blobs" / f"sha256-{digest}").symlink_to(store / "blobs" / "real")
+    text = run_cli(["verify", "ollama:evil", "--store", store])
+    assert text.exit_code == 0, text.output + text.stderr
+
+
+# --- the Hugging Face cache ---------------------------------------------------------------------------
+
+def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:
+    repo = tmp_path / "hub" / "models--org--name"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    outside = tmp_path / ("ab" * 32)
+    outside.write_bytes(b"x")
+    (snap / f"model{CLEAR}.gguf").symlink_to(outside)
+    env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"))
+    from click.testing import CliRunner
+    from ggaudit.cli import main
+
+    text = CliRunner(env=env).invoke(main, ["verify", "hf:org/name"])
+    assert text.exit_code == 1, text.output
+    _terminal_safe(text.stdout)
+    assert "MISMATCH link:" in text.stdout and "outside the cache" in text.stdout
+    assert escape(f"model{CLEAR}.gguf") in text.stdout
