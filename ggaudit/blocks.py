@@ -172,7 +172,13 @@ def iq1m_assemble(raw: np.ndarray) -> np.ndarray:
 
 def decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
     """Decode field bits (as returned by :func:`field_bits`) to float64 values."""
-    bits = np.asarray(bits)
+    # Widening a signalling NaN raises FE_INVALID, which numpy turns into a RuntimeWarning on stderr;
+    # the value is still NaN, which is what the caller wants to see.
+    with np.errstate(invalid="ignore"):
+        return _decode_bits(encoding, np.asarray(bits))
+
+
+def _decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
     if encoding in (Encoding.F16, Encoding.IQ1M_F16):
         return bits.astype(np.uint16).view(np.float16).astype(np.float64)
     if encoding is Encoding.BF16:

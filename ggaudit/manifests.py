@@ -37,8 +37,11 @@ def _read_text(path: Path, what: str) -> str:
     # O_NONBLOCK so a FIFO cannot hang the open; only regular files are read.
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0))
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise ManifestError(path, f"{what} is not a regular file")
+        if st.st_size > MAX_MANIFEST_BYTES:     # refuse before reading: no 64 MiB buffer for nothing
+            raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
         data = f.read(MAX_MANIFEST_BYTES + 1)
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")

@@ -269,12 +269,14 @@ class MmapReader(Reader):
         super().__init__(path, size)
         self.fd = fd
         self._map: mmap.mmap | None = None
+        self._bytes: memoryview | None = None  # slices of it copy straight out of the map, once
         if size:
             try:
                 self._map, _ = map_view(fd, 0, size)
             except (OSError, ValueError) as err:
                 os.close(fd)
                 raise ReadError(path, f"cannot map the file: {err}") from None
+            self._bytes = memoryview(self._map)
 
     def read_into(self, view: memoryview, offset: int) -> int:
         n = max(0, min(len(view), self.size - offset))
@@ -285,10 +287,13 @@ class MmapReader(Reader):
             if offset + n > now:
                 raise ReadError(self.path, f"file shrank to {now} bytes while mapped (changed while "
                                 "reading?)", offset=offset)
-            view[:n] = self._map[offset:offset + n]
+            view[:n] = self._bytes[offset:offset + n]  # type: ignore[index]
         return n
 
     def close(self) -> None:
+        if self._bytes is not None:
+            self._bytes.release()
+            self._bytes = None
         if self._map is not None:
             self._map.close()
             self._map = None

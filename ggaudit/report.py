@@ -191,6 +191,10 @@ class ScanReport:
                           "workers": self.stats.workers}}
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def counts_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {counts[k]}" for k in KINDS)
 
@@ -198,8 +202,8 @@ def counts_text(counts: Mapping[str, int]) -> str:
 def render_text(report: ScanReport) -> Iterator[str]:
     """The report as lines for a terminal; names are escaped, offsets decimal, bits hex."""
     total_bytes = report.stats.bytes
-    yield (f"model {escape(report.model)}: {len(report.tensors)} tensors, {total_bytes} bytes of tensor data"
-           f" scanned in {len(report.files)} file{'s' if len(report.files) != 1 else ''}")
+    yield (f"model {escape(report.model)}: {_count(len(report.tensors), 'tensor')}, {total_bytes} bytes of "
+           f"tensor data scanned in {_count(len(report.files), 'file')}")
     not_applicable = []
     for t in report.tensors:
         if t.check == CHECK_NONE:

@@ -14,7 +14,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -25,6 +25,14 @@ from .errors import ReadError, UsageError
 from .layout import FileIdentity, Model, Tensor, open_model
 from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
 from .rows_gather import Chunk, Gatherer, RowCache, Sample, Sweep, through_cache, uniform
+from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows, load_capture,
+                          parse_ids, row_chunks, select_rows)
+
+__all__ = [
+    "CaptureResult", "Classifier", "Geometry", "KINDS", "Mismatch", "PathStats", "RowCache", "RowTable",
+    "RowsReport", "Selection", "ShortRead", "check_rows", "crosses", "crossing_rows", "geometry_of",
+    "load_capture", "parse_ids", "pick_tensor", "select_rows", "table_geometry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +42,15 @@ KINDS = ("short-read", "stale", "misplaced", "cache-crosstalk", "garbage")
 UNCLASSIFIED = "unclassified"
 #: Boundaries a row may straddle: a 4 KiB page, a 512-byte sector, Windows' 64 KiB mmap granularity.
 BOUNDARIES = (("page", PAGE), ("sector", SECTOR), ("64k", WINDOW_64K))
-#: Selections larger than this must use --all (which streams) rather than a list of IDs.
-MAX_SELECTED = 1 << 24
+#: Rows larger than this are not replayed: every worker holds a few rows' worth of buffers.
+MAX_ROW_BYTES = 64 << 20
 #: Mismatches kept in full; beyond this they are only counted.
 MAX_REPORTED = 1000
 HEX_WINDOW = 16
 
 ReaderFactory = Callable[[str, str], Reader]
+#: Called as (read path, rows done, rows in all) after each batch or sweep chunk.
+Progress = Callable[[str, int, int], None]
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -112,123 +122,6 @@ def pick_tensor(model: Model, name: str | None) -> Tensor:
                 return t
     raise UsageError(model.source, "no per_layer_token_embd.weight or token_embd.weight; name one with "
                                    "--tensor", field="tensor")
-
-
-# --- row selection -------------------------------------------------------------------------------
-
-def parse_ids(text: str, n_rows: int, source: str = "--ids") -> list[int]:
-    """Row IDs from "4162,4170-4200" (commas or whitespace; '#' starts a comment in files)."""
-    ids: list[int] = []
-    lines = text.splitlines() or [""]
-    for lineno, line in enumerate(lines, 1):
-        for token in line.split("#", 1)[0].replace(",", " ").split():
-            ids.extend(_expand(token, n_rows, f"{source} line {lineno}" if len(lines) > 1 else source))
-            if len(ids) > MAX_SELECTED:
-                raise UsageError(source, f"more than {MAX_SELECTED} row IDs; use --all to sweep the table")
-    return ids
-
-
-def _expand(token: str, n_rows: int, where: str) -> range:
-    lo_text, dash, hi_text = token.partition("-")
-    try:
-        lo = int(lo_text)
-        hi = int(hi_text) if dash else lo
-    except ValueError:
-        raise UsageError(where, f"{token!r} is not a row ID or a range like 4170-4200") from None
-    if lo < 0 or hi < lo:
-        raise UsageError(where, f"{token!r} is not a valid range of row IDs")
-    if hi >= n_rows:
-        raise UsageError(where, f"row {hi} is outside the table (rows 0..{n_rows - 1})")
-    if hi - lo >= MAX_SELECTED:
-        raise UsageError(where, f"{token!r} selects more than {MAX_SELECTED} rows; use --all")
-    return range(lo, hi + 1)
-
-
-def crosses(offset: int, length: int, boundary: int) -> bool:
-    return offset // boundary != (offset + length - 1) // boundary
-
-
-def _crossing_mask(offsets: np.ndarray, length: int, boundary: int) -> np.ndarray:
-    return offsets // boundary != (offsets + (length - 1)) // boundary
-
-
-def _row_chunks(n_rows: int, size: int = 1 << 20) -> Iterator[np.ndarray]:
-    for start in range(0, n_rows, size):
-        yield np.arange(start, min(n_rows, start + size), dtype=np.int64)
-
-
-def crossing_rows(table: RowTable, boundary: int = PAGE) -> np.ndarray:
-    """Every row of the table that straddles a multiple of *boundary* (in absolute file offsets)."""
-    found: list[np.ndarray] = []
-    total = 0
-    for rows in _row_chunks(table.n_rows):
-        hit = rows[_crossing_mask(table.tensor.offset + rows * table.row_bytes, table.row_bytes, boundary)]
-        total += hit.size
-        if total > MAX_SELECTED:
-            raise UsageError(table.path, f"more than {MAX_SELECTED} rows cross a page; use --all",
-                             field=table.name)
-        found.append(hit)
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The rows to replay (None for --all: the whole table, streamed) and how they were chosen."""
-
-    rows: tuple[int, ...] | None
-    description: str
-    seed: int | None = None
-
-
-def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None = None, all_rows: bool = False,
-                random: int | None = None, seed: int | None = None, page_crossing: bool = False,
-                extra: Iterable[int] = ()) -> Selection:
-    """Combine the selectors (union, first appearance order); --all excludes the others."""
-    chosen = [s for s, on in (("--ids", ids is not None), ("--ids-file", ids_file is not None),
-                              ("--random", random is not None), ("--page-crossing", page_crossing)) if on]
-    if all_rows:
-        if chosen:
-            raise UsageError(None, f"--all sweeps the whole table; drop {', '.join(chosen)}")
-        return Selection(None, f"all {table.n_rows} rows")
-    picked: list[int] = list(extra)
-    parts = []
-    if ids is not None:
-        picked += parse_ids(ids, table.n_rows)
-        parts.append(f"--ids {ids}")
-    if ids_file is not None:
-        picked += parse_ids(_read_ids_file(ids_file), table.n_rows, ids_file)
-        parts.append(f"--ids-file {ids_file}")
-    if random is not None:
-        seed, sample = _random_rows(table, random, seed)
-        picked += sample
-        parts.append(f"--random {random} --seed {seed}")
-    if page_crossing:
-        picked += crossing_rows(table).tolist()
-        parts.append("--page-crossing")
-    if not picked and not parts:
-        raise UsageError(None, "choose rows: --ids, --ids-file, --random N, --page-crossing or --all")
-    return Selection(tuple(dict.fromkeys(picked)), " + ".join(parts) or "capture IDs", seed)
-
-
-def _read_ids_file(path: str) -> str:
-    try:
-        if os.path.getsize(path) > 64 << 20:
-            raise UsageError(path, "ID file is larger than 64 MiB; use --all or ranges")
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as err:
-        raise UsageError(path, f"cannot read ID file: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise UsageError(path, "ID file is not text", offset=err.start) from None
-
-
-def _random_rows(table: RowTable, n: int, seed: int | None) -> tuple[int, list[int]]:
-    if n < 1 or n > min(table.n_rows, MAX_SELECTED):
-        raise UsageError(None, f"--random {n}: choose 1..{min(table.n_rows, MAX_SELECTED)} rows")
-    if seed is None:
-        seed = int.from_bytes(os.urandom(4), "little")
-    rng = np.random.default_rng(seed)
-    return seed, rng.choice(table.n_rows, size=n, replace=False).tolist()
 
 
 # --- findings ------------------------------------------------------------------------------------
@@ -350,12 +243,12 @@ class RowsReport:
 
 def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
     offs = np.asarray(offsets, dtype=np.int64)
-    return Geometry(int(offs.size), *(int(_crossing_mask(offs, length, b).sum()) for _, b in BOUNDARIES))
+    return Geometry(int(offs.size), *(int(crossing_mask(offs, length, b).sum()) for _, b in BOUNDARIES))
 
 
 def table_geometry(table: RowTable) -> Geometry:
     total = Geometry()
-    for rows in _row_chunks(table.n_rows):
+    for rows in row_chunks(table.n_rows):
         total = total + geometry_of(table.tensor.offset + rows * table.row_bytes, table.row_bytes)
     return total
 
@@ -512,6 +405,7 @@ class _Replay:
     batch: int
     cache_rows: int
     cache_factory: CacheFactory
+    progress: Progress | None = None
     stats: list[PathStats] = field(default_factory=list)
 
     def check(self, samples: Iterable[Sample], ref: dict[int, bytes], path: str, stage: str) -> None:
@@ -529,6 +423,8 @@ class _Replay:
         try:
             for i in range(0, len(rows), self.batch):
                 self._batch(gatherer, caches, rows[i:i + self.batch])
+                if self.progress is not None:
+                    self.progress(reader.mode, min(len(rows), i + self.batch), len(rows))
                 if self.findings.stop:
                     break
         finally:
@@ -570,6 +466,8 @@ class _Replay:
         try:
             for chunk in chunks:
                 self._sweep_chunk(chunk, reader.mode)
+                if self.progress is not None:
+                    self.progress(reader.mode, chunk.first + chunk.count, t.n_rows)
                 if self.findings.stop:
                     break
         finally:
@@ -599,56 +497,6 @@ class _Replay:
 def _cache_counts(caches: dict[str, RowCache]) -> tuple[int, int, int]:
     return (sum(c.hits for c in caches.values()), sum(c.misses for c in caches.values()),
             sum(c.evictions for c in caches.values()))
-
-
-# --- engine captures -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Capture:
-    path: str
-    ids: np.ndarray
-    data: np.ndarray
-    kind: str  # raw | decoded
-
-
-def load_capture(path: str, table: RowTable) -> Capture:
-    """An engine's gathered rows: .npz with `ids` and one data array, or a structured .npy (ids, rows)."""
-    try:
-        loaded = np.load(path, allow_pickle=False, mmap_mode="r" if path.endswith(".npy") else None)
-    except (OSError, ValueError, EOFError) as err:
-        raise UsageError(path, f"cannot load the capture: {err}") from None
-    ids, data = _capture_arrays(path, loaded)
-    return _check_capture(path, table, ids, data)
-
-
-def _capture_arrays(path: str, loaded: Any) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(loaded, np.ndarray):
-        names = loaded.dtype.names or ()
-        if "ids" not in names or len(names) != 2:
-            raise UsageError(path, "a .npy capture must be a structured array with fields `ids` and the rows",
-                             field="dtype")
-        return loaded["ids"], loaded[[n for n in names if n != "ids"][0]]
-    with loaded:
-        keys = list(loaded.keys())
-        others = [k for k in keys if k != "ids"]
-        if "ids" not in keys or len(others) != 1:
-            raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array (found {keys})",
-                             field="arrays")
-        return loaded["ids"], loaded[others[0]]
-
-
-def _check_capture(path: str, table: RowTable, ids: np.ndarray, data: np.ndarray) -> Capture:
-    if ids.ndim != 1 or ids.dtype.kind not in "iu":
-        raise UsageError(path, f"ids must be a 1-D integer array, not {ids.dtype}{list(ids.shape)}", field="ids")
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= table.n_rows):
-        raise UsageError(path, f"ids must lie in 0..{table.n_rows - 1}", field="ids")
-    n = len(ids)
-    if data.dtype == np.uint8 and data.shape == (n, table.row_bytes):
-        return Capture(path, ids.astype(np.int64), data, "raw")
-    if data.dtype in (np.float16, np.float32) and data.shape == (n, table.tensor.n_cols):
-        return Capture(path, ids.astype(np.int64), data, "decoded")
-    raise UsageError(path, f"rows are {data.dtype}{list(data.shape)}; expected uint8[{n}, {table.row_bytes}] "
-                           f"(raw) or float16/float32[{n}, {table.tensor.n_cols}] (decoded)", field="rows")
 
 
 def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
@@ -751,7 +599,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
                modes: Sequence[str] | None = MODES, workers: int = 4, batch: int = 256,
                cache_rows: int = 0, against: str | None = None, fp8: bool = False, fail_fast: bool = False,
                reader_factory: ReaderFactory | None = None,
-               cache_factory: CacheFactory = default_cache) -> RowsReport:
+               cache_factory: CacheFactory = default_cache, progress: Progress | None = None) -> RowsReport:
     """Replay rows of *tensor* through each read path in *modes* (and/or an engine capture)."""
     m = model if isinstance(model, Model) else open_model(model)
     t = pick_tensor(m, tensor)
@@ -766,7 +614,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     warnings: list[str] = []
     factory = reader_factory or (lambda path, mode: open_reader(path, mode))
     with BufferedReader(t.path) as reference:
-        replay = _Replay(table, reference, findings, workers, batch, cache_rows, cache_factory)
+        replay = _Replay(table, reference, findings, workers, batch, cache_rows, cache_factory, progress)
         capture_result = compare_capture(capture, table, reference, findings) if capture is not None else None
         for mode in modes or ():
             if findings.stop:
@@ -809,6 +657,9 @@ def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache
         raise UsageError(t.path, f"--fp8 applies to I8 tables; this one is {t.ggml_type.name}", field=t.name)
     if len(t.shape) < 2 or t.row_bytes <= 0:
         raise UsageError(t.path, "not a table of rows (needs at least 2 dimensions)", field=t.name)
+    if t.row_bytes > MAX_ROW_BYTES:
+        raise UsageError(t.path, f"rows of {t.row_bytes} bytes are larger than the {MAX_ROW_BYTES} bytes a "
+                                 "replay buffers per read", field=t.name)
 
 
 def _check_unchanged(m: Model, t: Tensor) -> None:

@@ -151,9 +151,11 @@ class Gatherer:
             return self._run(plan)
         # Workers pull the next read from one shared iterator (its next() is atomic under the GIL), so
         # none sits idle while another still has a queue: the batch ends when the last read lands.
+        # Samples come back in row order whichever worker read them, so what follows (a cache's
+        # insertion order, hence its evictions) is the same on every run.
         shared = iter(plan)
         futures = [self.executor.submit(self._run, shared) for _ in range(min(self.workers, len(plan)))]
-        return [sample for f in futures for sample in f.result()]
+        return sorted((sample for f in futures for sample in f.result()), key=lambda s: s.row)
 
     def _run(self, plan: Iterable[PlannedRead]) -> list[Sample]:
         out: list[Sample] = []

@@ -14,7 +14,7 @@ import mmap
 import multiprocessing
 import os
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 #: Raw bytes a worker maps and scans per task.
 TASK_BYTES = 64 << 20
-#: Tasks queued per worker, so workers never wait for the parent and memory stays bounded.
+#: Tasks queued per worker, so workers never wait for the parent.
 _QUEUE_PER_WORKER = 2
+#: Tasks submitted but not yet merged, per worker: bounds memory when one worker stalls.
+_MAX_UNMERGED_PER_WORKER = 8
 
 
 @dataclass(frozen=True)
@@ -91,16 +93,24 @@ def make_tasks(plans: Sequence[Plan], identities: dict[str, FileIdentity], task_
 
 
 def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
-    """In a worker: map the task's window of the file and scan its pieces in place."""
+    """In a worker: map the task's window of the file and scan its pieces in place.
+
+    Float elements are mapped too: reading them into a buffer (a copy) measured dearer here than the
+    mapping's page faults.
+    """
     fd = os.open(task.path, os.O_RDONLY)
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (task.identity.device, task.identity.inode) or st.st_size < task.end:
-            raise ReadError(task.path, f"file changed during scan (now {st.st_size} bytes, "
-                            f"expected {task.identity.size})", offset=task.end)
+            raise ReadError(task.path, f"file changed during scan (now {st.st_size} bytes, expected "
+                            f"{task.identity.size})", offset=task.end)
         base = task.start - task.start % mmap.ALLOCATIONGRANULARITY
         # No MAP_POPULATE: the kernel's fault-around maps 64 KiB per fault, which measured faster.
-        mm = mmap.mmap(fd, task.end - base, access=mmap.ACCESS_READ, offset=base)
+        try:
+            mm = mmap.mmap(fd, task.end - base, access=mmap.ACCESS_READ, offset=base)
+        except (OSError, ValueError) as err:   # it shrank between the size check and the mapping
+            raise ReadError(task.path, f"file changed during scan: cannot map it ({err})",
+                            offset=task.start) from None
     finally:
         os.close(fd)
     try:
@@ -143,7 +153,12 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 
 def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], workers: int,
                progress: Callable[[int], None]) -> dict[int, Acc]:
-    """Scan ``plans`` in ``workers`` processes; results are merged in file order, tasks run ahead."""
+    """Scan ``plans`` in ``workers`` processes; results are merged in file order.
+
+    A new task is submitted whenever any worker finishes, not only when the oldest task does: on a
+    busy machine one worker can stall, and the other must not idle behind it. Finished results wait
+    (they are small) until everything before them has been merged.
+    """
     identities = {f.path: f.identity for f in files}
     tasks = make_tasks(plans, identities, TASK_BYTES)
     accs: dict[int, Acc] = {}
@@ -151,16 +166,20 @@ def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], 
     pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init)
     current: Task | None = None
     try:
-        while len(pending) < workers * _QUEUE_PER_WORKER and (task := next(tasks, None)) is not None:
-            pending.append((task, pool.submit(run_task, task, opts)))
-        while pending:
-            current, future = pending.popleft()
-            results = future.result()
-            if (task := next(tasks, None)) is not None:
+        while True:
+            running = sum(1 for _, f in pending if not f.done())
+            while (running < workers * _QUEUE_PER_WORKER and len(pending) < workers * _MAX_UNMERGED_PER_WORKER
+                   and (task := next(tasks, None)) is not None):
                 pending.append((task, pool.submit(run_task, task, opts)))
-            if _merge(accs, results, opts):
+                running += 1
+            if not pending:
                 break
-            progress(current.nbytes)
+            wait([f for _, f in pending], return_when=FIRST_COMPLETED)
+            while pending and pending[0][1].done():
+                current, future = pending.popleft()
+                if _merge(accs, future.result(), opts):
+                    return accs
+                progress(current.nbytes)
     except BrokenProcessPool:
         path = current.path if current is not None else files[0].path
         raise ReadError(path, "file changed during scan: a reader process was killed "

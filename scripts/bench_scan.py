@@ -111,12 +111,16 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
+# VmHWM, not ru_maxrss, for the probe itself: Linux carries ru_maxrss across exec, so the probe would
+# report this process's peak (it held generated tensors). Workers are forked from the probe.
 _RSS_PROBE = """
 import resource, sys
 sys.path.insert(0, {root!r})
 from ggaudit.scan import scan
 scan({path!r})
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+print(hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 

@@ -4,8 +4,9 @@
 
 ACTION: ``truncate`` (cut the file to half its size), ``replace`` (rename a same-size file with
 other bytes over it), ``rewrite`` (overwrite the second half in place, same size), or ``none``.
-WHEN: ``read`` (after the N-th pread/preadv of TARGET in this process or a forked child) or ``map``
-(right after the N-th mmap of TARGET is created, before any byte of it is touched).
+WHEN: ``read`` (after the N-th pread/preadv of TARGET in this process or a forked child), ``map``
+(right after the N-th mmap of TARGET is created, before any byte of it is touched) or ``premap``
+(just before the N-th mmap of TARGET is made: after any size check the caller did).
 MARKER: a file created when the change happens, so the test knows it did.
 
 Runs in its own process because the failure this provokes, if unhandled, is SIGBUS: it must kill
@@ -77,6 +78,7 @@ def main(argv: list[str]) -> int:
 
     class Map(real_mmap):  # type: ignore[misc, valid-type]
         def __new__(cls, fileno: int, *a: Any, **k: Any) -> Any:
+            tick("premap", fileno)
             mapped = super().__new__(cls, fileno, *a, **k)
             tick("map", fileno)
             return mapped

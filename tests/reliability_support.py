@@ -130,6 +130,7 @@ class Leaf:
     end: int
     section: str
     guards: tuple[tuple[int, int], ...] = ()   # (offset of the count/length field, bytes it promises up to)
+    kind: str = ""      # "count", "length" (a string's u64 length prefix), "dim", "offset", or ""
 
 
 @dataclass(frozen=True)
@@ -151,23 +152,23 @@ class _Walk:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos, self.leaves = data, 0, []
 
-    def leaf(self, n: int, section: str, guards: tuple = ()) -> int:
+    def leaf(self, n: int, section: str, guards: tuple = (), kind: str = "") -> int:
         start = self.pos
         self.pos += n
-        self.leaves.append(Leaf(start, self.pos, section, guards))
+        self.leaves.append(Leaf(start, self.pos, section, guards, kind))
         return start
 
-    def u32(self, section: str, guards: tuple = ()) -> int:
-        start = self.leaf(4, section, guards)
+    def u32(self, section: str, guards: tuple = (), kind: str = "") -> int:
+        start = self.leaf(4, section, guards, kind)
         return struct.unpack_from("<I", self.data, start)[0]
 
-    def u64(self, section: str, guards: tuple = ()) -> int:
-        start = self.leaf(8, section, guards)
+    def u64(self, section: str, guards: tuple = (), kind: str = "") -> int:
+        start = self.leaf(8, section, guards, kind)
         return struct.unpack_from("<Q", self.data, start)[0]
 
     def string(self, section: str, guards: tuple = ()) -> str:
         (n,) = struct.unpack_from("<Q", self.data, self.pos)
-        start = self.leaf(8 + n, section, guards)
+        start = self.leaf(8 + n, section, guards, "length")
         return self.data[start + 8:start + 8 + n].decode("utf-8", "replace")
 
     def value(self, vtype: int, section: str, guards: tuple) -> None:
@@ -176,7 +177,7 @@ class _Walk:
         elif vtype == V.ARRAY:
             etype = self.u32(section, guards)
             count_at = self.pos
-            count = self.u64(section, guards)
+            count = self.u64(section, guards, "count")
             promise = (count_at, self.pos + count * (_MIN_ELEM.get(V(etype)) or _SCALAR_SIZE[V(etype)]))
             for _ in range(count):
                 self.value(etype, section, guards + (promise,))
@@ -189,8 +190,8 @@ def walk_header(data: bytes) -> HeaderMap:
     w = _Walk(data)
     w.leaf(4, "magic")
     w.u32("version")
-    n_tensors = w.u64("tensor_count")
-    n_kv = w.u64("metadata_kv_count")
+    n_tensors = w.u64("tensor_count", kind="count")
+    n_kv = w.u64("metadata_kv_count", kind="count")
     alignment = 32
     for _ in range(n_kv):
         key = w.string("metadata")
@@ -203,11 +204,11 @@ def walk_header(data: bytes) -> HeaderMap:
     raw = []
     for _ in range(n_tensors):
         name = w.string("tensor")
-        n_dims = w.u32("tensor")
-        shape = [struct.unpack_from("<q", data, w.leaf(8, "tensor"))[0] for _ in range(n_dims)]
+        n_dims = w.u32("tensor", kind="count")
+        shape = [struct.unpack_from("<q", data, w.leaf(8, "tensor", kind="dim"))[0] for _ in range(n_dims)]
         ggml_type = w.u32("tensor")
         offset_at = w.pos
-        rel = w.u64("tensor")
+        rel = w.u64("tensor", kind="offset")
         block_size, block_bytes = GGML_QUANT_SIZES[T(ggml_type)]
         nbytes = int(np.prod(shape)) // block_size * block_bytes
         raw.append((name, offset_at, rel, nbytes))

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,7 @@ CASES = [
     Case("scan-rewrite", "small", ("scan", "{model}"), "rewrite"),
     Case("scan-mapped-truncate", "big", ("scan", "{model}"), "truncate", "map", 1),
     Case("scan-mapped-replace", "big", ("scan", "{model}"), "replace", "map", 1),
+    Case("scan-mapped-truncate-before-map", "big", ("scan", "{model}"), "truncate", "premap", 1),
     Case("manifest-truncate", "small", ("manifest", "{model}", "-o", "{out}"), "truncate"),
     Case("manifest-replace", "small", ("manifest", "{model}", "-o", "{out}"), "replace"),
     Case("manifest-rewrite", "small", ("manifest", "{model}", "-o", "{out}"), "rewrite"),
@@ -82,6 +84,8 @@ CASES = [
     Case("rows-all-buffered-truncate", "small", ("rows", "{model}", "--all", "--modes", "buffered"), "truncate"),
     Case("rows-all-direct-truncate", "small", ("rows", "{model}", "--all", "--modes", "direct"), "truncate"),
     Case("rows-all-mmap-truncate", "small", ("rows", "{model}", "--all", "--modes", "mmap"), "truncate", "map", 1),
+    Case("rows-all-mmap-truncate-before-map", "small", ("rows", "{model}", "--all", "--modes", "mmap"), "truncate",
+         "premap", 1),
     Case("rows-all-replace", "small", ("rows", "{model}", "--all"), "replace"),
 ]
 
@@ -97,7 +101,10 @@ def _drive(action: str, when: str, n: int, target: Path, marker: Path, args: lis
         code = 70
         try:
             with open(out, "w") as sys.stdout, open(err, "w") as sys.stderr:
-                code = changing_driver.main(argv)
+                try:
+                    code = changing_driver.main(argv)
+                except BaseException:   # shown to the test as stderr, with exit 70
+                    traceback.print_exc()
         finally:
             os._exit(code)
     deadline = time.monotonic() + 180

@@ -9,6 +9,7 @@ which makes the kernel refuse the open exactly as it would for an ordinary user.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -185,7 +186,6 @@ def test_unreadable_shard_is_named(tmp_path: Path) -> None:
 @needs_drop
 def test_unreadable_sums_file_and_listed_file(tmp_path: Path) -> None:
     model = write_small_model(tmp_path / "m.gguf")
-    import hashlib
     sums = tmp_path / "SHA256SUMS"
     sums.write_text(f"{hashlib.sha256(model.read_bytes()).hexdigest()}  m.gguf\n")
     model.chmod(0)
@@ -193,3 +193,14 @@ def test_unreadable_sums_file_and_listed_file(tmp_path: Path) -> None:
     model.chmod(0o644)
     sums.chmod(0)
     _assert_denied(_run_unprivileged(["verify", "--sums", sums]), sums)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["scan", "--bogus", "m.gguf"], "--bogus"),
+    (["info"], "Missing argument 'MODEL'"),
+    (["frobnicate"], "No such command 'frobnicate'"),
+    (["rows", "m.gguf", "--workers", "many"], "'many' is not a valid integer"),
+])
+def test_bad_arguments_are_one_line_too(args: list[str], needle: str) -> None:
+    line = assert_one_line_error(run_cli(args), needle)
+    assert line.endswith(" --help')"), line

@@ -99,3 +99,37 @@ def test_fuzz_manifest_invariants_catch_an_escape(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(fuzz_manifests.mf, "read_sums", lambda path: (outside,))
     with pytest.raises(fuzz_manifests.Bug, match="outside the folder"):
         targets.run("sums", b"")
+
+
+# --- regressions the fuzzer found -------------------------------------------------------------------
+
+def test_signalling_nans_are_found_without_a_warning_on_stderr(tmp_path: Path) -> None:
+    """Widening a signalling NaN raised FE_INVALID: numpy printed a RuntimeWarning to stderr."""
+    import warnings
+
+    import numpy as np
+    from gguf import GGMLQuantizationType as T
+
+    from ggaudit.build import TensorSpec, write_gguf
+    from ggaudit.scan import scan
+
+    from reliability_support import run_cli, tensor_payload
+
+    f32 = np.zeros(8, "<u4")
+    f32[3] = 0x7F800001                       # signalling NaN
+    f16 = np.zeros(8, "<u2")
+    f16[5] = 0x7C01
+    q8 = bytearray(tensor_payload(T.Q8_0, (32, 2), seed=4))
+    q8[34:36] = (0x7C01).to_bytes(2, "little")   # row 1's d
+    path = tmp_path / "snan.gguf"
+    write_gguf(path, [TensorSpec("f32", T.F32, (8,), f32.tobytes()), TensorSpec("f16", T.F16, (8,), f16.tobytes()),
+                      TensorSpec("q8", T.Q8_0, (32, 2), bytes(q8))])
+    for deep in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            report = scan(path, workers=0, deep=deep)
+        found = {t.name: [(f.kind, f.row, f.column) for f in t.findings] for t in report.tensors}
+        assert found["f32"] == [("nan", 0, 3)] and found["f16"] == [("nan", 0, 5)]
+        assert found["q8"][0][:2] == ("nan", 1)
+    result = run_cli(["scan", path])
+    assert result.exit_code == 1 and result.stderr == ""

@@ -19,10 +19,13 @@ from typing import Callable
 import pytest
 
 from ggaudit import layout
-from ggaudit.errors import FormatError
+from ggaudit.build import write_gguf
+from ggaudit.errors import FormatError, ManifestError
+from ggaudit.manifests import (MAX_MANIFEST_BYTES, parse_ollama_name, read_ollama_manifest, read_sums,
+                               read_tensor_manifest)
 from ggaudit.layout import open_gguf
 
-from reliability_support import assert_one_line_error, run_cli
+from reliability_support import RICH_METADATA, all_types_specs, assert_one_line_error, run_cli, walk_header
 
 MiB = 1 << 20
 #: The issue's bound for rejecting any malformed header; time is a generous hang guard (CI is shared).
@@ -232,3 +235,57 @@ def test_truthful_tensor_count_costs_time_linear_in_the_header(tmp_path: Path) -
     t_small = min(timed(small) for _ in range(3))
     t_big = timed(big)
     assert t_big < max(8 * 4 * t_small, 0.5), (t_small, t_big)   # 8x the work: far from quadratic
+
+
+@pytest.mark.parametrize("kind", ["sums", "tensor-manifest", "ollama-manifest"])
+def test_huge_manifest_or_sums_file_is_refused_before_reading(kind: str, tmp_path: Path) -> None:
+    if kind == "ollama-manifest":
+        path = parse_ollama_name("m:latest").manifest_path(tmp_path)
+        path.parent.mkdir(parents=True)
+        call = lambda: read_ollama_manifest("m:latest", tmp_path)  # noqa: E731
+    else:
+        path = tmp_path / "big.txt"
+        call = (lambda: read_sums(path)) if kind == "sums" else (lambda: read_tensor_manifest(path))  # noqa: E731
+    _write(path, b"0" * 64 + b"  x\n", 1 << 30)         # 1 GiB, sparse
+    err, elapsed, peak = _measure(call)
+    assert isinstance(err, ManifestError), repr(err)
+    assert f"larger than {MAX_MANIFEST_BYTES} bytes" in err.message and err.path == str(path)
+    assert peak < 1 * MiB, peak
+    assert elapsed < TIME_BOUND
+
+
+def test_every_count_length_dim_and_offset_of_a_real_header_survives_hostile_values(tmp_path: Path) -> None:
+    """Systematic: each such field of a well-formed header (from an independent walk), set in turn to
+    boundary values, is rejected (or accepted) quickly and with little memory; never anything else."""
+    write_gguf(tmp_path / "rich.gguf", all_types_specs()[8:12], RICH_METADATA, alignment=64)
+    data = (tmp_path / "rich.gguf").read_bytes()
+    VALUES = (len(data), (1 << 32) - 1, (1 << 63) - 1, (1 << 64) - 1)  # noqa: N806
+    fields, per_array = [], {}
+    for leaf in walk_header(data).leaves:
+        # Every field outside arrays; inside an array, its first two elements stand for the rest.
+        seen = per_array[leaf.guards] = per_array.get(leaf.guards, 0) + 1
+        if leaf.kind and (not leaf.guards or seen <= 2):
+            fields.append(leaf)
+    assert {leaf.kind for leaf in fields} == {"count", "length", "dim", "offset"}
+    path = tmp_path / "patched.gguf"
+    slowest, worst_peak, rejected = 0.0, 0, 0
+    tracemalloc.start()
+    try:
+        for leaf in fields:
+            width = 4 if leaf.kind == "count" and leaf.section == "tensor" else 8
+            for value in VALUES:
+                patched = bytearray(data)
+                patched[leaf.start:leaf.start + width] = (value & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+                path.write_bytes(bytes(patched))
+                tracemalloc.reset_peak()
+                start = time.perf_counter()
+                err = _run(lambda: open_gguf(path))
+                slowest = max(slowest, time.perf_counter() - start)
+                worst_peak = max(worst_peak, tracemalloc.get_traced_memory()[1])
+                assert err is None or isinstance(err, FormatError), (leaf, value, repr(err))
+                rejected += err is not None
+    finally:
+        tracemalloc.stop()
+    assert rejected > 0.9 * len(fields) * len(VALUES)
+    assert slowest < TIME_BOUND, slowest
+    assert worst_peak < 4 * MiB, worst_peak

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.batch import Outcome, overall_status, run_models
+from ggaudit.batch import overall_status, run_models
 from ggaudit.cli.common import emit_outcomes, handle_errors
 from ggaudit.errors import FormatError, ReadError
 from ggaudit.report import render_text
@@ -174,10 +174,18 @@ def test_real_cli_reports_each_of_several_models(command: str, models: dict[str,
                     "cli.common.emit_outcomes into it (see test_load.multi_scan)")
     from ggaudit.cli import main
 
-    args = [models["clean"], models["missing"], models["nan"]] if command == "scan" else blobs
+    # scan: a clean model, a missing one, one with a NaN. verify: blobs (good, corrupt, good, missing)
+    # and a file whose name holds no digest (a usage error for that one target only).
+    args = [models["clean"], models["missing"], models["nan"]] if command == "scan" else [*blobs, models["clean"]]
+    failing = models["missing"] if command == "scan" else models["clean"]
     result = CliRunner().invoke(main, [command, *map(str, args), "--jobs", "2"])
     assert result.exit_code == 2, result.output + result.stderr
-    assert len(result.stderr.splitlines()) == 1
+    errors = result.stderr.splitlines()
+    assert len(errors) == 1 and errors[0].startswith(f"ggaudit: error: {failing}"), result.stderr
+    if command == "scan":
+        assert "nan at file" in result.stdout and f"model {models['clean']}:" in result.stdout
+    else:
+        assert "MISMATCH sha256:" in result.stdout and "MISMATCH missing:" in result.stdout
 
 
 # --- rows under load ----------------------------------------------------------------------------------

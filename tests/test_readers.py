@@ -14,7 +14,7 @@ from fake_kernel32 import FILE_FLAG_NO_BUFFERING, FakeKernel32
 from ggaudit import readers
 from ggaudit.errors import ReadError
 from ggaudit.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
-                             MacNoCacheReader, MmapReader, WindowsDirectReader, buffer_address, dio_alignment,
+                             MacNoCacheReader, MmapReader, WindowsDirectReader, dio_alignment,
                              is_short, map_view, open_reader, same_bytes)
 from test_rows_support import ddir  # noqa: F401  (fixture)
 
@@ -224,7 +224,6 @@ def test_windows_misalignment_is_error_87(blob: tuple[str, bytes]) -> None:
             with pytest.raises(ReadError) as info:
                 r.read_into(view, offset)
             assert "Windows error 87" in str(info.value) and info.value.offset == offset
-            assert buffer_address(view) % 512 or offset % 512 or len(view) % 512
         assert r.read_into(buf.view[:512], 512) == 512
         buf.close()
 

@@ -131,7 +131,8 @@ def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
         try:
             rows = list(range(0, 5000, 97))  # no two share a page
             samples = g.gather(rows)
-            samples += g.gather(rows)
+            assert [s.row for s in samples] == rows  # row order, whichever thread read each one
+            samples += g.gather(rows[::-1])
         finally:
             g.close()
     assert sorted(s.row for s in samples) == sorted(rows * 2)
@@ -190,3 +191,28 @@ def test_reference_reader_matches_the_written_table(ple) -> None:
         got = R._reference_rows(ref, R.RowTable(ple.tensor, 0), [5, 6, 7, 100])
     assert got == {r: ple.row(r) for r in (5, 6, 7, 100)}
     assert open_model(ple.path).tensor(PLE).offset == ple.tensor.offset
+
+
+def test_rows_too_large_to_buffer_are_refused(ddir: Path) -> None:  # noqa: F811
+    import struct
+
+    from ggaudit.build import encode_tensor_info
+    ne0 = (R.MAX_ROW_BYTES // 4) + 8  # F32 rows just over the limit
+    header = b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + encode_tensor_info("token_embd.weight", T.F32, (ne0, 2), 0)
+    header += bytes(-len(header) % 32)
+    path = ddir / "wide.gguf"
+    with open(path, "wb") as f:  # the data section is a hole: no 128 MB written
+        f.write(header)
+        f.truncate(len(header) + ne0 * 8)
+    with pytest.raises(UsageError, match=f"rows of {ne0 * 4} bytes are larger than"):
+        R.check_rows(str(path), ids="0")
+
+
+def test_progress_is_reported_per_batch_and_per_chunk(ple) -> None:
+    calls: list[tuple[str, int, int]] = []
+    R.check_rows(ple.path, ids="0-99", batch=40, modes=["mmap", "direct"],
+                 progress=lambda path, done, total: calls.append((path, done, total)))
+    assert calls == [(m, d, 100) for m in ("mmap", "direct") for d in (40, 80, 100)]
+    calls.clear()
+    R.check_rows(ple.path, all_rows=True, modes=["buffered"], progress=lambda *c: calls.append(c))
+    assert calls == [("buffered", 5000, 5000)]

@@ -91,3 +91,22 @@ def test_names_are_escaped_in_text_and_exact_in_json(tmp_path: Path) -> None:
     assert "tensor evil\\x1b[31m.weight: Q8_0" in text.stdout
     js = run(t.path, "--tensor", name, "--ids", "1", "--modes", "buffered", "--json")
     assert json.loads(js.stdout)["tensor"] == name
+
+
+def test_json_mismatch_fields(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.IQ4_NL, n_rows=300)
+    rows = np.stack([np.frombuffer(t.row(r), np.uint8) for r in (7, 8)])
+    rows[1] = np.frombuffer(t.row(9), np.uint8)  # row 8 holds row 9's bytes
+    np.savez(tmp_path / "cap.npz", ids=np.array([7, 8]), rows=rows)
+    result = run(t.path, "--against", str(tmp_path / "cap.npz"), "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    (m,) = data["mismatches"]
+    k = next(i for i in range(90) if t.row(8)[i] != t.row(9)[i])
+    assert {key: m[key] for key in ("kind", "path", "stage", "row", "other_row", "other_offset", "byte", "offset")} \
+        == {"kind": "misplaced", "path": "capture", "stage": "capture", "row": 8, "other_row": 9,
+            "other_offset": t.offset(9), "byte": k, "offset": t.offset(8) + k}
+    assert m["expected"] == t.row(8)[k:k + 16].hex(" ") and m["actual"] == t.row(9)[k:k + 16].hex(" ")
+    assert data["by_kind"] == {"misplaced": 1} and data["clean"] is False
+    assert data["capture"] == {"file": str(tmp_path / "cap.npz"), "kind": "raw", "dtype": "uint8", "rows": 2,
+                               "mismatched_rows": 1, "max_abs_diff": None}

@@ -40,3 +40,12 @@ def test_capture_of_the_clean_fixture_pins_the_flipped_byte(tmp_path: Path) -> N
     assert (m.row, m.block, m.column, m.offset, m.differing) == (100, 3, 96, 32768, 1)
     assert m.expected.split()[0] == "c5" and m.actual.split()[0] == "3a"
     assert report.capture.mismatched_rows == 1 and report.mismatch_geometry.page == 1
+
+
+def test_a_table_in_the_second_shard_of_a_split_set() -> None:
+    first = str(FIXTURES / "split-00001-of-00002.gguf")
+    report = R.check_rows(first, tensor="blk.0.ffn_down.weight", all_rows=True, workers=2)
+    assert report.clean and report.file == str(FIXTURES / "split-00002-of-00002.gguf")
+    assert (report.n_rows, report.row_bytes, report.table_offset) == (64, 36, 256)
+    default = R.check_rows(first, ids="0-255", cache_rows=64)
+    assert default.clean and default.tensor == "token_embd.weight" and default.file == first

@@ -19,20 +19,28 @@ from ggaudit.errors import ReadError
 from ggaudit.layout import open_model
 from ggaudit.scan import scan
 
+from test_scan_support import finite_tensor
+
 needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="patching workers needs fork")
 
 
-def _model(path: Path) -> int:
-    data = np.random.default_rng(0).standard_normal(512 * 512).astype("<f4").tobytes()
-    write_gguf(path, [TensorSpec("a", T.F32, (512, 512), data), TensorSpec("b", T.F32, (512, 512), data)])
+def _model(path: Path, ggml_type: T = T.F32) -> int:
+    """Two 1 MiB tensors of float elements (F32) or of quantized blocks (Q8_0)."""
+    if ggml_type is T.F32:
+        data = np.random.default_rng(0).standard_normal(512 * 512).astype("<f4").tobytes()
+        shape = (512, 512)
+    else:
+        data = bytes(finite_tensor(T.Q8_0, (1024, 964), 0))
+        shape = (1024, 964)
+    write_gguf(path, [TensorSpec("a", ggml_type, shape, data), TensorSpec("b", ggml_type, shape, data)])
     return path.stat().st_size
 
 
 @needs_fork
 def test_sigbus_in_a_worker_becomes_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.gguf"
-    _model(path)
+    _model(path, T.Q8_0)
     real = workers_module.scan_pieces
 
     def shrink_then_scan(task, opts, mm, base):  # type: ignore[no-untyped-def]
@@ -57,9 +65,11 @@ def test_a_worker_killed_by_a_signal_becomes_a_read_error(tmp_path: Path, monkey
         scan(path, workers=2, progress=kill_workers)
 
 
-def test_file_shrinking_during_a_mapped_scan_is_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("ggml_type", [T.F32, T.Q8_0], ids=["f32", "q8_0"])
+def test_file_shrinking_during_a_worker_scan_is_a_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             ggml_type: T) -> None:
     path = tmp_path / "m.gguf"
-    size = _model(path)
+    size = _model(path, ggml_type)
     monkeypatch.setattr(workers_module, "TASK_BYTES", 8192)
     with pytest.raises(ReadError, match="file changed during scan") as err:
         scan(path, workers=2, progress=lambda done, total: os.truncate(path, size // 2))

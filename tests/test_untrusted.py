@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.cli import main
 from ggaudit.errors import ManifestError, UsageError
 from ggaudit.manifests import parse_ollama_name, read_sums, read_tensor_manifest
 from ggaudit.text import escape
@@ -167,6 +168,21 @@ def test_tensor_manifest_file_names_must_be_plain(tmp_path: Path, evil_model: Pa
         assert caught.value.field == "files[0].name"
 
 
+def test_tensor_manifest_names_are_escaped_in_verify_text(tmp_path: Path, evil_model: Path) -> None:
+    out = tmp_path / "m.json"
+    assert run_cli(["manifest", evil_model, "-o", out]).exit_code == 0
+    doc = json.loads(out.read_text())
+    ghost = f"ghost{CLEAR}\x07"
+    doc["tensors"].append(dict(doc["tensors"][0], name=ghost))
+    out.write_text(json.dumps(doc))
+    text = run_cli(["verify", evil_model, "--manifest", out])
+    assert text.exit_code == 1, text.output
+    _terminal_safe(text.stdout)
+    assert escape(ghost) in text.stdout
+    report = json.loads(run_cli(["verify", evil_model, "--manifest", out, "--json"]).stdout)
+    assert [m["tensor"] for m in report["mismatches"]] == [ghost]
+
+
 # --- the Ollama store ------------------------------------------------------------------------------------
 
 def _store(tmp_path: Path, layers: list[dict], name: str = "evil:latest") -> Path:
@@ -179,10 +195,10 @@ def _store(tmp_path: Path, layers: list[dict], name: str = "evil:latest") -> Pat
 
 
 def test_ollama_digest_with_path_tricks_never_becomes_a_path(tmp_path: Path) -> None:
-    for digest in ("sha256:../../../etc/passwd", "sha256:" + "a" * 63 + "/", "../" + "a" * 64,
-                   "sha256:" + "A" * 63 + "\x1b"):
-        store = _store(tmp_path / str(abs(hash(digest))), [{"mediaType": "application/vnd.ollama.image.model",
-                                                             "digest": digest, "size": 1}])
+    for i, digest in enumerate(("sha256:../../../etc/passwd", "sha256:" + "a" * 63 + "/", "../" + "a" * 64,
+                                "sha256:" + "A" * 63 + "\x1b")):
+        store = _store(tmp_path / str(i), [{"mediaType": "application/vnd.ollama.image.model",
+                                            "digest": digest, "size": 1}])
         result = run_cli(["verify", "ollama:evil", "--store", store])
         line = assert_one_line_error(result, "layers[0].digest")
         _terminal_safe(line)
@@ -248,9 +264,6 @@ def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:
     outside.write_bytes(b"x")
     (snap / f"model{CLEAR}.gguf").symlink_to(outside)
     env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"))
-    from click.testing import CliRunner
-    from ggaudit.cli import main
-
     text = CliRunner(env=env).invoke(main, ["verify", "hf:org/name"])
     assert text.exit_code == 1, text.output
     _terminal_safe(text.stdout)

@@ -8,7 +8,7 @@ from ..errors import UsageError
 from ..readers import MODES
 from ..rows import Geometry, Mismatch, RowsReport, ShortRead, check_rows
 from ..text import escape
-from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, hint
+from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, stderr_is_tty
 
 
 def _modes(text: str | None) -> tuple[str, ...] | None:
@@ -52,15 +52,20 @@ def rows(model: str, tensor: str | None, ids: str | None, ids_file: str | None, 
         chosen = () if against is not None else MODES
     report = check_rows(model, tensor=tensor, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random_n,
                         seed=seed, page_crossing=page_crossing, modes=chosen, workers=workers, batch=batch,
-                        cache_rows=cache_rows, against=against, fp8=fp8, fail_fast=fail_fast)
-    for warning in report.warnings:
-        hint(f"ggaudit: warning: {warning}")
+                        cache_rows=cache_rows, against=against, fp8=fp8, fail_fast=fail_fast,
+                        progress=_progress if stderr_is_tty() else None)
+    if stderr_is_tty():
+        click.echo("\r\x1b[K", err=True, nl=False)
     if as_json:
         emit_json(report.to_dict())
     else:
         for line in render(report):
             click.echo(line)
     raise SystemExit(EXIT_CLEAN if report.clean else EXIT_FINDINGS)
+
+
+def _progress(path: str, done: int, total: int) -> None:
+    click.echo(f"\r{path}: {done}/{total} rows ({100 * done // max(total, 1)}%)", err=True, nl=False)
 
 
 def _yes(value: bool | None) -> str:

@@ -94,8 +94,11 @@ class _Progress:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+    """Bytes for people: 512 B, 1.5 MiB, 3.2 GiB."""
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n:.1f} GiB"
+        if n < 1024 or unit == "GiB":
+            break
+    return f"{n:.1f} {unit}"

@@ -8,60 +8,58 @@ from typing import Any
 
 import click
 
+from ..batch import run_models
 from ..errors import UsageError
 from ..locate import OLLAMA_PREFIX, resolve_model
 from ..text import escape
 from ..verify import (Mismatch, VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
                       verify_tensor_manifest)
-from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, hint
+from .common import emit_outcomes, handle_errors, hint
 
 HF_PREFIX = "hf:"
 
 
 @click.command()
-@click.argument("target", required=False)
+@click.argument("targets", nargs=-1)
 @click.option("--ollama", "ollama_name", metavar="NAME", help="Verify an Ollama model (same as ollama:NAME).")
 @click.option("--store", type=click.Path(file_okay=False), help="Ollama store root (default: $OLLAMA_MODELS "
               "or the platform default).")
 @click.option("--sums", type=click.Path(dir_okay=False), help="Verify the files a sha256 checksum file names.")
 @click.option("--manifest", "manifest_file", type=click.Path(dir_okay=False),
               help="Verify TARGET against a tensor manifest written by `ggaudit manifest`.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Verify this many TARGETs at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
 @handle_errors
-def verify(target: str | None, ollama_name: str | None, store: str | None, sums: str | None,
-           manifest_file: str | None, as_json: bool, fail_fast: bool) -> None:
-    """Check TARGET's bytes against the digests they should have.
+def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
+           manifest_file: str | None, jobs: int, as_json: bool, fail_fast: bool) -> None:
+    """Check the bytes of each TARGET against the digests they should have.
 
     \b
     TARGET is one of:
       ollama:NAME        every layer and the config of an Ollama model
       hf:ORG/NAME[@REV]  a Hugging Face cache snapshot, offline
       FILE               a blob named by its sha256 (sha256-<hex>), or with --manifest a model
+    Several TARGETs are reported one after the other; a failure in one does not lose the others.
     """
-    report = _run(target, ollama_name, store, sums, manifest_file, fail_fast)
-    for warning in report.warnings:
-        hint(f"ggaudit: warning: {escape(warning)}")
-    if as_json:
-        emit_json(report_to_json(report))
-    else:
-        for line in render_report(report):
-            click.echo(line)
-    raise SystemExit(EXIT_CLEAN if report.ok else EXIT_FINDINGS)
-
-
-def _run(target: str | None, ollama_name: str | None, store: str | None, sums: str | None,
-         manifest_file: str | None, fail_fast: bool) -> VerifyReport:
-    chosen = [x for x in (target, ollama_name, sums) if x is not None]
-    if len(chosen) != 1:
-        raise UsageError(None, "give exactly one of TARGET, --ollama NAME or --sums FILE")
-    if ollama_name is not None:
-        target = OLLAMA_PREFIX + ollama_name
+    items = list(targets) + ([OLLAMA_PREFIX + ollama_name] if ollama_name is not None else [])
     if sums is not None:
-        if manifest_file is not None:
-            raise UsageError(None, "--sums and --manifest do not combine")
-        return verify_sums(sums, fail_fast=fail_fast)
-    assert target is not None
+        if items or manifest_file is not None:
+            raise UsageError(None, "--sums FILE takes no TARGET and no --manifest")
+        outcomes = run_models([sums], lambda path: verify_sums(path, fail_fast=fail_fast))
+    elif not items:
+        raise UsageError(None, "give a TARGET, --ollama NAME or --sums FILE")
+    else:
+        outcomes = run_models(items, lambda t: _verify_one(t, store, manifest_file, fail_fast), jobs=jobs)
+    for outcome in outcomes:
+        for warning in outcome.result.warnings if outcome.result is not None else ():
+            hint(f"ggaudit: warning: {escape(warning)}")
+    raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=report_to_json, render=render_report,
+                                   has_findings=lambda r: not r.ok))
+
+
+def _verify_one(target: str, store: str | None, manifest_file: str | None, fail_fast: bool) -> VerifyReport:
     if manifest_file is not None:
         model = resolve_model(target, store=store)[0]
         return verify_tensor_manifest(model, manifest_file, fail_fast=fail_fast)
