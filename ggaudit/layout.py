@@ -43,6 +43,9 @@ MAX_KEPT_TEXT = 24 << 20
 #: Most arrays one header may hold (nested ones included): each is walked in Python, so a header of
 #: millions of tiny nested arrays would take minutes. Real files hold a few dozen.
 MAX_ARRAYS = 1 << 16
+#: Most tensors one file may describe. Real models hold a few thousand at most (experts are merged
+#: into 3-D tensors); each entry is parsed in Python, so millions of tiny entries would take seconds.
+MAX_TENSORS = 1 << 16
 _INT64_MAX = (1 << 63) - 1
 _CHUNK = 1 << 20
 
@@ -95,6 +98,22 @@ class FileIdentity:
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def now(cls, path: str | os.PathLike[str], when: str) -> FileIdentity:
+        """The identity of *path* now; a file gone since is a ReadError "file changed *when*"."""
+        try:
+            return cls.of(os.stat(path))
+        except OSError as err:
+            raise ReadError(path, f"file changed {when}: {err.strerror}") from None
+
+    def check(self, path: str | os.PathLike[str], when: str) -> None:
+        """Raise ReadError if *path* is no longer this file: an answer about bytes that are no longer
+        there would be silently wrong, so callers check before reporting what they read."""
+        now = FileIdentity.now(path, when)
+        if now != self:
+            raise ReadError(path, f"file changed {when} (replaced, resized or rewritten: size {self.size} -> "
+                            f"{now.size}, mtime {self.mtime_ns} -> {now.mtime_ns})")
 
 
 @dataclass(frozen=True)
@@ -405,6 +424,8 @@ def _parse(cur: _Cursor) -> tuple[int, int, int, dict[str, MetaValue], list[_Raw
         raise cur.error("metadata_kv_count", f"{n_kv} metadata pairs cannot fit in {remaining} bytes", 16)
     if n_tensors > remaining // _MIN_TENSOR_INFO_BYTES:
         raise cur.error("tensor_count", f"{n_tensors} tensors cannot fit in {remaining} bytes", 8)
+    if n_tensors > MAX_TENSORS:
+        raise cur.error("tensor_count", f"{n_tensors} tensors is more than ggaudit reads (limit {MAX_TENSORS})", 8)
     metadata = _read_metadata(cur, n_kv)
     alignment = _alignment(cur, metadata)
     if n_tensors > (cur.size - cur.pos) // _MIN_TENSOR_INFO_BYTES:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
-from .errors import ManifestError, ReadError, UsageError
+from .errors import ManifestError, UsageError
 
 if TYPE_CHECKING:   # layout may import locate, which imports this module: no import cycle at run time
     from .layout import GGUFFile, Model
@@ -221,7 +221,9 @@ def ollama_blob_path(store: Path, digest: str) -> Path:
     if path.is_symlink():
         root = store.resolve()
         target = path.resolve()
-        if target != root and root not in target.parents:
+        # The blobs folder itself may be a link (moved to a bigger disk): its own files are fine.
+        inside = target.parent == (store / "blobs").resolve() or root in target.parents
+        if not inside:
             raise ManifestError(path, f"blob is a link pointing outside the store: {os.readlink(path)}",
                                 field="digest")
     return path
@@ -505,7 +507,7 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
     segments = SegmentDigests(Segment(str(i), t.offset, t.nbytes, max(1, rpg * t.row_bytes))
                               for i, (t, rpg) in enumerate(plan))
     read_through(gguf_file.path, [sha, segments, *extra], end=gguf_file.size)
-    _check_unchanged(gguf_file)
+    check_unchanged(gguf_file)
     results = segments.results()
     name = os.path.basename(gguf_file.path)
     digests = tuple(
@@ -516,12 +518,9 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
     return FileDigest(name, int(gguf_file.size), sha.hexdigest()), digests
 
 
-def _check_unchanged(gguf_file: GGUFFile) -> None:
+def check_unchanged(gguf_file: GGUFFile) -> None:
     """The digests describe the file that was opened: refuse them if it was replaced or resized since."""
-    st = os.stat(gguf_file.path)
-    then = gguf_file.identity
-    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (then.device, then.inode, then.size, then.mtime_ns):
-        raise ReadError(gguf_file.path, "file changed (replaced, resized or rewritten) while it was being read")
+    gguf_file.identity.check(gguf_file.path, "while it was being read")
 
 
 def build_tensor_manifest(model: Model, group_bytes: int = DEFAULT_GROUP_BYTES) -> TensorManifest:

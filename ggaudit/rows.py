@@ -21,8 +21,8 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
 
 from .blocks import Encoding, decode_bits
-from .errors import ReadError, UsageError
-from .layout import FileIdentity, Model, Tensor, open_model
+from .errors import UsageError
+from .layout import Model, Tensor, open_model
 from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
 from .rows_gather import Chunk, Gatherer, RowCache, Sample, Sweep, through_cache, uniform
 from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows, load_capture,
@@ -665,10 +665,4 @@ def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache
 def _check_unchanged(m: Model, t: Tensor) -> None:
     """Read paths that disagree because the file was replaced or rewritten under them is not a read
     bug: say the file changed (exit 2) instead of reporting mismatches."""
-    opened = next(f.identity for f in m.files if f.path == t.path)
-    try:
-        now = FileIdentity.of(os.stat(t.path))
-    except OSError as err:
-        raise ReadError(t.path, f"file changed while rows were read: {err.strerror}") from None
-    if now != opened:
-        raise ReadError(t.path, "file changed (replaced, resized or rewritten) while rows were read")
+    next(f.identity for f in m.files if f.path == t.path).check(t.path, "while rows were read")

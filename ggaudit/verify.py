@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from .digests import GitBlobSha1, Sha256, read_through
 from .errors import FormatError, ManifestError, ReadError, UsageError
-from .layout import open_gguf
+from .layout import FileIdentity, open_gguf
 from .manifests import (FileDigest, TensorDigest, TensorManifest, digest_gguf_file, ollama_blob_path,
                         ollama_partial_files, read_hf_snapshot, read_ollama_manifest, read_sums,
                         read_tensor_manifest)
@@ -120,14 +120,6 @@ def _file_size(path: Path, subject: str, expected: str, out: _Collector) -> int 
     return st.st_size
 
 
-def _identity(path: Path) -> tuple[int, int, int, int]:
-    try:
-        st = os.stat(path)
-    except OSError as err:
-        raise ReadError(path, f"file changed while it was being hashed: {err.strerror}") from None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
 def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
                   algorithm: str = "sha256", expected_size: int | None = None) -> None:
     """Check one file's size (when known) and digest, recording the outcome in ``out``."""
@@ -139,10 +131,9 @@ def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
                                        offset=0, length=size, detail="size differs"))
         return
     hasher = GitBlobSha1(size) if algorithm == "git-sha1" else Sha256()
-    before = _identity(path)
+    before = FileIdentity.now(path, "while it was being hashed")
     out.bytes_hashed += read_through(path, [hasher], end=size)
-    if _identity(path) != before:   # a digest of bytes no longer there would be a silent wrong answer
-        raise ReadError(path, "file changed (replaced, resized or rewritten) while it was being hashed")
+    before.check(path, "while it was being hashed")
     actual = hasher.hexdigest()
     out.checked.append(Checked(os.fspath(path), subject, algorithm, actual, size, actual == expected))
     if actual != expected:

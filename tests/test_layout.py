@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ggaudit.build import Typed, encode_kv, encode_string, encode_tensor_info, gguf_bytes, TensorSpec
 from ggaudit.errors import FormatError, ReadError
-from ggaudit.layout import MAX_ARRAY_DEPTH, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_STRING, open_gguf, open_model
+from ggaudit.layout import (MAX_ARRAY_DEPTH, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_STRING, MAX_TENSORS, open_gguf,
+                            open_model)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HEAD = 24  # magic, version, tensor count, metadata count
@@ -543,3 +544,12 @@ def test_huge_array_claim_is_rejected_fast_in_bounded_memory(tmp_path: Path) -> 
         tracemalloc.stop()
     assert "cannot fit" in err.message
     assert peak < 64 << 20 and elapsed < 1.0
+
+
+def test_more_tensors_than_the_limit_fail_before_any_is_parsed(tmp_path: Path) -> None:
+    # Room for every claimed entry, so only the cap can refuse it; parsing them would take seconds.
+    path = write(tmp_path, head(MAX_TENSORS + 1, 0) + bytes(32 * (MAX_TENSORS + 1)))
+    start = time.perf_counter()
+    err = fails(path, 8, "tensor_count")
+    assert time.perf_counter() - start < 0.5
+    assert err.message == f"{MAX_TENSORS + 1} tensors is more than ggaudit reads (limit {MAX_TENSORS})"
