@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 from ggaudit.diff import diff_models, diff_paths
+from ggaudit.errors import ReadError
 from ggaudit.layout import open_model
 
 Q4K_ROW = 2 * 144           # 512 columns of Q4_K: 2 blocks of 144 bytes
@@ -146,3 +148,12 @@ def test_unreadable_input_is_exit_2(tmp_path: Path, pair: tuple[Path, Path, dict
     res = CliRunner().invoke(main, ["diff", str(a), str(tmp_path / "missing.gguf")])
     assert res.exit_code == 2 and res.stderr.startswith("ggaudit: error: ")
     assert "missing.gguf" in res.stderr
+
+
+def test_file_rewritten_after_opening_is_a_read_error(pair: tuple[Path, Path, dict, dict]) -> None:
+    a, b, _, offs_b = pair
+    model_b = open_model(b)
+    _flip(b, offs_b["token_embd.weight"])
+    os.utime(b, ns=(0, 0))                          # a rewrite in place: same size, new mtime
+    with pytest.raises(ReadError, match="file changed"):
+        diff_models(open_model(a), model_b)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType as T
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ggaudit.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
@@ -286,3 +288,29 @@ def test_file_changed_after_opening_is_a_read_error(tmp_path: Path) -> None:
         f.write(b"more")
     with pytest.raises(ReadError, match="file changed"):
         build_tensor_manifest(model)
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers(-2, 2**70) | st.text(max_size=70),
+                            lambda inner: st.lists(inner, max_size=4)
+                            | st.dictionaries(st.sampled_from(["layers", "config", "digest", "size", "mediaType",
+                                                               "format", "version", "files", "tensors", "name",
+                                                               "sha256", "row_groups", "row_group_bytes"]),
+                                              inner, max_size=5), max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300) | st.builds(lambda v: json.dumps(v).encode(), _json_values)
+       | st.builds(lambda lines: "\n".join(lines).encode(),
+                   st.lists(st.sampled_from([f"{HEX_A}  a", f"SHA256 ({HEX_A[:5]}) = {HEX_A}", "\\x  y",
+                                             f"{HEX_A} *../b", "SHA2-256(c)= 00", "#", ""]) | st.text(max_size=40),
+                            max_size=5)))
+def test_parsers_only_ever_raise_their_own_errors(tmp_path: Path, data: bytes) -> None:
+    (tmp_path / "f").write_bytes(data)
+    store = tmp_path / "store"
+    _write_manifest(store, "x", data.decode("utf-8", "replace"))
+    for parse in (lambda: read_sums(tmp_path / "f"), lambda: read_tensor_manifest(tmp_path / "f"),
+                  lambda: read_ollama_manifest("x", store)):
+        try:
+            parse()
+        except ManifestError:
+            pass

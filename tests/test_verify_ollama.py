@@ -214,3 +214,38 @@ def test_manifest_and_diff_accept_ollama_names(store: Store, tmp_path: Path) -> 
     differ = runner.invoke(main, ["diff", "ollama:tiny", "ollama:acme/vis:q4", "--store", str(store.root)])
     assert differ.exit_code == 1
     assert "DIFFER tensor token_embd.weight (F16 [32, 8]): 8 of 8 rows differ" in differ.output.splitlines()
+
+
+def test_several_targets_are_reported_in_order(store: Store) -> None:
+    _damage(store)
+    runner = CliRunner()
+    args = ["verify", "ollama:tiny", "ollama:acme/vis:q4", "ollama:nope", "--store", str(store.root), "--jobs", "2"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2                    # one target unreadable: its error, the others' reports
+    assert result.stderr.splitlines() == [
+        f"ggaudit: error: {store.root / 'manifests/registry.ollama.ai/library/nope/latest'}: model "
+        f"registry.ollama.ai/library/nope:latest is not in the Ollama store {store.root}"]
+    alone = [runner.invoke(main, ["verify", name, "--store", str(store.root)]).stdout
+             for name in ("ollama:tiny", "ollama:acme/vis:q4")]
+    assert result.stdout == "".join(alone)
+    doc = json.loads(runner.invoke(main, [*args, "--json"]).stdout)
+    assert [m["status"] for m in doc["models"]] == ["ok", "findings", "error"]
+
+
+def test_blob_linked_out_of_the_store_is_reported_not_followed(store: Store, tmp_path: Path) -> None:
+    params = store.blob("tiny.params")
+    outside = tmp_path / "elsewhere"
+    outside.write_bytes(params.read_bytes())        # even the right bytes: the link itself is the finding
+    params.unlink()
+    params.symlink_to(outside)
+    report = verify_ollama("tiny", store.root)
+    assert [(m.kind, m.subject, m.detail) for m in report.mismatches] == [
+        ("link", PARAMS, f"blob is a link pointing outside the store: {outside}")]
+    assert os.fspath(params) not in {c.path for c in report.checked}
+
+
+def test_blobs_folder_moved_to_another_disk_by_a_link_is_fine(store: Store, tmp_path: Path) -> None:
+    moved = tmp_path / "big-disk-blobs"
+    (store.root / "blobs").rename(moved)
+    (store.root / "blobs").symlink_to(moved)
+    assert verify_ollama("tiny", store.root).ok
