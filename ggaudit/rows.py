@@ -604,6 +604,9 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     m = model if isinstance(model, Model) else open_model(model)
     t = pick_tensor(m, tensor)
     _check_args(t, modes or (), workers, batch, cache_rows, fp8)
+    if all_rows and cache_rows:
+        raise UsageError(None, "--all sweeps in large chunks, not through a row cache; drop --cache-rows or "
+                         "choose rows with --ids, --random or --page-crossing")
     table = RowTable(t, os.path.getsize(t.path), fp8)
     capture = load_capture(against, table) if against is not None else None
     no_selector = ids is None and ids_file is None and random is None and not page_crossing and not all_rows

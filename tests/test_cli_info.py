@@ -98,3 +98,45 @@ def test_python_dash_m_runs(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "ggaudit", "info", str(path)], capture_output=True, text=True)
     assert proc.returncode == 0
     assert proc.stdout.startswith(f"model: {path}\n")
+
+
+def _ollama_store(root: Path, model: bytes, projector: bytes) -> tuple[Path, Path]:
+    """A real Ollama-shaped store holding library/tiny:latest with a model and a projector layer."""
+    import hashlib
+
+    (root / "blobs").mkdir(parents=True)
+    layers = []
+    paths = []
+    for media, content in (("application/vnd.ollama.image.model", model),
+                           ("application/vnd.ollama.image.projector", projector)):
+        digest = hashlib.sha256(content).hexdigest()
+        paths.append(root / "blobs" / f"sha256-{digest}")
+        paths[-1].write_bytes(content)
+        layers.append({"mediaType": media, "digest": f"sha256:{digest}", "size": len(content)})
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    return paths[0], paths[1]
+
+
+def test_info_of_an_ollama_model_shows_model_then_projector(tmp_path: Path) -> None:
+    _model(tmp_path / "m.gguf")
+    write_gguf(tmp_path / "p.gguf", [TensorSpec("mm.0.weight", T.F16, (4, 2), bytes(16))],
+               {"general.architecture": "clip"})
+    model_blob, projector_blob = _ollama_store(tmp_path / "store", (tmp_path / "m.gguf").read_bytes(),
+                                               (tmp_path / "p.gguf").read_bytes())
+    result = CliRunner().invoke(main, ["info", "ollama:tiny", "--store", str(tmp_path / "store"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [(m["model"], m["status"], m["report"]["architecture"]) for m in doc["models"]] == [
+        (str(model_blob), "ok", "llama"), (str(projector_blob), "ok", "clip")]
+
+
+def test_info_of_several_models_keeps_going_past_a_bad_one(tmp_path: Path) -> None:
+    good = tmp_path / "m.gguf"
+    _model(good)
+    missing = tmp_path / "gone.gguf"
+    result = CliRunner().invoke(main, ["info", str(missing), str(good)])
+    assert result.exit_code == 2
+    assert result.stderr == f"ggaudit: error: {missing}: cannot open: No such file or directory\n"
+    assert f"model: {good}" in result.stdout.splitlines()

@@ -197,7 +197,7 @@ def test_unreadable_sums_file_and_listed_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, needle", [
     (["scan", "--bogus", "m.gguf"], "--bogus"),
-    (["info"], "Missing argument 'MODEL'"),
+    (["info"], "Missing argument 'MODEL...'"),
     (["frobnicate"], "No such command 'frobnicate'"),
     (["rows", "m.gguf", "--workers", "many"], "'many' is not a valid integer"),
 ])

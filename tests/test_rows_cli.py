@@ -69,6 +69,8 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
     cases = [
         (["--ids", "199,200"], "ggaudit: error: --ids: row 200 is outside the table (rows 0..199)"),
         (["--ids", "1", "--all"], "ggaudit: error: --all sweeps the whole table; drop --ids"),
+        (["--all", "--cache-rows", "8"], "ggaudit: error: --all sweeps in large chunks, not through a row cache; "
+                                         "drop --cache-rows or choose rows with --ids, --random or --page-crossing"),
         (["--ids", "1", "--modes", "disk"], "ggaudit: error: unknown read path 'disk'; choose from buffered, mmap, "
                                             "direct"),
         (["--ids", "1", "--modes", ","], "ggaudit: error: --modes needs at least one of buffered,mmap,direct"),

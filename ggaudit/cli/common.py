@@ -12,6 +12,7 @@ import click
 
 from ..batch import Outcome, overall_status, status_word
 from ..errors import GGAuditError
+from ..locate import resolve_model
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -120,3 +121,15 @@ def emit_outcomes(outcomes: Sequence[Outcome[R]], *, as_json: bool, to_json: Cal
             for line in render(o.result):
                 click.echo(line)
     return status
+
+
+def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
+    """Each MODEL as the files it names: ``ollama:NAME`` becomes its model blob and then its projector's,
+    if it has one. A name that does not resolve is kept as it is, so auditing it reports the error."""
+    paths: list[str] = []
+    for spec in specs:
+        try:
+            paths.extend(resolve_model(spec, store=store))
+        except GGAuditError:
+            paths.append(spec)
+    return paths

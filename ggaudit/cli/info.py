@@ -7,27 +7,30 @@ from typing import Any
 import click
 
 from ..info import bytes_per_type, model_to_json
+from ..batch import run_models
 from ..layout import ArrayValue, MetaValue, Model, open_model
+from ..locate import resolve_model
 from ..text import escape
-from .common import EXIT_CLEAN, emit_json, handle_errors
+from .common import emit_outcomes, expand_models, handle_errors
 
 #: Longest string value shown in text output; JSON carries the whole value.
 MAX_SHOWN = 80
 
 
 @click.command()
-@click.argument("model")
+@click.argument("models", metavar="MODEL...", nargs=-1, required=True)
+@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON object instead of text.")
 @handle_errors
-def info(model: str, as_json: bool) -> None:
-    """Show MODEL's header, metadata and tensor table (a file, or any shard of a split set)."""
-    opened = open_model(model)
-    if as_json:
-        emit_json(model_to_json(opened))
-    else:
-        for line in render_info(opened):
-            click.echo(line)
-    raise SystemExit(EXIT_CLEAN)
+def info(models: tuple[str, ...], store: str | None, as_json: bool) -> None:
+    """Show each MODEL's header, metadata and tensor table.
+
+    MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
+    projector's if it has one).
+    """
+    outcomes = run_models(expand_models(models, store), lambda path: open_model(resolve_model(path)[0]))
+    raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=model_to_json, render=render_info,
+                                   has_findings=lambda _: False))
 
 
 def _shown(value: Any) -> str:
