@@ -158,6 +158,18 @@ class ScanStats:
 
 
 @dataclass(frozen=True)
+class FileDigest:
+    """Digests of one whole file, computed in the same read as the scan (``scan(..., hashes=...)``)."""
+
+    path: str
+    size: int
+    digests: Mapping[str, str]      # algorithm name ("sha256") -> lowercase hex
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, **self.digests}
+
+
+@dataclass(frozen=True)
 class ScanReport:
     """The result of :func:`ggaudit.scan.scan`."""
 
@@ -168,6 +180,8 @@ class ScanReport:
     complete: bool = True
     max_abs: float | None = None     # the --max-abs threshold, when given
     stats: ScanStats = field(default_factory=lambda: ScanStats(0, 0.0, 0))
+    hashes: tuple[str, ...] = ()          # digest algorithms asked for (empty: none)
+    digests: tuple[FileDigest, ...] = ()  # per file read to its end; --fail-fast may leave some out
 
     @property
     def counts(self) -> dict[str, int]:
@@ -182,13 +196,17 @@ class ScanReport:
         return "findings" if self.has_findings else "ok"
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "model": self.model,
-                "tensors": [t.to_json() for t in self.tensors],
-                "warnings": list(self.warnings),
-                "files": list(self.files), "complete": self.complete, "counts": self.counts,
-                "max_abs_threshold": self.max_abs,
-                "stats": {"bytes": self.stats.bytes, "seconds": round(self.stats.seconds, 6),
-                          "workers": self.stats.workers}}
+        doc: dict[str, Any] = {
+            "status": self.status, "model": self.model,
+            "tensors": [t.to_json() for t in self.tensors],
+            "warnings": list(self.warnings),
+            "files": list(self.files), "complete": self.complete, "counts": self.counts,
+            "max_abs_threshold": self.max_abs,
+            "stats": {"bytes": self.stats.bytes, "seconds": round(self.stats.seconds, 6),
+                      "workers": self.stats.workers}}
+        if self.hashes:     # only when asked for, so a plain scan's JSON is unchanged
+            doc["digests"] = [d.to_json() for d in self.digests]
+        return doc
 
 
 def _count(n: int, noun: str) -> str:
@@ -204,6 +222,9 @@ def render_text(report: ScanReport) -> Iterator[str]:
     total_bytes = report.stats.bytes
     yield (f"model {escape(report.model)}: {_count(len(report.tensors), 'tensor')}, {total_bytes} bytes of "
            f"tensor data scanned in {_count(len(report.files), 'file')}")
+    for d in report.digests:
+        for algorithm, digest in d.digests.items():
+            yield f"{algorithm}  {digest}  {escape(d.path)}"
     not_applicable = []
     for t in report.tensors:
         if t.check == CHECK_NONE:

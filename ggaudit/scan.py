@@ -19,10 +19,13 @@ share it:
   ``ReadError("file changed during scan")``.
 * streamed (small models): :class:`ScanConsumer` is a chunk consumer for
   :func:`ggaudit.digests.read_through`, so a scan can share one read pass with digest consumers.
+  ``scan(..., hashes=("sha256",))`` does that: each file is read once, from its first byte to its
+  last, and every chunk goes both to the hashers and to the scan (each in its own thread).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import logging
 import math
@@ -34,10 +37,10 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .blocks import FP8_E4M3_ELEMENTS, layout_of
-from .digests import read_through
+from .digests import ALGORITHMS, read_through
 from .errors import ReadError, UsageError
-from .layout import FileIdentity, GGUFFile, Model, Tensor, open_model
-from .report import CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, ScanReport, ScanStats, TensorScan
+from .layout import GGUFFile, Model, Tensor, open_model
+from .report import CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FileDigest, ScanReport, ScanStats, TensorScan
 from .scan_kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
 from .scan_workers import run_mapped
 
@@ -141,6 +144,33 @@ def _run_streamed(plans: Sequence[Plan], opts: Options, progress: Callable[[int]
     return accs
 
 
+def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], hashes: Sequence[str],
+                progress: Callable[[int], None]) -> tuple[dict[int, Acc], list[FileDigest]]:
+    """Read each whole file once, feeding the hashers and the scan the same chunks.
+
+    A file's digests are kept only when it was read to its end (--fail-fast may stop the read).
+    """
+    accs: dict[int, Acc] = {}
+    digests: list[FileDigest] = []
+    groups = by_file(plans)
+    for f in files:
+        hashers = [ALGORITHMS[name]() for name in hashes]
+        scanner = ScanConsumer(groups[f.path], opts, progress) if f.path in groups else None
+        try:
+            read_through(f.path, [*hashers, *([scanner] if scanner else [])], end=f.identity.size,
+                         chunk_size=STREAM_CHUNK_BYTES)
+        except _Stopped:
+            pass
+        else:
+            digests.append(FileDigest(f.path, f.identity.size,
+                                      {name: h.hexdigest() for name, h in zip(hashes, hashers)}))
+        if scanner is not None:
+            accs.update({k: v for k, v in scanner.accs.items() if k in scanner.reached})
+            if any(a.stopped for a in scanner.accs.values()):
+                break
+    return accs, digests
+
+
 def _runs(plans: Sequence[Plan]) -> Iterator[tuple[int, int]]:
     """Byte ranges to read: neighbouring tensors together, but never a long stretch nobody asked for."""
     start, end = plans[0].offset, plans[0].end
@@ -172,6 +202,17 @@ def _fp8_names(model: Model, names: Collection[str]) -> set[str]:
     return set(names)
 
 
+def _check_hashes(source: str, hashes: Sequence[str], workers: int | None) -> None:
+    unknown = [name for name in hashes if name not in ALGORITHMS]
+    if unknown:
+        raise UsageError(source, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})",
+                         field="hashes")
+    if hashes and workers:
+        # The digests need every byte in order, in this process: the mapped workers never copy them.
+        raise UsageError(source, "hashes are computed by the one streamed read: workers must be 0 or None",
+                         field="workers")
+
+
 def _check_options(source: str, max_abs: float | None, limit: int) -> None:
     if max_abs is not None and not (math.isfinite(max_abs) and max_abs >= 0):
         raise UsageError(source, f"--max-abs must be a finite number >= 0, not {max_abs!r}", field="--max-abs")
@@ -181,18 +222,13 @@ def _check_options(source: str, max_abs: float | None, limit: int) -> None:
 
 def _check_identity(files: Sequence[GGUFFile], when: str) -> None:
     for f in files:
-        try:
-            now = FileIdentity.of(os.stat(f.path))
-        except OSError as err:
-            raise ReadError(f.path, f"file {when}: {err.strerror}") from None
-        if now != f.identity:
-            raise ReadError(f.path, f"file {when} (size {f.identity.size} -> {now.size}, "
-                            f"mtime {f.identity.mtime_ns} -> {now.mtime_ns})")
+        f.identity.check(f.path, when)
 
 
 def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
          max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
-         progress: ProgressCallback | None = None, workers: int | None = None) -> ScanReport:
+         progress: ProgressCallback | None = None, workers: int | None = None,
+         hashes: Sequence[str] = ()) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
 
     ``tensors``: glob patterns selecting tensors by name (each must match one). ``deep``: also decode
@@ -200,16 +236,20 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     tensors that hold FP8 E4M3 bytes. ``limit``: findings listed per tensor (all are counted).
     ``fail_fast``: stop at the first finding. ``progress(done_bytes, total_bytes)`` is called as the
     scan advances. ``workers``: reader processes (0 reads in this process; None picks: 0 for models
-    under 64 MiB of tensor data, else up to 2).
+    under 64 MiB of tensor data, else up to 2). ``hashes``: digest algorithms (``"sha256"``,
+    ``"xxh3-128"``) of each whole file, computed from the same single read as the scan (which then
+    runs in this process) and returned in ``report.digests``, one entry per file (per shard).
     """
     m = model if isinstance(model, Model) else open_model(model)
+    hashes = tuple(hashes)
     _check_options(m.source, max_abs, limit)
+    _check_hashes(m.source, hashes, workers)
     fp8 = _fp8_names(m, as_fp8)
     selected = _select(m, tensors)
     opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast)
     plans, warnings = _plans(selected, fp8, deep)
     total = sum(p.nbytes for p in plans)
-    n_workers = _workers(workers, total)
+    n_workers = 0 if hashes else _workers(workers, total)
     done = 0
 
     def advance(n: int) -> None:
@@ -219,14 +259,23 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
             progress(done, total)
 
     started = time.perf_counter()
-    _check_identity(m.files, "changed since it was opened")
-    if n_workers:
+    _check_identity(m.files, "since it was opened")
+    digests: list[FileDigest] = []
+    if hashes:
+        accs, digests = _run_hashed(plans, opts, m.files, hashes, advance)
+    elif n_workers:
         accs = run_mapped(plans, opts, m.files, n_workers, advance)
     else:
         accs = _run_streamed(plans, opts, advance)
-    _check_identity(m.files, "changed during scan")
+    _check_identity(m.files, "during scan")
     elapsed = time.perf_counter() - started
-    return _report(m, selected, plans, accs, fp8, warnings, opts, ScanStats(total, elapsed, n_workers))
+    report = _report(m, selected, plans, accs, fp8, warnings, opts, ScanStats(total, elapsed, n_workers))
+    if not hashes:
+        return report
+    unhashed = len(m.files) - len(digests)
+    extra = (f"--fail-fast: the read stopped early; no digests for {unhashed} of {len(m.files)} files",)
+    return dataclasses.replace(report, hashes=hashes, digests=tuple(digests),
+                               warnings=report.warnings + (extra if unhashed else ()))
 
 
 def _workers(workers: int | None, total: int) -> int:

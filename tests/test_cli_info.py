@@ -13,6 +13,8 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 
+from ollama_support import ollama_store
+
 
 def _model(path: Path, name: str = "blk.0.attn_q.weight") -> dict[str, int]:
     rng = np.random.default_rng(1)
@@ -100,30 +102,11 @@ def test_python_dash_m_runs(tmp_path: Path) -> None:
     assert proc.stdout.startswith(f"model: {path}\n")
 
 
-def _ollama_store(root: Path, model: bytes, projector: bytes) -> tuple[Path, Path]:
-    """A real Ollama-shaped store holding library/tiny:latest with a model and a projector layer."""
-    import hashlib
-
-    (root / "blobs").mkdir(parents=True)
-    layers = []
-    paths = []
-    for media, content in (("application/vnd.ollama.image.model", model),
-                           ("application/vnd.ollama.image.projector", projector)):
-        digest = hashlib.sha256(content).hexdigest()
-        paths.append(root / "blobs" / f"sha256-{digest}")
-        paths[-1].write_bytes(content)
-        layers.append({"mediaType": media, "digest": f"sha256:{digest}", "size": len(content)})
-    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
-    return paths[0], paths[1]
-
-
 def test_info_of_an_ollama_model_shows_model_then_projector(tmp_path: Path) -> None:
     _model(tmp_path / "m.gguf")
     write_gguf(tmp_path / "p.gguf", [TensorSpec("mm.0.weight", T.F16, (4, 2), bytes(16))],
                {"general.architecture": "clip"})
-    model_blob, projector_blob = _ollama_store(tmp_path / "store", (tmp_path / "m.gguf").read_bytes(),
+    model_blob, projector_blob = ollama_store(tmp_path / "store", (tmp_path / "m.gguf").read_bytes(),
                                                (tmp_path / "p.gguf").read_bytes())
     result = CliRunner().invoke(main, ["info", "ollama:tiny", "--store", str(tmp_path / "store"), "--json"])
     assert result.exit_code == 0, result.output

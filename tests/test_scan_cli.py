@@ -160,3 +160,22 @@ def test_progress_and_warnings_only_on_a_terminal(tmp_path: Path, monkeypatch: p
     assert "\rscan " in err and " / " in err and "ETA" in err
     assert err.endswith("ggaudit: warning: --deep: gguf.quants cannot decode Q8_K; 1 tensor of that type "
                         "checked by block fields only\n")
+
+
+def test_ollama_model_scans_the_model_blob_and_the_projector(tmp_path: Path) -> None:
+    from ollama_support import ollama_store
+
+    offsets = _model(tmp_path / "m.gguf")
+    write_gguf(tmp_path / "p.gguf", [TensorSpec("mm.0.weight", T.F32, (8, 2),
+                                                bytes(finite_tensor(T.F32, (8, 2), 4)))])
+    model_blob, projector_blob = ollama_store(tmp_path / "store", (tmp_path / "m.gguf").read_bytes(),
+                                              (tmp_path / "p.gguf").read_bytes())
+    result = CliRunner().invoke(main, ["scan", "ollama:tiny", "--store", str(tmp_path / "store"), "--json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert [(m["model"], m["status"]) for m in doc["models"]] == [(str(model_blob), "findings"),
+                                                                  (str(projector_blob), "ok")]
+    finding = doc["models"][0]["report"]["tensors"][1]["findings"][0]
+    q4k = LAYOUTS[T.Q4_K]
+    assert (finding["kind"], finding["row"], finding["block"], finding["field"], finding["offset"]) == (
+        "+inf", 1, 1, "d", offsets["blk.0.ffn_down.weight"] + 3 * q4k.block_bytes)

@@ -28,7 +28,8 @@ def info(models: tuple[str, ...], store: str | None, as_json: bool) -> None:
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
     projector's if it has one).
     """
-    outcomes = run_models(expand_models(models, store), lambda path: open_model(resolve_model(path)[0]))
+    # A name expand_models could not resolve is resolved again here, so its error becomes its outcome.
+    outcomes = run_models(expand_models(models, store), lambda m: open_model(resolve_model(m, store=store)[0]))
     raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=model_to_json, render=render_info,
                                    has_findings=lambda _: False))
 

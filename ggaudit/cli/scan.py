@@ -1,5 +1,5 @@
 """``ggaudit scan``: NaN, Inf and outliers in every tensor, located exactly. Exit 0 clean, 1 findings,
-2 unreadable input."""
+2 unreadable input (of any model, when several are given)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,19 @@ import time
 
 import click
 
+from ..batch import run_models
 from ..errors import UsageError
 from ..locate import resolve_model
-from ..report import render_text
+from ..report import ScanReport, render_text
 from ..scan import scan as scan_model
 from ..text import escape
-from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, hint, stderr_is_tty
+from .common import emit_outcomes, expand_models, handle_errors, hint, stderr_is_tty
 
 FP8_E4M3 = "fp8_e4m3"
 
 
 @click.command()
-@click.argument("model")
+@click.argument("models", metavar="MODEL...", nargs=-1, required=True)
 @click.option("--tensor", "tensors", multiple=True, metavar="GLOB",
               help="Scan only tensors whose name matches GLOB (repeatable).")
 @click.option("--deep", is_flag=True, help="Also dequantize blocks with gguf.quants and check decoded values.")
@@ -30,31 +31,42 @@ FP8_E4M3 = "fp8_e4m3"
               help="Findings listed per tensor (all are counted).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first finding.")
 @click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--sha256", is_flag=True,
+              help="Also print each file's sha256, computed from the same single read as the scan.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Models scanned at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @handle_errors
-def scan(model: str, tensors: tuple[str, ...], deep: bool, max_abs: float | None, overrides: tuple[str, ...],
-         limit: int, fail_fast: bool, store: str | None, as_json: bool) -> None:
-    """Find NaN and Inf (and with --max-abs, outliers) in MODEL's tensors.
+def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None,
+         overrides: tuple[str, ...], limit: int, fail_fast: bool, store: str | None, sha256: bool, jobs: int,
+         as_json: bool) -> None:
+    """Find NaN and Inf (and with --max-abs, outliers) in each MODEL's tensors.
 
-    MODEL is a GGUF file, any shard of a split set, or ollama:NAME.
+    MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
+    projector's if it has one). Several MODELs are reported one after the other; a failure in one does
+    not lose the others.
     """
-    path = resolve_model(model, store=store)[0]
-    progress = _Progress() if stderr_is_tty() else None
-    try:
-        report = scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
-                            as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
-                            progress=progress)
-    finally:
-        if progress is not None:
-            progress.close()
-    for warning in report.warnings:
-        hint(f"ggaudit: warning: {escape(warning)}")
-    if as_json:
-        emit_json(report.to_json())
-    else:
-        for line in render_text(report):
-            click.echo(line)
-    raise SystemExit(EXIT_FINDINGS if report.has_findings else EXIT_CLEAN)
+    paths = expand_models(models, store)
+    show_progress = len(paths) == 1 and stderr_is_tty()
+
+    def one(model: str) -> ScanReport:
+        path = resolve_model(model, store=store)[0]  # re-raises what expand_models kept back
+        progress = _Progress() if show_progress else None
+        try:
+            # Forking reader processes from several job threads at once is unsafe: jobs read in-process.
+            return scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
+                              as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
+                              progress=progress, workers=None if jobs == 1 else 0,
+                              hashes=("sha256",) if sha256 else ())
+        finally:
+            if progress is not None:
+                progress.close()
+
+    outcomes = run_models(paths, one, jobs=jobs)
+    for outcome in outcomes:
+        for warning in outcome.result.warnings if outcome.result is not None else ():
+            hint(f"ggaudit: warning: {escape(warning)}")
+    raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=lambda r: r.to_json(), render=render_text,
+                                   has_findings=lambda r: r.has_findings))
 
 
 def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:
