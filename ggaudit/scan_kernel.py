@@ -270,18 +270,38 @@ def _keys(group: Group, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys, raw
 
 
+_SIGNED = {"<u2": "<i2", "<u4": "<i4", "<u8": "<i8"}
+
+
+def _top_key(codec: Codec, raw: np.ndarray) -> int:
+    """The largest key (|x| bits) of IEEE float elements without writing a key buffer: two read-only
+    reductions, one over the bits as signed integers (the largest non-negative value) and one as
+    unsigned (the largest negative one, sign bit set). -1 for encodings this does not apply to."""
+    signed = _SIGNED.get(codec.unit)
+    if signed is None or codec.encoding is Encoding.IQ1M_F16:
+        return -1
+    sign = codec.mask + 1
+    top_pos = int(raw.view(signed).max())
+    top_neg = int(raw.max()) - sign
+    return max(top_pos, top_neg, 0)
+
+
 def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], data: np.ndarray,
                 first_unit: int) -> None:
     bb = plan.layout.block_bytes
     n = len(data) // bb
     slow: list[tuple[GroupPass, np.ndarray, np.ndarray]] = []
     for p in passes:
-        keys, bits = _keys(p.group, _raw(p.group, data, n, bb, plan.layout.is_float_elements))
-        top = int(keys.max())
+        raw = _raw(p.group, data, n, bb, plan.layout.is_float_elements)
+        top = _top_key(p.group.codec, raw) if plan.layout.is_float_elements else -1
+        if top < 0:
+            keys, bits = _keys(p.group, raw)
+            top = int(keys.max())
         if top < p.trigger and top <= p.threshold:     # the common case: nothing to report here
             if top > p.max_key:
                 p.max_key = top
             continue
+        keys, bits = _keys(p.group, raw)
         finite = keys < p.group.codec.inf_key
         if finite.any():
             p.max_key = max(p.max_key, int(keys[finite].max()))

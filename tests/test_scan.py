@@ -413,3 +413,24 @@ def test_json_is_strict_json_even_with_nan_and_inf(tmp_path: Path) -> None:
     kinds = {f["kind"] for t in json.loads(text)["tensors"] for f in t["findings"]}
     assert kinds == {"nan", "+inf", "-inf", "outlier"}
     assert doc["status"] == "findings" and doc["counts"]["nan"] > 0
+
+
+@pytest.mark.parametrize("encoding", ["F16", "BF16", "F32", "F64"])
+def test_read_only_top_key_equals_the_masked_maximum_for_any_bits(encoding: str) -> None:
+    from ggaudit.blocks import Encoding
+    from ggaudit.scan_kernel import CODECS, _top_key
+
+    codec = CODECS[Encoding[encoding]]
+    rng = np.random.default_rng(7)
+    width = np.dtype(codec.unit).itemsize
+    sign = codec.mask + 1
+    for case in range(200):
+        n = int(rng.integers(1, 64))
+        raw = rng.integers(0, 256, size=n * width, dtype=np.uint8).view(codec.unit).reshape(n, 1).copy()
+        if case % 4 == 1:
+            raw |= np.array(sign, dtype=codec.unit)            # every value negative (sign bit set)
+        elif case % 4 == 2:
+            raw &= np.array(codec.mask, dtype=codec.unit)      # every value non-negative
+        elif case % 4 == 3:
+            raw[:] = np.array(sign, dtype=codec.unit)          # all -0.0
+        assert _top_key(codec, raw) == int((raw & np.array(codec.mask, dtype=codec.unit)).max()), (case, raw)
