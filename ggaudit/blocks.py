@@ -197,17 +197,17 @@ def _decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
     raise ValueError(f"no decoder for {encoding}")
 
 
-def _ue4m3(b: np.ndarray) -> np.ndarray:
-    # As gguf.quants decodes NVFP4 scales: bit 7 ignored, 0x7F means zero, so no NaN or Inf exists.
+def _e4m3_magnitude(b: np.ndarray) -> np.ndarray:
+    """|x| of E4M3 bytes (exponent bias 7, subnormals at exponent 0), bit 7 ignored, no NaN."""
     exp = (b >> 3) & 0xF
     man = (b & 7).astype(np.float64)
-    val = np.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * np.exp2(exp.astype(np.float64) - 7))
-    return np.where(b == 0x7F, 0.0, val)
+    return np.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * np.exp2(exp.astype(np.float64) - 7))
+
+
+def _ue4m3(b: np.ndarray) -> np.ndarray:
+    # As gguf.quants decodes NVFP4 scales: bit 7 ignored, 0x7F means zero, so no NaN or Inf exists.
+    return np.where(b == 0x7F, 0.0, _e4m3_magnitude(b))
 
 
 def _e4m3(b: np.ndarray) -> np.ndarray:
-    sign = np.where(b & 0x80, -1.0, 1.0)
-    exp = (b >> 3) & 0xF
-    man = (b & 7).astype(np.float64)
-    val = np.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * np.exp2(exp.astype(np.float64) - 7))
-    return np.where((b & 0x7F) == 0x7F, np.nan, sign * val)
+    return np.where((b & 0x7F) == 0x7F, np.nan, np.where(b & 0x80, -1.0, 1.0) * _e4m3_magnitude(b))

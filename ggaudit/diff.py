@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ReadError
+from .digests import pread_exact
 from .layout import Model, Tensor, open_model
-from .manifests import check_unchanged
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
             if fail_fast and result:
                 break
     for gguf_file in (*a.files, *b.files):
-        check_unchanged(gguf_file)      # differences in bytes no longer there would be wrong answers
+        gguf_file.check_unchanged("while it was being read")      # differences in bytes no longer there would be wrong answers
     stats = DiffStats(compared, bytes_compared, time.perf_counter() - started)
     return DiffReport(a.source, b.source, tuple(t.name for t in a.tensors if t.name not in tensors_b),
                       tuple(t.name for t in b.tensors if t.name not in names_a), tuple(layout_changes),
@@ -148,12 +147,7 @@ class _Files:
         fd = self._fds.get(path)
         if fd is None:
             fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        got = 0
-        while got < len(buf):
-            n = os.preadv(fd, [buf[got:]], offset + got)
-            if n == 0:
-                raise ReadError(path, "file ended early (shrank while being compared?)", offset=offset + got)
-            got += n
+        pread_exact(fd, path, buf, offset)
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         buf = bytearray(length)

@@ -30,7 +30,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import xxhash
 
@@ -52,49 +52,46 @@ class ChunkConsumer(Protocol):
         """Take the bytes ``data`` found at absolute file offset ``offset``; do not keep ``data``."""
 
 
-class Sha256:
+class _Hasher:
+    """A hashlib-style object (``update``, ``hexdigest``) as a chunk consumer."""
+
+    name: str
+
+    def __init__(self, hash_object: Any) -> None:
+        self._hash = hash_object
+
+    def update(self, offset: int, data: memoryview) -> None:
+        self._hash.update(data)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+class Sha256(_Hasher):
     """sha256 of everything it is fed, as a chunk consumer."""
 
     name = "sha256"
 
     def __init__(self) -> None:
-        self._hash = hashlib.sha256()
-
-    def update(self, offset: int, data: memoryview) -> None:
-        self._hash.update(data)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+        super().__init__(hashlib.sha256())
 
 
-class Xxh3_128:
+class Xxh3_128(_Hasher):
     """xxh3-128 of everything it is fed, as a chunk consumer."""
 
     name = "xxh3-128"
 
     def __init__(self) -> None:
-        self._hash = xxhash.xxh3_128()
-
-    def update(self, offset: int, data: memoryview) -> None:
-        self._hash.update(data)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+        super().__init__(xxhash.xxh3_128())
 
 
-class GitBlobSha1:
+class GitBlobSha1(_Hasher):
     """git's blob id (sha1 of ``blob <size>\\0`` then the bytes), as the Hugging Face cache names small files."""
 
     name = "git-sha1"
 
     def __init__(self, size: int) -> None:
-        self._hash = hashlib.sha1(b"blob %d\0" % size)
-
-    def update(self, offset: int, data: memoryview) -> None:
-        self._hash.update(data)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+        super().__init__(hashlib.sha1(b"blob %d\0" % size))
 
 
 ALGORITHMS: dict[str, Callable[[], Sha256 | Xxh3_128]] = {"sha256": Sha256, "xxh3-128": Xxh3_128}
@@ -278,22 +275,25 @@ class _ChunkReader:
         if self.pos >= self.end:
             return None
         want = min(len(buf), self.end - self.pos)
-        view = memoryview(buf)
-        got = 0
-        while got < want:
-            try:
-                n = os.preadv(self.fd, [view[got:want]], self.pos + got)
-            except OSError as err:
-                raise ReadError(self.path, f"read failed: {err.strerror or err}",
-                                offset=self.pos + got) from err
-            if n == 0:
-                raise ReadError(self.path, f"file ended early: expected {self.end} bytes, "
-                                "it shrank or was replaced while being read",
-                                offset=self.pos + got)
-            got += n
+        pread_exact(self.fd, self.path, memoryview(buf)[:want], self.pos)
         offset = self.pos
         self.pos += want
         return offset, want
+
+
+def pread_exact(fd: int, path: str, view: memoryview, offset: int) -> None:
+    """Fill ``view`` with the bytes at ``offset``; ReadError naming the offset if the file ends first
+    (it shrank or was replaced under us) or a read fails."""
+    got = 0
+    while got < len(view):
+        try:
+            n = os.preadv(fd, [view[got:]], offset + got)
+        except OSError as err:
+            raise ReadError(path, f"read failed: {err.strerror or err}", offset=offset + got) from err
+        if n == 0:
+            raise ReadError(path, f"file ended early: expected at least {offset + len(view)} bytes, "
+                            "it shrank or was replaced while being read", offset=offset + got)
+        got += n
 
 
 def _run_inline(reader: _ChunkReader, consumers: Sequence[ChunkConsumer]) -> None:

@@ -174,6 +174,10 @@ class GGUFFile:
         entry = self.metadata.get(key)
         return default if entry is None else entry.value
 
+    def check_unchanged(self, when: str) -> None:
+        """ReadError if this file was replaced, resized or rewritten since it was opened."""
+        self.identity.check(self.path, when)
+
 
 @dataclass(frozen=True)
 class Model:

@@ -6,7 +6,7 @@ import logging
 import os
 
 from .errors import ManifestError
-from .manifests import ollama_blob_path, read_ollama_manifest
+from .manifests.ollama import MEDIA_MODEL, ollama_blob_path, read_ollama_manifest
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,6 @@ def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None) -> 
     manifest = read_ollama_manifest(spec[len(OLLAMA_PREFIX):], store)
     layers = manifest.model_layers()
     if not layers:
-        raise ManifestError(manifest.path, f"model {manifest.name} has no layer of type "
-                            "application/vnd.ollama.image.model", field="layers")
+        raise ManifestError(manifest.path, f"model {manifest.name} has no layer of type {MEDIA_MODEL}",
+                            field="layers")
     return [os.fspath(ollama_blob_path(manifest.store, layer.digest)) for layer in layers]

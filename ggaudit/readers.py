@@ -172,6 +172,7 @@ class Reader:
         return start, align_up(offset + length, a) - start
 
     def alloc(self, size: int) -> Buffer:
+        # mmap'd memory is page-aligned, which satisfies every dio_mem_align Linux reports.
         return Buffer(align_up(max(size, 1), self.alignment.offset))
 
     def read_into(self, view: memoryview, offset: int) -> int:
@@ -210,20 +211,18 @@ class BufferedReader(Reader):
 
     def read_exact(self, offset: int, length: int) -> bytes:
         """The reference read: loop over short reads; a file that ends early is a ReadError."""
-        parts, pos, left = [], offset, length
-        while left:
-            try:
-                chunk = os.pread(self.fd, left, pos)
-            except OSError as err:
-                raise self._failed(err, pos, left) from err
-            if not chunk:
-                raise ReadError(self.path, f"file ends before {length} bytes could be read (it is "
-                                           f"{os.fstat(self.fd).st_size} bytes; changed while reading?)",
-                                offset=pos)
-            parts.append(chunk)
-            pos += len(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
+        try:
+            data = os.pread(self.fd, length, offset)
+        except OSError as err:
+            raise self._failed(err, offset, length) from err
+        if len(data) == length:
+            return data  # the usual case: one read, no copy
+        # Short (a signal, a network filesystem, the end of the file): redo it with read_exact_into's loop,
+        # which finishes the read or names where the file ends.
+        buf = bytearray(length)
+        with memoryview(buf) as view:
+            self.read_exact_into(view, offset)
+        return bytes(buf)
 
     def read_exact_into(self, view: memoryview, offset: int) -> None:
         """read_exact into a caller's buffer (no allocation): loops over short reads, ReadError at EOF."""
@@ -371,10 +370,6 @@ class LinuxDirectReader(BufferedReader):
             return
         self.close()
         raise DirectIOUnavailable(self.path, "direct reads fail with EINVAL even when aligned")
-
-    def alloc(self, size: int) -> Buffer:
-        # mmap'd memory is page-aligned, which satisfies every dio_mem_align Linux reports.
-        return Buffer(align_up(max(size, 1), self.alignment.offset))
 
     def read_into(self, view: memoryview, offset: int) -> int:
         try:

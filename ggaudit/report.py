@@ -15,6 +15,9 @@ from .text import escape
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier")
 
+#: ``TensorScan.encoding`` of an I8 tensor the caller said holds FP8 E4M3 bytes (``--as NAME=fp8_e4m3``).
+FP8_E4M3 = "fp8_e4m3"
+
 #: What was checked in a tensor.
 CHECK_ELEMENTS = "elements"
 CHECK_FIELDS = "block fields"
@@ -62,8 +65,9 @@ def location(path: str, offset: int, length: int, *, tensor: str | None = None, 
     return ": ".join(parts)
 
 
-def _json_float(value: float | None) -> float | None:
-    """JSON has no NaN or Inf: those become null (the kind already says which)."""
+def finite_or_none(value: float | None) -> float | None:
+    """The value when it is finite, else None: JSON has no NaN or Inf, findings compare equal, and the
+    kind already says which non-finite value it was."""
     if value is None or not math.isfinite(value):
         return None
     return value
@@ -98,7 +102,7 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "row": self.row, "column": self.column, "block": self.block,
                 "field": self.field, "offset": self.offset, "bits": self.bits, "width": self.width,
-                "size": self.size, "value": _json_float(self.value), "cause": self.cause}
+                "size": self.size, "value": finite_or_none(self.value), "cause": self.cause}
 
     def describe(self, max_abs: float | None = None) -> str:
         """One fio-like line: where, then expected before actual, in hex."""
@@ -128,7 +132,7 @@ class TensorScan:
     counts: Mapping[str, int]
     max_abs: float | None
     findings: tuple[Finding, ...] = ()
-    encoding: str | None = None     # "fp8_e4m3" when the caller said an I8 tensor holds FP8
+    encoding: str | None = None     # FP8_E4M3 when the caller said an I8 tensor holds FP8
     deep: bool = False              # decoded with gguf.quants as well
     complete: bool = True           # False when --fail-fast stopped inside this tensor
 
@@ -143,7 +147,7 @@ class TensorScan:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "counts": dict(self.counts),
-                "max_abs": _json_float(self.max_abs),
+                "max_abs": finite_or_none(self.max_abs),
                 "findings": [f.to_json() for f in self.findings],
                 "shape": list(self.shape), "file": self.path, "offset": self.offset,
                 "nbytes": self.nbytes, "check": self.check, "encoding": self.encoding,

@@ -286,24 +286,23 @@ class Classifier:
     def _classify(self, s: Sample, expected: bytes, k: int, previous: bytes | None,
                   batch: dict[int, bytes]) -> tuple[str, int | None, int | None, str]:
         actual, stop = s.data, self.table.row_offset(s.row) + k
-        if s.via_cache:
-            other = self._other_row(actual, s.row, batch)
-            if other is not None:
-                return "cache-crosstalk", other[0], other[1], f"cache hit for row {s.row} held row {other[0]}"
+        # Searching the file is the costly step: done once, first only for a cache hit (crosstalk wins).
+        other = self._other_row(actual, s.row, batch) if s.via_cache else None
+        if other is not None:
+            return "cache-crosstalk", other[0], other[1], f"cache hit for row {s.row} held row {other[0]}"
         if s.unlanded:
             return "stale", None, None, "buffer handed out before its read landed: it held its previous contents"
         if previous is not None and actual == previous:
             return "stale", None, None, "the bytes of the previous row gathered into the same buffer"
         tail = actual[k:]
-        if uniform(tail, POISON) or (k and uniform(tail, 0)):
+        if uniform(tail, POISON) or uniform(tail, 0):
             what = "poison" if tail[0] == POISON else "zeros"
             return "short-read", None, None, f"{what} from offset {stop} on: the read stopped there"
-        other = self._other_row(actual, s.row, batch)
+        if not s.via_cache:
+            other = self._other_row(actual, s.row, batch)
         if other is not None:
             name = f"row {other[0]}" if other[0] is not None else f"offset {other[1]}"
             return "misplaced", other[0], other[1], f"the bytes of {name}"
-        if uniform(tail, 0):
-            return "short-read", None, None, f"zeros from offset {stop} on: the read stopped there"
         return "garbage", None, None, "bytes found nowhere near the row"
 
     def _other_row(self, actual: bytes, row: int, batch: dict[int, bytes]) -> tuple[int | None, int] | None:
@@ -348,8 +347,7 @@ class _Findings:
     (as "unclassified"): a path that is wrong everywhere must not cost a search per row of a 54 GB table.
     """
 
-    def __init__(self, table: RowTable, fail_fast: bool) -> None:
-        self.table = table
+    def __init__(self, fail_fast: bool) -> None:
         self.fail_fast = fail_fast
         self.kept: list[Mismatch] = []
         self.count = 0
@@ -601,9 +599,10 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
                reader_factory: ReaderFactory | None = None,
                cache_factory: CacheFactory = default_cache, progress: Progress | None = None) -> RowsReport:
     """Replay rows of *tensor* through each read path in *modes* (and/or an engine capture)."""
+    modes = tuple(modes or ())
     m = model if isinstance(model, Model) else open_model(model)
     t = pick_tensor(m, tensor)
-    _check_args(t, modes or (), workers, batch, cache_rows, fp8)
+    _check_args(t, modes, workers, batch, cache_rows, fp8)
     if all_rows and cache_rows:
         raise UsageError(None, "--all sweeps in large chunks, not through a row cache; drop --cache-rows or "
                          "choose rows with --ids, --random or --page-crossing")
@@ -613,13 +612,13 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     extra = capture.ids.tolist() if capture is not None and no_selector else ()
     selection = select_rows(table, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random, seed=seed,
                             page_crossing=page_crossing, extra=extra)
-    findings = _Findings(table, fail_fast)
+    findings = _Findings(fail_fast)
     warnings: list[str] = []
     factory = reader_factory or (lambda path, mode: open_reader(path, mode))
     with BufferedReader(t.path) as reference:
         replay = _Replay(table, reference, findings, workers, batch, cache_rows, cache_factory, progress)
         capture_result = compare_capture(capture, table, reference, findings) if capture is not None else None
-        for mode in modes or ():
+        for mode in modes:
             if findings.stop:
                 break
             _run_mode(replay, factory, mode, selection, warnings)
@@ -629,7 +628,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     bad_geometry = geometry_of([table.row_offset(r) for r in sorted(findings.rows)], table.row_bytes)
     by_kind = tuple((k, findings.kinds[k]) for k in (*KINDS, UNCLASSIFIED) if findings.kinds[k])
     return RowsReport(t.path, t.name, t.ggml_type.name, t.n_cols, t.row_bytes, t.n_rows, t.offset,
-                      selection.description, selection.seed, tuple(modes or ()),
+                      selection.description, selection.seed, modes,
                       table.n_rows if selection.rows is None else len(selection.rows), geometry, bad_geometry,
                       findings.count, by_kind, tuple(findings.kept), tuple(findings.short_reads),
                       findings.short_count, capture_result, tuple(replay.stats), tuple(warnings))
@@ -668,4 +667,4 @@ def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache
 def _check_unchanged(m: Model, t: Tensor) -> None:
     """Read paths that disagree because the file was replaced or rewritten under them is not a read
     bug: say the file changed (exit 2) instead of reporting mismatches."""
-    next(f.identity for f in m.files if f.path == t.path).check(t.path, "while rows were read")
+    next(f for f in m.files if f.path == t.path).check_unchanged("while rows were read")

@@ -166,7 +166,9 @@ class Gatherer:
             n_reads += 1
             buf = self.pool.take()
             try:
-                # Poison all the rows will be sliced from, even past a (wrongly) short span.
+                # Poison all the rows will be sliced from, even past a (wrongly) short span. This read step
+                # mirrors Sweep._one but stays inline: it runs once per read, and a shared helper costs 2-4%
+                # of a page-cached gather.
                 buf.poison(max(rd.length, base + rd.rows[-1] * rb + rb - rd.start))
                 view = buf.view[:rd.length]
                 got = read_into(view, rd.start)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import logging
 import math
 import os
@@ -40,9 +41,11 @@ from .blocks import FP8_E4M3_ELEMENTS, layout_of
 from .digests import ALGORITHMS, read_through
 from .errors import ReadError, UsageError
 from .layout import GGUFFile, Model, Tensor, open_model
-from .report import CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FileDigest, ScanReport, ScanStats, TensorScan
+from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, FileDigest, ScanReport, ScanStats,
+                     TensorScan)
 from .scan_kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
 from .scan_workers import run_mapped
+from .text import escape
 
 __all__ = ["ScanConsumer", "deep_supported", "scan"]
 
@@ -79,6 +82,8 @@ class ScanConsumer:
         self._progress = progress
         self.accs: dict[int, Acc] = {p.index: Acc() for p in self._plans}
         self.reached: set[int] = set()   # plans that have received bytes
+        # Bytes of all plans before plan i: progress is a lookup, not a sum per chunk.
+        self._before = list(itertools.accumulate((p.nbytes for p in self._plans), initial=0))
         self._i = 0
         self._done = 0               # whole units of the current plan scanned
         self._carry = bytearray()    # bytes of a unit cut by a chunk boundary
@@ -103,11 +108,20 @@ class ScanConsumer:
         if self._progress is not None:
             self._progress(self._position() - before)
 
+    @property
+    def stopped(self) -> bool:
+        """--fail-fast found its finding in one of these tensors."""
+        return any(a.stopped for a in self.accs.values())
+
+    def results(self) -> dict[int, Acc]:
+        """The accumulators of the tensors that were reached (--fail-fast may stop before the others)."""
+        return {k: v for k, v in self.accs.items() if k in self.reached}
+
     def _position(self) -> int:
+        """Bytes of whole units scanned so far."""
         if self._i >= len(self._plans):
-            return sum(p.nbytes for p in self._plans)
-        plan = self._plans[self._i]
-        return sum(p.nbytes for p in self._plans[:self._i]) + self._done * plan.layout.block_bytes
+            return self._before[-1]
+        return self._before[self._i] + self._done * self._plans[self._i].layout.block_bytes
 
     def _feed(self, plan: Plan, piece: np.ndarray) -> None:
         bb = plan.layout.block_bytes
@@ -138,8 +152,8 @@ def _run_streamed(plans: Sequence[Plan], opts: Options, progress: Callable[[int]
                              threaded=False)
         except _Stopped:
             pass
-        accs.update({k: v for k, v in consumer.accs.items() if k in consumer.reached})
-        if any(a.stopped for a in consumer.accs.values()):
+        accs.update(consumer.results())
+        if consumer.stopped:
             break
     return accs
 
@@ -165,8 +179,8 @@ def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile],
             digests.append(FileDigest(f.path, f.identity.size,
                                       {name: h.hexdigest() for name, h in zip(hashes, hashers)}))
         if scanner is not None:
-            accs.update({k: v for k, v in scanner.accs.items() if k in scanner.reached})
-            if any(a.stopped for a in scanner.accs.values()):
+            accs.update(scanner.results())
+            if scanner.stopped:
                 break
     return accs, digests
 
@@ -197,16 +211,19 @@ def _fp8_names(model: Model, names: Collection[str]) -> set[str]:
     for name in names:
         t = model.tensor(name)
         if t.ggml_type is not T.I8:
-            raise UsageError(model.source, f"{name} is {t.ggml_type.name}: only an I8 tensor can hold FP8 "
-                             "E4M3 bytes", field="--as")
+            raise UsageError(model.source, f"{escape(name)} is {t.ggml_type.name}: only an I8 tensor can hold "
+                             "FP8 E4M3 bytes", field="--as")
     return set(names)
 
 
-def _check_hashes(source: str, hashes: Sequence[str], workers: int | None) -> None:
+def _check_reads(source: str, hashes: Sequence[str], workers: int | None) -> None:
+    """How the files are to be read: the digest algorithms and the number of reader processes."""
     unknown = [name for name in hashes if name not in ALGORITHMS]
     if unknown:
         raise UsageError(source, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})",
                          field="hashes")
+    if workers is not None and workers < 0:
+        raise UsageError(source, f"workers must be >= 0, not {workers}", field="workers")
     if hashes and workers:
         # The digests need every byte in order, in this process: the mapped workers never copy them.
         raise UsageError(source, "hashes are computed by the one streamed read: workers must be 0 or None",
@@ -218,11 +235,6 @@ def _check_options(source: str, max_abs: float | None, limit: int) -> None:
         raise UsageError(source, f"--max-abs must be a finite number >= 0, not {max_abs!r}", field="--max-abs")
     if limit < 0:
         raise UsageError(source, f"--limit must be >= 0, not {limit}", field="--limit")
-
-
-def _check_identity(files: Sequence[GGUFFile], when: str) -> None:
-    for f in files:
-        f.identity.check(f.path, when)
 
 
 def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
@@ -243,7 +255,7 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     m = model if isinstance(model, Model) else open_model(model)
     hashes = tuple(hashes)
     _check_options(m.source, max_abs, limit)
-    _check_hashes(m.source, hashes, workers)
+    _check_reads(m.source, hashes, workers)
     fp8 = _fp8_names(m, as_fp8)
     selected = _select(m, tensors)
     opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast)
@@ -259,7 +271,8 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
             progress(done, total)
 
     started = time.perf_counter()
-    _check_identity(m.files, "since it was opened")
+    for f in m.files:
+        f.check_unchanged("since it was opened")
     digests: list[FileDigest] = []
     if hashes:
         accs, digests = _run_hashed(plans, opts, m.files, hashes, advance)
@@ -267,7 +280,8 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
         accs = run_mapped(plans, opts, m.files, n_workers, advance)
     else:
         accs = _run_streamed(plans, opts, advance)
-    _check_identity(m.files, "during scan")
+    for f in m.files:
+        f.check_unchanged("during scan")
     elapsed = time.perf_counter() - started
     report = _report(m, selected, plans, accs, fp8, warnings, opts, ScanStats(total, elapsed, n_workers))
     if not hashes:
@@ -280,8 +294,6 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
 
 def _workers(workers: int | None, total: int) -> int:
     if workers is not None:
-        if workers < 0:
-            raise ValueError("workers must be >= 0")
         return workers
     if total < AUTO_WORKERS_MIN_BYTES:
         return 0
@@ -318,7 +330,7 @@ def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], acc
         check = CHECK_NONE if plan is None else CHECK_ELEMENTS if plan.layout.is_float_elements else CHECK_FIELDS
         out.append(TensorScan(t.name, t.ggml_type.name, t.shape, t.path, t.offset, t.nbytes, check,
                               dict(acc.counts), acc.max_abs, tuple(acc.findings),
-                              "fp8_e4m3" if t.name in fp8 else None, bool(plan and plan.deep),
+                              FP8_E4M3 if t.name in fp8 else None, bool(plan and plan.deep),
                               not acc.stopped))
     if stopped:
         skipped = sum(1 for p in plans if p.index not in accs)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -21,7 +20,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .blocks import BlockLayout, Encoding, FloatField, decode_bits, iq1m_assemble, layout_of
-from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, hex_bits
+from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, finite_or_none, hex_bits
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +173,6 @@ class Acc:
         self.findings.extend(other.findings[:max(0, limit - len(self.findings))])
         self.stopped = self.stopped or other.stopped
 
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
 
 # ----- the core: scan whole units held in a uint8 array ----------------------------------------------
 
@@ -293,15 +288,16 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
     slow: list[tuple[GroupPass, np.ndarray, np.ndarray]] = []
     for p in passes:
         raw = _raw(p.group, data, n, bb, plan.layout.is_float_elements)
+        keyed: tuple[np.ndarray, np.ndarray] | None = None
         top = _top_key(p.group.codec, raw) if plan.layout.is_float_elements else -1
         if top < 0:
-            keys, bits = _keys(p.group, raw)
-            top = int(keys.max())
+            keyed = _keys(p.group, raw)
+            top = int(keyed[0].max())
         if top < p.trigger and top <= p.threshold:     # the common case: nothing to report here
             if top > p.max_key:
                 p.max_key = top
             continue
-        keys, bits = _keys(p.group, raw)
+        keys, bits = keyed or _keys(p.group, raw)
         finite = keys < p.group.codec.inf_key
         if finite.any():
             p.max_key = max(p.max_key, int(keys[finite].max()))
@@ -316,23 +312,20 @@ def _report_slice(plan: Plan, opts: Options, acc: Acc, slow: list[tuple[GroupPas
     cands = _Candidates()
     room = 1 if opts.fail_fast else max(0, opts.limit - len(acc.findings))
     counts = dict.fromkeys(KINDS, 0)
-    bad_blocks = [_locate(plan, opts, p.group, data, keys, bits, keys < p.group.codec.inf_key, p.trigger,
-                          None if opts.max_abs is None else p.threshold, first_unit, counts, cands, room)
-                  for p, keys, bits in slow]
+    bad_blocks = [_locate(plan, opts, p, data, keys, bits, first_unit, counts, cands, room) for p, keys, bits in slow]
     flagged = np.unique(np.concatenate(bad_blocks)) if bad_blocks else np.empty(0, np.int64)
     if plan.deep:
         _deep_slice(plan, data, flagged, first_unit, counts, cands, room)
     _commit(acc, opts, counts, cands)
 
 
-def _locate(plan: Plan, opts: Options, group: Group, data: np.ndarray, keys: np.ndarray, bits: np.ndarray,
-            finite: np.ndarray, trigger: int, threshold: int | None, first_unit: int,
-            counts: dict[str, int], cands: _Candidates, room: int) -> np.ndarray:
+def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.ndarray, bits: np.ndarray,
+            first_unit: int, counts: dict[str, int], cands: _Candidates, room: int) -> np.ndarray:
     """Classify the keys of one slice worth a look; returns the block indices that are non-finite."""
-    codec = group.codec
+    group, codec, trigger = p.group, p.group.codec, p.trigger
     interesting = keys >= trigger
-    if threshold is not None:
-        interesting |= finite & (keys > threshold)
+    if opts.max_abs is not None:
+        interesting |= (keys < codec.inf_key) & (keys > p.threshold)
     flat = np.flatnonzero(interesting)
     k = keys.shape[1]
     rows, cols = np.divmod(flat, k)
@@ -353,23 +346,17 @@ def _locate(plan: Plan, opts: Options, group: Group, data: np.ndarray, keys: np.
     keep = np.flatnonzero(kinds != "")
     for kind in KINDS:
         counts[kind] += int(np.count_nonzero(kinds[keep] == kind))
-    size = group.fields[0].size
+    bits_bytes = 2 if group.words > 1 else group.fields[0].size    # IQ1_M: the assembled f16
     for i in keep[:room]:
         f = group.fields[cols[i] if group.words == 1 else 0]
         unit = first_unit + int(rows[i])
         offset = plan.offset + unit * plan.layout.block_bytes + f.offset
         cands.offsets.append(offset)
         cands.makers.append(functools.partial(
-            _finding, plan, unit, f, offset, hex_bits(int(raw[i]), min(size, 2) if group.words > 1 else size),
-            _finite_or_none(float(values[i])), str(kinds[i]), str(causes[i])))
+            _finding, plan, unit, f, offset, hex_bits(int(raw[i]), bits_bytes),
+            finite_or_none(float(values[i])), str(kinds[i]), str(causes[i])))
     nonfinite = keep[kinds[keep] != "outlier"]
     return first_unit + rows[nonfinite]
-
-
-def _finite_or_none(value: float) -> float | None:
-    """Findings keep a value only when it is finite (the kind says which non-finite it is), so they
-    compare equal and serialise as JSON."""
-    return value if math.isfinite(value) else None
 
 
 def _overflow_kinds(ggml_type: T, data: np.ndarray, rows: np.ndarray, bb: int) -> np.ndarray:

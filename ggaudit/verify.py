@@ -19,9 +19,10 @@ from typing import Any, Iterator, Sequence
 from .digests import GitBlobSha1, Sha256, read_through
 from .errors import FormatError, ManifestError, ReadError, UsageError
 from .layout import FileIdentity, open_gguf
-from .manifests import (FileDigest, TensorDigest, TensorManifest, digest_gguf_file, ollama_blob_path,
-                        ollama_partial_files, read_hf_snapshot, read_ollama_manifest, read_sums,
-                        read_tensor_manifest)
+from .manifests.hf_cache import read_hf_snapshot
+from .manifests.ollama import ollama_blob_path, ollama_partial_files, read_ollama_manifest
+from .manifests.sums import read_sums
+from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,8 @@ class _Collector:
                             tuple(self.warnings), stats, self.full)
 
 
-def _file_size(path: Path, subject: str, expected: str, out: _Collector) -> int | None:
-    """Size of a regular file, or None after recording why it cannot be checked."""
+def _identity(path: Path, subject: str, expected: str, out: _Collector) -> FileIdentity | None:
+    """Identity (size included) of a regular file, or None after recording why it cannot be checked."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -117,28 +118,46 @@ def _file_size(path: Path, subject: str, expected: str, out: _Collector) -> int 
         out.mismatches.append(Mismatch("not-a-file", os.fspath(path), subject, expected,
                                        detail="not a regular file"))
         return None
-    return st.st_size
+    return FileIdentity.of(st)
+
+
+def _hash(path: str | os.PathLike[str], hasher: Sha256 | GitBlobSha1, identity: FileIdentity) -> str:
+    """Digest of the file ``identity`` describes; ReadError if it is replaced or resized meanwhile,
+    since a digest of bytes no longer there would be a wrong answer."""
+    read_through(path, [hasher], end=identity.size)
+    identity.check(path, "while it was being hashed")
+    return hasher.hexdigest()
+
+
+def _size_mismatch(path: str, subject: str, expected: int, actual: int) -> Mismatch:
+    return Mismatch("size", path, subject, str(expected), str(actual), offset=0, length=actual,
+                    detail="size differs")
+
+
+def _digest_mismatch(algorithm: str, path: str, subject: str, expected: str, actual: str,
+                     size: int) -> Mismatch:
+    return Mismatch(algorithm, path, subject, expected, actual, offset=0, length=size,
+                    detail=f"{algorithm} differs")
 
 
 def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
                   algorithm: str = "sha256", expected_size: int | None = None) -> None:
     """Check one file's size (when known) and digest, recording the outcome in ``out``."""
-    size = _file_size(path, subject, expected, out)
-    if size is None:
+    identity = _identity(path, subject, expected, out)
+    if identity is None:
         return
+    size = identity.size
     if expected_size is not None and size != expected_size:
-        out.mismatches.append(Mismatch("size", os.fspath(path), subject, str(expected_size), str(size),
-                                       offset=0, length=size, detail="size differs"))
+        out.mismatches.append(_size_mismatch(os.fspath(path), subject, expected_size, size))
         return
-    hasher = GitBlobSha1(size) if algorithm == "git-sha1" else Sha256()
-    before = FileIdentity.now(path, "while it was being hashed")
-    out.bytes_hashed += read_through(path, [hasher], end=size)
-    before.check(path, "while it was being hashed")
-    actual = hasher.hexdigest()
+    actual = _hash(path, GitBlobSha1(size) if algorithm == "git-sha1" else Sha256(), identity)
+    out.bytes_hashed += size
     out.checked.append(Checked(os.fspath(path), subject, algorithm, actual, size, actual == expected))
     if actual != expected:
-        out.mismatches.append(Mismatch(algorithm, os.fspath(path), subject, expected, actual,
-                                       offset=0, length=size, detail=f"{algorithm} differs"))
+        out.mismatches.append(_digest_mismatch(algorithm, os.fspath(path), subject, expected, actual, size))
+
+
+_BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
 
 
 def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
@@ -159,8 +178,8 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
                       expected_size=layer.size)
     ours = {layer.digest for layer in manifest.blobs}
     for partial in ollama_partial_files(manifest.store):
-        digest = re.match(r"sha256[-:]([0-9a-f]{64})", partial.name)
-        whose = " (a blob of this model)" if digest and digest[1] in ours else ""
+        digest = _BLOB_NAME.match(partial.name)     # sha256-<hex>-partial: the name starts as a blob's
+        whose = " (a blob of this model)" if digest and digest[1].lower() in ours else ""
         out.warnings.append(f"stray partial download: {os.fspath(partial)}{whose}")
     return out.report(str(manifest.name), "ollama")
 
@@ -194,9 +213,6 @@ def verify_sums(sums: str | os.PathLike[str], *, fail_fast: bool = False) -> Ver
     return out.report(os.fspath(sums), "sums")
 
 
-_BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
-
-
 def blob_name_digest(path: str | os.PathLike[str]) -> str | None:
     """The sha256 a file's own name promises (``sha256-<hex>``, ``sha256:<hex>``, ``<hex>``), if any."""
     match = _BLOB_NAME.fullmatch(os.path.basename(os.fspath(path)))
@@ -228,12 +244,24 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
     for file_digest, path in _locate_files(manifest, os.fspath(model_path), out):
         if out.full:
             break
-        if not os.path.exists(path):
+        if _absent(path):
             out.mismatches.append(Mismatch("missing", path, file_digest.name, file_digest.sha256,
                                            detail="file of the manifest not found"))
         else:
             _check_model_file(manifest, file_digest, path, out)
     return out.report(os.fspath(model_path), "manifest")
+
+
+def _absent(path: str) -> bool:
+    """True only if ``path`` does not exist; a file that cannot be looked at (a folder without
+    permission, say) is unreadable input, for opening it to report, not a missing file."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _locate_files(manifest: TensorManifest, model_path: str, out: _Collector) -> list[tuple[FileDigest, str]]:
@@ -257,18 +285,17 @@ def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str,
         # A damaged header is a finding too: say so, and still compare the whole file's digest.
         out.mismatches.append(Mismatch("header", path, expected.name, offset=err.offset,
                                        detail=f"no longer parses as GGUF, tensors not checked: {err}"))
-        sha = Sha256()
-        actual, tensors = FileDigest(expected.name, read_through(path, [sha]), sha.hexdigest()), ()
+        identity = FileIdentity.now(path, "while it was being hashed")
+        actual, tensors = FileDigest(expected.name, identity.size, _hash(path, Sha256(), identity)), ()
         wanted = []
     out.bytes_hashed += actual.size
     ok = actual.size == expected.size and actual.sha256 == expected.sha256
     out.checked.append(Checked(path, expected.name, "sha256", actual.sha256, actual.size, ok))
     if actual.size != expected.size:
-        out.mismatches.append(Mismatch("size", path, expected.name, str(expected.size), str(actual.size),
-                                       offset=0, length=actual.size, detail="size differs"))
+        out.mismatches.append(_size_mismatch(path, expected.name, expected.size, actual.size))
     if actual.sha256 != expected.sha256:
-        out.mismatches.append(Mismatch("sha256", path, expected.name, expected.sha256, actual.sha256,
-                                       offset=0, length=actual.size, detail="sha256 differs"))
+        out.mismatches.append(_digest_mismatch("sha256", path, expected.name, expected.sha256, actual.sha256,
+                                               actual.size))
     out.mismatches.extend(compare_tensors(wanted, tensors, path))
 
 

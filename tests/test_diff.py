@@ -157,3 +157,14 @@ def test_file_rewritten_after_opening_is_a_read_error(pair: tuple[Path, Path, di
     os.utime(b, ns=(0, 0))                          # a rewrite in place: same size, new mtime
     with pytest.raises(ReadError, match="file changed"):
         diff_models(open_model(a), model_b)
+
+
+def test_file_cut_short_after_opening_names_the_offset(pair: tuple[Path, Path, dict, dict]) -> None:
+    a, b, _, offs_b = pair
+    model_b = open_model(b)
+    cut = offs_b["token_embd.weight"] + 10 * Q4K_ROW + 3
+    os.truncate(b, cut)
+    with pytest.raises(ReadError) as err:
+        diff_models(open_model(a), model_b)
+    assert (err.value.path, err.value.offset) == (str(b), cut)
+    assert "file ended early" in err.value.message and "shrank or was replaced" in err.value.message

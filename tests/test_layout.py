@@ -341,8 +341,8 @@ def value_offset(data: bytes, key: str) -> int:
 def test_missing_shard(tmp_path: Path) -> None:
     shard(tmp_path, "m-00001-of-00003.gguf", ["a"], 0, 3, 3)
     shard(tmp_path, "m-00003-of-00003.gguf", ["c"], 2, 3, 3)
-    for given in ("m-00001-of-00003.gguf", "m-00003-of-00003.gguf"):
-        fails(tmp_path / given, None, "split", open_model, tmp_path / "m-00002-of-00003.gguf")
+    for start in ("m-00001-of-00003.gguf", "m-00003-of-00003.gguf"):
+        fails(tmp_path / start, None, "split", open_model, tmp_path / "m-00002-of-00003.gguf")
 
 
 def test_shard_from_a_different_set(tmp_path: Path) -> None:

@@ -16,13 +16,12 @@ from ggaudit.errors import ReadError
 from ggaudit.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
                              MacNoCacheReader, MmapReader, WindowsDirectReader, dio_alignment,
                              is_short, map_view, open_reader, same_bytes)
-from test_rows_support import ddir  # noqa: F401  (fixture)
 
 SIZE = 3 * 65536 + 1234  # not a multiple of any alignment, so the last span crosses EOF
 
 
 @pytest.fixture
-def blob(ddir: Path) -> tuple[str, bytes]:  # noqa: F811
+def blob(ddir: Path) -> tuple[str, bytes]:
     data = os.urandom(SIZE)
     path = ddir / "blob.bin"
     path.write_bytes(data)
@@ -171,7 +170,7 @@ def test_same_bytes_compares_every_byte() -> None:
     b.close()
 
 
-def test_mmap_reader_of_an_empty_file(ddir: Path) -> None:  # noqa: F811
+def test_mmap_reader_of_an_empty_file(ddir: Path) -> None:
     p = ddir / "empty"
     p.write_bytes(b"")
     with MmapReader(str(p)) as r:

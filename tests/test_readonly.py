@@ -131,7 +131,7 @@ def _commands(f: dict[str, Path]) -> list[list[object]]:
     out = f["sums"].parent / "out.json"
     return [
         ["info", ple], ["info", split, "--json"],
-        ["scan", nan], ["scan", split, "--deep", "--json"], ["scan", f"ollama:m", "--store", f["blob"].parents[1]],
+        ["scan", nan], ["scan", split, "--deep", "--json"], ["scan", "ollama:m", "--store", f["blob"].parents[1]],
         ["manifest", ple, "-o", out],
         ["verify", ple, "--manifest", f["manifest"]], ["verify", "--sums", f["sums"]], ["verify", f["blob"]],
         ["verify", "ollama:m", "--store", f["blob"].parents[1]],

@@ -12,13 +12,13 @@ from fake_kernel32 import FakeKernel32
 from ggaudit import rows as R
 from ggaudit.errors import UsageError
 from ggaudit.layout import open_model
-from ggaudit.readers import BufferedReader, DirectIOUnavailable, WindowsDirectReader, open_reader
-from ggaudit.rows_gather import Gatherer, plan_reads
-from test_rows_support import PLE, crossing, ddir, make_table  # noqa: F401  (ddir is a fixture)
+from ggaudit.readers import BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
+from ggaudit.rows_gather import Gatherer, Sample, plan_reads
+from test_rows_support import PLE, Table, crossing, make_table
 
 
 @pytest.fixture(params=[(T.IQ4_NL, 90), (T.Q8_0, 170)], ids=["IQ4_NL", "Q8_0"])
-def ple(request: pytest.FixtureRequest, ddir: Path):  # noqa: F811
+def ple(request: pytest.FixtureRequest, ddir: Path) -> Table:
     ggml_type, row_bytes = request.param
     table = make_table(ddir, ggml_type, n_rows=5000, lead=4000)
     assert table.tensor.row_bytes == row_bytes
@@ -45,7 +45,7 @@ def test_all_paths_agree_for_page_crossing_rows_with_the_cache_on(ple) -> None:
         assert s.cache_hits > 0 and s.cache_evictions > 0 and s.buffers <= 3
 
 
-def test_tensor_defaults_to_the_ple_table_then_token_embd(ddir: Path) -> None:  # noqa: F811
+def test_tensor_defaults_to_the_ple_table_then_token_embd(ddir: Path) -> None:
     from ggaudit.build import TensorSpec, write_gguf
     from test_rows_support import table_bytes
     both = ddir / "both.gguf"
@@ -141,7 +141,7 @@ def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
 
 
 def test_direct_unavailable_is_said_once_and_the_rest_goes_on(ple) -> None:
-    def factory(path: str, mode: str):
+    def factory(path: str, mode: str) -> Reader:
         if mode == "direct":
             raise DirectIOUnavailable(path, "the filesystem refuses direct I/O")
         return open_reader(path, mode)
@@ -193,7 +193,7 @@ def test_reference_reader_matches_the_written_table(ple) -> None:
     assert open_model(ple.path).tensor(PLE).offset == ple.tensor.offset
 
 
-def test_rows_too_large_to_buffer_are_refused(ddir: Path) -> None:  # noqa: F811
+def test_rows_too_large_to_buffer_are_refused(ddir: Path) -> None:
     import struct
 
     from ggaudit.build import encode_tensor_info
@@ -216,3 +216,24 @@ def test_progress_is_reported_per_batch_and_per_chunk(ple) -> None:
     calls.clear()
     R.check_rows(ple.path, all_rows=True, modes=["buffered"], progress=lambda *c: calls.append(c))
     assert calls == [("buffered", 5000, 5000)]
+
+
+def test_classifier_kinds_for_cache_hits_and_zeroed_rows(ple: Table) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    rb, row = table.row_bytes, 300
+    expected = ple.row(row)
+    k = next(i for i, x in enumerate(expected) if x)
+    garbage = bytes((x ^ 0x5A) for x in expected)
+    with BufferedReader(ple.path) as ref:
+        c = R.Classifier(table, ref)
+        zeros = c.mismatch(Sample(row, bytes(rb)), expected, "direct", "gather")
+        hit_zeros = c.mismatch(Sample(row, bytes(rb), via_cache=True), expected, "direct", "cache-hit")
+        crosstalk = c.mismatch(Sample(row, ple.row(row + 3), via_cache=True), expected, "direct", "cache-hit")
+        hit_garbage = c.mismatch(Sample(row, garbage, via_cache=True), expected, "direct", "cache-hit")
+    for m in (zeros, hit_zeros):
+        assert (m.kind, m.byte, m.offset, m.other_row) == ("short-read", k, ple.offset(row) + k, None)
+        assert m.detail == f"zeros from offset {ple.offset(row) + k} on: the read stopped there"
+    assert (crosstalk.kind, crosstalk.other_row, crosstalk.other_offset) == \
+        ("cache-crosstalk", row + 3, ple.offset(row + 3))
+    assert crosstalk.detail == f"cache hit for row {row} held row {row + 3}"
+    assert (hit_garbage.kind, hit_garbage.other_row, hit_garbage.byte) == ("garbage", None, 0)

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.cli import main
 from test_rows_support import make_table
 
 
-def run(*args: str):
+def run(*args: str) -> Result:
     return CliRunner().invoke(main, ["rows", *args])
 
 

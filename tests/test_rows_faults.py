@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from gguf import quants
 
 from ggaudit import rows as R
 from ggaudit.readers import POISON, Buffer, Reader, align_down, align_up, open_reader
-from test_rows_support import Table, crossing, ddir, make_table  # noqa: F401  (ddir is a fixture)
+from test_rows_support import Table, crossing, make_table
 
 
 class Wrapped(Reader):
@@ -102,7 +103,7 @@ class HandedOutEarly(Wrapped):
         return len(view)
 
 
-def faulty(fault: type, modes: tuple[str, ...] = ("direct",), **kw: object):
+def faulty(fault: type, modes: tuple[str, ...] = ("direct",), **kw: object) -> Callable[[str, str], Reader]:
     def factory(path: str, mode: str) -> Reader:
         inner = open_reader(path, mode)
         return fault(inner, **kw) if mode in modes else inner
@@ -110,7 +111,7 @@ def faulty(fault: type, modes: tuple[str, ...] = ("direct",), **kw: object):
 
 
 @pytest.fixture
-def ple(ddir: Path) -> Table:  # noqa: F811
+def ple(ddir: Path) -> Table:
     return make_table(ddir, T.IQ4_NL, n_rows=5000, lead=4000)
 
 
@@ -257,3 +258,13 @@ def test_sweep_catches_a_short_read_too(ple: Table) -> None:
     first = min(report.mismatches, key=lambda m: m.offset)
     assert (first.row, first.offset, first.stage) == (first_bad, stop, "sweep")
     assert report.mismatch_geometry.rows == 5000 - first_bad
+
+
+def test_sweep_catches_a_buffer_handed_out_before_the_read_lands(ple: Table) -> None:
+    report = R.check_rows(ple.path, all_rows=True, modes=["direct"], reader_factory=faulty(HandedOutEarly))
+    assert report.mismatch_count == 5000 and not report.short_reads
+    assert report.by_kind == (("stale", R.MAX_REPORTED), ("unclassified", 5000 - R.MAX_REPORTED))
+    first = min(report.mismatches, key=lambda m: m.offset)
+    k = next(i for i, x in enumerate(ple.row(0)) if x != POISON)
+    assert (first.row, first.byte, first.offset, first.stage) == (0, k, ple.offset(0) + k, "sweep")
+    assert first.actual == " ".join(["a5"] * 16) and "handed out before its read landed" in first.detail

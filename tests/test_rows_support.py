@@ -1,19 +1,16 @@
-"""Shared helpers for the readers/rows tests (no tests here): a directory where O_DIRECT really works,
-small embedding tables written with ggaudit.build, and the reference bytes of their rows."""
+"""Shared helpers for the readers/rows tests (no tests here): whether O_DIRECT really works in a directory
+(for the `ddir` fixture in conftest.py), small embedding tables written with ggaudit.build, and the reference
+bytes of their rows."""
 
 from __future__ import annotations
 
 import errno
 import mmap
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
-import pytest
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.blocks import Encoding, layout_of
@@ -38,21 +35,6 @@ def supports_direct(folder: Path) -> bool:
     finally:
         os.close(fd)
         probe.unlink()
-
-
-@pytest.fixture
-def ddir(tmp_path: Path) -> Iterator[Path]:
-    """tmp_path if O_DIRECT works there, else a temp dir on the disk holding the repo (never tmpfs)."""
-    if supports_direct(tmp_path):
-        yield tmp_path
-        return
-    other = Path(tempfile.mkdtemp(dir=Path(__file__).resolve().parents[2]))
-    try:
-        if not supports_direct(other):
-            pytest.skip(f"neither {tmp_path} nor {other} supports O_DIRECT")
-        yield other
-    finally:
-        shutil.rmtree(other)
 
 
 @dataclass(frozen=True)

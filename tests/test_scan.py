@@ -220,6 +220,8 @@ def test_bad_options_are_usage_errors(tmp_path: Path) -> None:
         scan(path, max_abs=-1.0)
     with pytest.raises(UsageError, match="--limit must be >= 0"):
         scan(path, limit=-1)
+    with pytest.raises(UsageError, match="workers: workers must be >= 0, not -1"):
+        scan(path, workers=-1)
 
 
 def test_tensor_globs_select_and_must_match(tmp_path: Path) -> None:
@@ -405,6 +407,21 @@ def test_scan_consumer_shares_one_read_with_a_digest(tmp_path: Path) -> None:
     assert [tuple(consumer.accs[i].findings) for i in range(len(plans))] == [t.findings for t in reference.tensors]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_positions_are_python_ints_never_numpy_ints(tmp_path: Path, workers: int) -> None:
+    path = tmp_path / "m.gguf"
+    _multi_fault_model(path)
+    report = scan(path, workers=workers, deep=True, max_abs=0.5, limit=1000)
+    findings = [x for t in report.tensors for x in t.findings]
+    assert {x.cause for x in findings} >= {"field"} and len(findings) > 100
+    for x in findings:
+        assert {type(getattr(x, k)) for k in ("row", "column", "width", "block", "offset", "size")} == {int}, x
+        assert x.value is None or type(x.value) is float, x
+    for t in report.tensors:
+        assert (type(t.offset), type(t.nbytes)) == (int, int) and type(t.max_abs) is float, t.name
+        assert {type(n) for n in t.counts.values()} == {int} and {type(n) for n in t.shape} == {int}, t.name
+
+
 def test_json_is_strict_json_even_with_nan_and_inf(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     _multi_fault_model(path)
@@ -417,10 +434,7 @@ def test_json_is_strict_json_even_with_nan_and_inf(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("encoding", ["F16", "BF16", "F32", "F64"])
 def test_read_only_top_key_equals_the_masked_maximum_for_any_bits(encoding: str) -> None:
-    from ggaudit.blocks import Encoding
-    from ggaudit.scan_kernel import CODECS, _top_key
-
-    codec = CODECS[Encoding[encoding]]
+    codec = kernel.CODECS[Encoding[encoding]]
     rng = np.random.default_rng(7)
     width = np.dtype(codec.unit).itemsize
     sign = codec.mask + 1
@@ -433,4 +447,4 @@ def test_read_only_top_key_equals_the_masked_maximum_for_any_bits(encoding: str)
             raw &= np.array(codec.mask, dtype=codec.unit)      # every value non-negative
         elif case % 4 == 3:
             raw[:] = np.array(sign, dtype=codec.unit)          # all -0.0
-        assert _top_key(codec, raw) == int((raw & np.array(codec.mask, dtype=codec.unit)).max()), (case, raw)
+        assert kernel._top_key(codec, raw) == int((raw & np.array(codec.mask, dtype=codec.unit)).max()), (case, raw)

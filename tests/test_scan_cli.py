@@ -127,6 +127,16 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path, args: list[str], mess
     assert err == f"ggaudit: error: {path}: {message}\n"
 
 
+def test_a_name_in_a_usage_error_is_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    name = "evil\x1b[2J.weight"
+    _model(path, name=name)
+    code, lines, err = _run(str(path), "--as", f"{name}=fp8_e4m3")
+    assert code == 2 and lines == []
+    assert err == (f"ggaudit: error: {path}: --as: evil\\x1b[2J.weight is Q4_K: only an I8 tensor can hold "
+                   "FP8 E4M3 bytes\n")
+
+
 def test_unreadable_input_exits_2(tmp_path: Path) -> None:
     missing = tmp_path / "missing.gguf"
     code, lines, err = _run(str(missing))

@@ -17,6 +17,7 @@ from ggaudit.cli import main
 from ggaudit.layout import open_model
 from ggaudit.manifests import build_tensor_manifest, write_tensor_manifest
 from ggaudit.verify import verify_tensor_manifest
+from test_errors import _run_unprivileged, needs_drop
 
 # Q8_0 rows of 256 columns are 8 blocks x 34 bytes = 272 bytes; a 2 KiB group holds 7 rows.
 GROUP = 2048
@@ -200,3 +201,46 @@ def test_model_not_named_in_a_multi_file_manifest_is_a_usage_error(tmp_path: Pat
     assert res.exit_code == 2
     assert res.stderr == (f"ggaudit: error: {tmp_path / 'other.gguf'}: not one of the manifest's files "
                           "(m-00001-of-00002.gguf, m-00002-of-00002.gguf)\n")
+
+
+def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
+                                                                 model: tuple[Path, Path, dict[str, int]]) -> None:
+    """Exit 1, not 2: the manifest (or a blob's name) says the file should exist with this sha256, so its
+    absence is a mismatch, as a missing shard, Ollama layer or checksum-file entry is (README, verify)."""
+    path, manifest, _ = model
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    path.unlink()
+    blob = tmp_path / f"sha256-{digest}"
+    runner = CliRunner()
+    res = runner.invoke(main, ["verify", str(path), "--manifest", str(manifest)])
+    assert (res.exit_code, res.stderr) == (1, "")
+    assert res.output.splitlines() == [
+        f"verify manifest: {path}",
+        f"MISMATCH missing: file {path} (m.gguf): file of the manifest not found",
+        f"  expected: {digest}",
+        "  actual:   -",
+        "summary: 0 files hashed, 0 bytes, 1 mismatches"]
+    res = runner.invoke(main, ["verify", str(blob)])
+    assert (res.exit_code, res.stderr) == (1, "")
+    assert res.output.splitlines() == [
+        f"verify blob: {blob}",
+        f"MISMATCH missing: file {blob} (blob name): file not found",
+        f"  expected: {digest}",
+        "  actual:   -",
+        "summary: 0 files hashed, 0 bytes, 1 mismatches"]
+
+
+@needs_drop
+def test_shard_in_a_folder_without_permission_is_unreadable_not_missing(tmp_path: Path,
+                                                                        model: tuple[Path, Path, dict[str, int]]) -> None:
+    path, manifest, _ = model
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    moved = path.rename(locked / path.name)
+    locked.chmod(0o600)                     # listable, but nothing inside can be looked up
+    try:
+        proc = _run_unprivileged(["verify", moved, "--manifest", manifest])
+    finally:
+        locked.chmod(0o700)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == f"ggaudit: error: {moved}: cannot open: Permission denied\n"

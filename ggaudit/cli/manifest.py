@@ -6,7 +6,8 @@ import click
 
 from ..layout import open_model
 from ..locate import resolve_model
-from ..manifests import DEFAULT_GROUP_BYTES, build_tensor_manifest, tensor_manifest_to_json, write_tensor_manifest
+from ..manifests.tensor import (DEFAULT_GROUP_BYTES, build_tensor_manifest, tensor_manifest_to_json,
+                               write_tensor_manifest)
 from ..text import escape
 from .common import EXIT_CLEAN, emit_json, handle_errors
 

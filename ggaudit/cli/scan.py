@@ -11,12 +11,10 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..locate import resolve_model
-from ..report import ScanReport, render_text
+from ..report import FP8_E4M3, ScanReport, render_text
 from ..scan import scan as scan_model
 from ..text import escape
 from .common import emit_outcomes, expand_models, handle_errors, hint, stderr_is_tty
-
-FP8_E4M3 = "fp8_e4m3"
 
 
 @click.command()
@@ -25,7 +23,7 @@ FP8_E4M3 = "fp8_e4m3"
               help="Scan only tensors whose name matches GLOB (repeatable).")
 @click.option("--deep", is_flag=True, help="Also dequantize blocks with gguf.quants and check decoded values.")
 @click.option("--max-abs", type=float, metavar="X", help="Report finite values or scales with |x| > X as outliers.")
-@click.option("--as", "overrides", multiple=True, metavar="NAME=fp8_e4m3",
+@click.option("--as", "overrides", multiple=True, metavar=f"NAME={FP8_E4M3}",
               help="Treat the I8 tensor NAME as FP8 E4M3 bytes (0x7F and 0xFF are NaN); repeatable.")
 @click.option("--limit", type=click.IntRange(min=0), default=16, show_default=True,
               help="Findings listed per tensor (all are counted).")

@@ -42,6 +42,10 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
       hf:ORG/NAME[@REV]  a Hugging Face cache snapshot, offline
       FILE               a blob named by its sha256 (sha256-<hex>), or with --manifest a model
     Several TARGETs are reported one after the other; a failure in one does not lose the others.
+
+    Exit 0 all good, 1 mismatches, 2 unreadable input. A file the expectations say should exist
+    (an Ollama layer, a shard, a sums entry, TARGET itself with --manifest or as a blob) and that is
+    absent is a "missing" mismatch: exit 1.
     """
     items = list(targets) + ([OLLAMA_PREFIX + ollama_name] if ollama_name is not None else [])
     if sums is not None:

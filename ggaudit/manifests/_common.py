@@ -1,0 +1,54 @@
+"""What every source of expected digests shares: reading small untrusted text and JSON files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from ..errors import ManifestError
+
+log = logging.getLogger(__name__)
+
+MAX_MANIFEST_BYTES = 64 << 20
+"""Refuse manifest and checksum files larger than this: they are small text, never model-sized."""
+
+HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def read_text(path: Path, what: str) -> str:
+    """Read a small text file, refusing huge ones and reporting undecodable bytes with their offset."""
+    # O_NONBLOCK so a FIFO cannot hang the open; only regular files are read.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ManifestError(path, f"{what} is not a regular file")
+        if st.st_size > MAX_MANIFEST_BYTES:     # refuse before reading: no 64 MiB buffer for nothing
+            raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ManifestError(path, f"{what} is not UTF-8 text", offset=err.start) from None
+
+
+def load_json(path: Path, what: str) -> Any:
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ManifestError(path, f"{what} is not JSON: {err.msg}", offset=err.pos) from None
+    except RecursionError:      # absurdly deep nesting: hostile, never a real manifest
+        raise ManifestError(path, f"{what} nests too deeply") from None
+
+
+def is_count(value: object, minimum: int = 0) -> bool:
+    """A JSON integer (not a bool, which Python counts as one) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum

@@ -1,0 +1,133 @@
+"""The Hugging Face cache, offline: each file of a snapshot and the digest its blob's name promises."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import ManifestError, UsageError
+from ._common import HEX64, read_text
+
+log = logging.getLogger(__name__)
+
+_HF_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_REVISION = re.compile(r"[A-Za-z0-9._/-]{1,255}")
+
+
+@dataclass(frozen=True)
+class HFSpec:
+    repo_id: str        # ORG/NAME
+    revision: str       # a branch or tag name, or a 40-hex commit
+
+    @property
+    def folder(self) -> str:
+        return "models--" + self.repo_id.replace("/", "--")
+
+
+def parse_hf_spec(text: str) -> HFSpec:
+    """Parse ``ORG/NAME[@REVISION]`` (the ``hf:`` prefix already removed); revision defaults to main."""
+    repo, _, revision = text.partition("@")
+    revision = revision or "main"
+    parts = repo.split("/")
+    if len(parts) != 2 or not all(_HF_PART.fullmatch(p) and set(p) != {"."} for p in parts):
+        raise UsageError(None, f"Hugging Face repo {text!r} is not ORG/NAME[@REVISION]")
+    if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
+        raise UsageError(None, f"Hugging Face revision {revision!r} is not a safe ref name")
+    return HFSpec(repo, revision)
+
+
+def default_hf_cache(env: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
+    """``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    env = os.environ if env is None else env
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"])
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]) / "hub"
+    return (home or Path.home()) / ".cache" / "huggingface" / "hub"
+
+
+@dataclass(frozen=True)
+class HFFile:
+    """One file of a cached snapshot and the blob its link names.
+
+    ``algorithm`` is ``sha256`` for large (LFS) files, whose blob is named by its sha256, and
+    ``git-sha1`` for small files, named by git's blob hash. ``problem`` says why it cannot be hashed
+    (a broken link, a link leaving the cache, a copy instead of a link) and is None otherwise.
+    """
+
+    name: str           # path inside the snapshot, as stored (untrusted text)
+    link: Path
+    blob: Path | None
+    algorithm: str | None
+    expected: str | None
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class HFSnapshot:
+    spec: HFSpec
+    repo_dir: Path
+    commit: str
+    files: tuple[HFFile, ...]
+    incomplete: tuple[Path, ...]
+
+
+def read_hf_snapshot(spec: str | HFSpec, cache: str | os.PathLike[str] | None = None) -> HFSnapshot:
+    """Locate ``spec``'s snapshot in the cache and list its files with the digest each must have."""
+    parsed = parse_hf_spec(spec) if isinstance(spec, str) else spec
+    root = Path(cache) if cache is not None else default_hf_cache()
+    repo_dir = root / parsed.folder
+    if not repo_dir.is_dir():
+        raise ManifestError(repo_dir, f"{parsed.repo_id} is not in the Hugging Face cache {root}")
+    commit = _hf_commit(repo_dir, parsed.revision)
+    snapshot = repo_dir / "snapshots" / commit
+    if not snapshot.is_dir():
+        raise ManifestError(snapshot, f"revision {parsed.revision} ({commit}) has no snapshot")
+    blobs = (repo_dir / "blobs").resolve()
+    files = tuple(_hf_file(snapshot, link, blobs) for link in _walk(snapshot))
+    incomplete = tuple(sorted(p for p in (repo_dir / "blobs").glob("*.incomplete")))
+    return HFSnapshot(parsed, repo_dir, commit, files, incomplete)
+
+
+def _hf_commit(repo_dir: Path, revision: str) -> str:
+    if _COMMIT.fullmatch(revision):
+        return revision
+    ref = repo_dir / "refs" / revision
+    if not ref.is_file():
+        raise ManifestError(ref, f"revision {revision!r} is not cached (no refs/{revision})")
+    commit = read_text(ref, "ref").strip()
+    if not _COMMIT.fullmatch(commit):
+        raise ManifestError(ref, f"ref does not hold a 40-hex commit: {commit[:80]!r}")
+    return commit
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Every non-directory entry below ``folder`` (links included, not followed into folders)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        found.extend(Path(dirpath) / n for n in filenames)
+        # os.walk lists links to folders among dirnames without descending; a snapshot has none.
+        found.extend(Path(dirpath) / n for n in dirnames if (Path(dirpath) / n).is_symlink())
+    return sorted(found)
+
+
+def _hf_file(snapshot: Path, link: Path, blobs: Path) -> HFFile:
+    name = link.relative_to(snapshot).as_posix()
+    if not link.is_symlink():
+        return HFFile(name, link, None, None, None, "not a link to a blob (cannot check a copy)")
+    target = link.resolve()
+    if target.parent != blobs:
+        return HFFile(name, link, None, None, None, f"link points outside the cache's blobs: "
+                      f"{os.readlink(link)}")
+    if not target.is_file():
+        return HFFile(name, link, target, None, None, "broken link: blob missing")
+    if HEX64.fullmatch(target.name):
+        return HFFile(name, link, target, "sha256", target.name.lower(), None)
+    if _COMMIT.fullmatch(target.name):
+        return HFFile(name, link, target, "git-sha1", target.name, None)
+    return HFFile(name, link, target, None, None, "blob name is not a digest")

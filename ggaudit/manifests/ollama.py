@@ -1,0 +1,193 @@
+"""The Ollama store: model names, where the store is, manifests and their blobs.
+
+Every digest read from a manifest goes through ``parse_digest`` before it becomes part of a path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import ManifestError, UsageError
+from ._common import HEX64, is_count, load_json
+
+log = logging.getLogger(__name__)
+
+
+def parse_digest(value: object, *, path: str | os.PathLike[str], field: str) -> str:
+    """The 64 lowercase hex digits of a ``sha256:<64 hex>`` digest, or ManifestError.
+
+    This is the only way a digest from a manifest reaches a path, so nothing like ``../`` ever can.
+    """
+    if not isinstance(value, str) or not value.startswith("sha256:") \
+            or not HEX64.fullmatch(value[len("sha256:"):]):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise ManifestError(path, f"digest {shown!r} is not of the form sha256:<64 hex digits>",
+                            field=field)
+    return value[len("sha256:"):].lower()
+
+
+DEFAULT_HOST = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+DEFAULT_TAG = "latest"
+MEDIA_MODEL = "application/vnd.ollama.image.model"
+MEDIA_PROJECTOR = "application/vnd.ollama.image.projector"
+
+_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_HOST_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}(:[0-9]{1,5})?")
+_TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+
+@dataclass(frozen=True)
+class OllamaName:
+    """A fully qualified Ollama model name: ``host/namespace/model:tag``."""
+
+    host: str
+    namespace: str
+    model: str
+    tag: str
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.namespace}/{self.model}:{self.tag}"
+
+    def manifest_path(self, store: Path) -> Path:
+        return store / "manifests" / self.host / self.namespace / self.model / self.tag
+
+
+def parse_ollama_name(text: str) -> OllamaName:
+    """Parse ``name``, ``name:tag``, ``ns/name:tag`` or ``host/ns/name:tag`` with Ollama's defaults."""
+    rest, tag = text, DEFAULT_TAG
+    last_slash = text.rfind("/")
+    if ":" in text[last_slash + 1:]:
+        rest, tag = text.rsplit(":", 1)
+    parts = rest.split("/")
+    if len(parts) > 3:
+        raise UsageError(None, f"model name {text!r} has more than host/namespace/name:tag")
+    host, namespace = DEFAULT_HOST, DEFAULT_NAMESPACE
+    if len(parts) == 3:
+        host, namespace, model = parts
+    elif len(parts) == 2:
+        namespace, model = parts
+    else:
+        (model,) = parts
+    for kind, value, pattern in (("host", host, _HOST_PART), ("namespace", namespace, _NAME_PART),
+                                 ("model", model, _NAME_PART), ("tag", tag, _TAG_PART)):
+        # '.' and '..' match the patterns' character sets but would walk the store; refuse them.
+        if not pattern.fullmatch(value) or set(value) <= {"."}:
+            raise UsageError(None, f"model name {text!r}: bad {kind} {value!r}")
+    return OllamaName(host, namespace, model, tag)
+
+
+def default_ollama_store(env: Mapping[str, str] | None = None, platform: str | None = None,
+                         home: Path | None = None) -> Path:
+    """The store Ollama itself would use: ``$OLLAMA_MODELS``, else the platform default.
+
+    On Linux the per-user ``~/.ollama/models`` wins when it exists; otherwise the system service's
+    ``/usr/share/ollama/.ollama/models`` (where the install script puts it) if that exists.
+    """
+    env = os.environ if env is None else env
+    platform = sys.platform if platform is None else platform
+    if env.get("OLLAMA_MODELS"):
+        return Path(env["OLLAMA_MODELS"])
+    if platform.startswith("win"):
+        home = home or Path(env.get("USERPROFILE") or Path.home())
+        return home / ".ollama" / "models"
+    home = home or Path(env.get("HOME") or Path.home())
+    user = home / ".ollama" / "models"
+    service = Path("/usr/share/ollama/.ollama/models")
+    if platform.startswith("linux") and not user.is_dir() and service.is_dir():
+        return service
+    return user
+
+
+@dataclass(frozen=True)
+class OllamaLayer:
+    """One blob an Ollama manifest refers to (a layer, or the config)."""
+
+    media_type: str
+    digest: str         # 64 lowercase hex digits, validated
+    size: int
+    field: str          # where in the manifest: "config", "layers[2]"
+
+
+@dataclass(frozen=True)
+class OllamaManifest:
+    name: OllamaName
+    path: Path
+    store: Path
+    config: OllamaLayer | None
+    layers: tuple[OllamaLayer, ...]
+
+    @property
+    def blobs(self) -> tuple[OllamaLayer, ...]:
+        """Every blob to check: the layers, then the config."""
+        return self.layers + ((self.config,) if self.config else ())
+
+    def model_layers(self) -> tuple[OllamaLayer, ...]:
+        """The weights: the model layer(s), then the projector(s), in manifest order."""
+        models = tuple(l for l in self.layers if l.media_type == MEDIA_MODEL)
+        return models + tuple(l for l in self.layers if l.media_type == MEDIA_PROJECTOR)
+
+
+def read_ollama_manifest(name: str | OllamaName, store: str | os.PathLike[str] | None = None
+                         ) -> OllamaManifest:
+    """Find and parse the manifest of ``name`` in ``store`` (default: ``default_ollama_store()``)."""
+    parsed = parse_ollama_name(name) if isinstance(name, str) else name
+    root = Path(store) if store is not None else default_ollama_store()
+    path = parsed.manifest_path(root)
+    if not path.is_file():
+        raise ManifestError(path, f"model {parsed} is not in the Ollama store {root}")
+    doc = load_json(path, "manifest")
+    if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
+        raise ManifestError(path, "expected an object with a list of layers", field="layers")
+    layers = tuple(_ollama_layer(entry, path, f"layers[{i}]") for i, entry in enumerate(doc["layers"]))
+    config = _ollama_layer(doc["config"], path, "config") if doc.get("config") is not None else None
+    return OllamaManifest(parsed, path, root, config, layers)
+
+
+def _ollama_layer(entry: object, path: Path, field: str) -> OllamaLayer:
+    if not isinstance(entry, dict):
+        raise ManifestError(path, "expected an object", field=field)
+    digest = parse_digest(entry.get("digest"), path=path, field=f"{field}.digest")
+    size = entry.get("size")
+    if not is_count(size):
+        raise ManifestError(path, f"size {size!r} is not a non-negative integer", field=f"{field}.size")
+    media_type = entry.get("mediaType", "")
+    if not isinstance(media_type, str):
+        raise ManifestError(path, "mediaType is not a string", field=f"{field}.mediaType")
+    return OllamaLayer(media_type, digest, size, field)
+
+
+def ollama_blob_path(store: Path, digest: str) -> Path:
+    """The blob file of a validated hex digest: ``blobs/sha256-<hex>``, or the old ``sha256:<hex>``.
+
+    Returns the new-style path when neither exists, for the report to name.
+    """
+    if not HEX64.fullmatch(digest):
+        raise ManifestError(None, f"digest {digest!r} is not 64 hex digits", field="digest")
+    new = store / "blobs" / f"sha256-{digest}"
+    old = store / "blobs" / f"sha256:{digest}"
+    path = old if not new.exists() and old.exists() else new
+    # A blob that is a link out of the store is reported, never followed: the store is what was named.
+    if path.is_symlink():
+        root = store.resolve()
+        target = path.resolve()
+        # The blobs folder itself may be a link (moved to a bigger disk): its own files are fine.
+        inside = target.parent == (store / "blobs").resolve() or root in target.parents
+        if not inside:
+            raise ManifestError(path, f"blob is a link pointing outside the store: {os.readlink(path)}",
+                                field="digest")
+    return path
+
+
+def ollama_partial_files(store: Path) -> tuple[Path, ...]:
+    """Leftovers of interrupted pulls: ``blobs/sha256-<hex>-partial`` and ``-partial-N`` files."""
+    blobs = store / "blobs"
+    if not blobs.is_dir():
+        return ()
+    return tuple(sorted(p for p in blobs.iterdir() if "-partial" in p.name))

@@ -1,0 +1,95 @@
+"""sha256 checksum files (GNU, BSD ``--tag``, OpenSSL); every name stays inside the file's folder."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ManifestError
+from ._common import read_text
+
+log = logging.getLogger(__name__)
+
+_GNU_LINE = re.compile(r"(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)")
+_TAG_LINE = re.compile(r"(?P<algo>[A-Za-z0-9-]+) ?\((?P<name>.+)\) ?= (?P<hex>[0-9a-fA-F]+)")
+_SHA256_TAGS = {"SHA256", "SHA2-256", "SHA-256"}
+
+
+@dataclass(frozen=True)
+class SumsEntry:
+    """One line of a checksum file: the name as written, where it resolves, and the sha256."""
+
+    name: str
+    path: Path
+    sha256: str
+    line: int
+
+
+def read_sums(path: str | os.PathLike[str]) -> tuple[SumsEntry, ...]:
+    """Parse a sha256 checksum file: GNU, BSD ``--tag`` or OpenSSL lines, hex in any case.
+
+    Blank lines and ``#`` comments are skipped. Names resolve relative to the file's folder; a name
+    that is absolute or leads outside that folder (``..``, or a link pointing out) is a ManifestError.
+    """
+    sums = Path(path)
+    folder = sums.parent.resolve()
+    entries = []
+    for number, raw in enumerate(read_text(sums, "checksum file").split("\n"), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, hexdigest = _parse_sums_line(line, sums, number)
+        entries.append(SumsEntry(name, _confined(folder, name, sums, number), hexdigest.lower(), number))
+    if not entries:
+        raise ManifestError(sums, "no checksum lines found")
+    return tuple(entries)
+
+
+def _parse_sums_line(line: str, sums: Path, number: int) -> tuple[str, str]:
+    escaped = line.startswith("\\")
+    body = line[1:] if escaped else line
+    field = f"line {number}"
+    tagged = _TAG_LINE.fullmatch(body)
+    if tagged and not _GNU_LINE.fullmatch(body):
+        if tagged["algo"].upper() not in _SHA256_TAGS:
+            raise ManifestError(sums, f"algorithm {tagged['algo']!r} is not sha256", field=field)
+        name, hexdigest = tagged["name"], tagged["hex"]
+    elif (gnu := _GNU_LINE.fullmatch(body)):
+        name, hexdigest = gnu["name"], gnu["hex"]
+    else:
+        raise ManifestError(sums, "not a GNU, BSD or OpenSSL checksum line", field=field)
+    if len(hexdigest) != 64:
+        raise ManifestError(sums, f"digest has {len(hexdigest)} hex digits, sha256 has 64", field=field)
+    return (_unescape(name, sums, field) if escaped else name), hexdigest
+
+
+def _unescape(name: str, sums: Path, field: str) -> str:
+    """Undo coreutils' escaping of names holding a backslash, newline or carriage return."""
+    out, i = [], 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "\\":
+            nxt = name[i + 1:i + 2]
+            if nxt not in ("\\", "n", "r"):
+                raise ManifestError(sums, f"bad escape \\{nxt} in name", field=field)
+            out.append({"\\": "\\", "n": "\n", "r": "\r"}[nxt])
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _confined(folder: Path, name: str, sums: Path, number: int) -> Path:
+    candidate = Path(name)
+    if "\0" in name or candidate.is_absolute() or candidate.drive or ".." in candidate.parts:
+        raise ManifestError(sums, f"name {name!r} leaves the checksum file's folder",
+                            field=f"line {number}")
+    resolved = (folder / candidate).resolve()
+    if resolved != folder and folder not in resolved.parents:
+        raise ManifestError(sums, f"name {name!r} resolves outside the checksum file's folder",
+                            field=f"line {number}")
+    return folder / candidate
