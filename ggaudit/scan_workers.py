@@ -174,7 +174,10 @@ def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], 
                 running += 1
             if not pending:
                 break
-            wait([f for _, f in pending], return_when=FIRST_COMPLETED)
+            if not pending[0][1].done():
+                # Only futures still running: a finished one queued behind the head would make wait()
+                # return at once, and this loop would spin on the core the workers need.
+                wait([f for _, f in pending if not f.done()], return_when=FIRST_COMPLETED)
             while pending and pending[0][1].done():
                 current, future = pending.popleft()
                 if _merge(accs, future.result(), opts):
