@@ -4,7 +4,8 @@ The gather works like an engine's: a batch of row IDs becomes reads de-duplicate
 offset, run by a pool of worker threads into buffers taken from a reused pool; every buffer is poisoned
 before each read so bytes a read did not deliver cannot pass as data. A row cache can sit in front (each
 ID gathered on a miss, then a hit, then under eviction pressure). Every mismatch is located (file, offset;
-tensor, row, block, column), shown (expected before actual, in hex) and classified.
+tensor, row, block, column), shown (expected before actual, in hex) and classified. A prefetch stage can
+follow the gather: batch k+1 lands while batch k's rows are still views into their read buffers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import os
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -24,7 +26,8 @@ from .blocks import Encoding, decode_bits
 from .errors import UsageError
 from .layout import Model, Tensor, open_model
 from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
-from .rows_gather import Chunk, Gatherer, RowCache, Sample, Sweep, through_cache, uniform
+from .rows_gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Sweep, through_cache,
+                          uniform)
 from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows, load_capture,
                           parse_ids, row_chunks, select_rows)
 
@@ -132,7 +135,7 @@ class Mismatch:
 
     kind: str            # one of KINDS
     path: str            # buffered | mmap | direct | capture
-    stage: str           # gather | cache-miss | cache-hit | cache-pressure | sweep | capture
+    stage: str           # gather | cache-miss | cache-hit | cache-pressure | prefetch | sweep | capture
     file: str
     tensor: str
     row: int
@@ -268,6 +271,8 @@ class Classifier:
 
     def mismatch(self, sample: Sample, expected: bytes, path: str, stage: str,
                  previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> Mismatch:
+        if isinstance(sample.data, memoryview):  # a view into a live buffer: classify what it shows now
+            sample = sample._replace(data=bytes(sample.data))
         actual, t = sample.data, self.table
         k = next(i for i, (a, b) in enumerate(zip(expected, actual)) if a != b) if len(actual) == len(expected) \
             else 0
@@ -404,18 +409,23 @@ class _Replay:
     cache_rows: int
     cache_factory: CacheFactory
     progress: Progress | None = None
+    pool_factory: PoolFactory = BufferPool
     stats: list[PathStats] = field(default_factory=list)
 
-    def check(self, samples: Iterable[Sample], ref: dict[int, bytes], path: str, stage: str) -> None:
+    def check(self, samples: Iterable[Sample], ref: dict[int, bytes], path: str, stage: str,
+              suspects: dict[int, bytes] | None = None) -> None:
+        """Compare with *ref*; a mismatch equal to a row of *suspects* (default: *ref*) is named as that row."""
         classifier = Classifier(self.table, self.reference)
+        batch = ref if suspects is None else suspects
         for s in samples:
             if s.data != ref[s.row]:
-                self.findings.add(s.row, lambda s=s: classifier.mismatch(s, ref[s.row], path, stage, batch=ref))
+                self.findings.add(s.row, lambda s=s: classifier.mismatch(s, ref[s.row], path, stage, batch=batch))
                 if self.findings.stop:
                     return
 
     def run_path(self, reader: Reader, rows: Sequence[int]) -> None:
-        gatherer = Gatherer(reader, self.table.tensor.offset, self.table.row_bytes, self.workers)
+        gatherer = Gatherer(reader, self.table.tensor.offset, self.table.row_bytes, self.workers,
+                            pool_factory=self.pool_factory)
         caches: dict[str, RowCache] = {}
         started = time.perf_counter()
         try:
@@ -455,6 +465,41 @@ class _Replay:
                                                                  self.table))
         for order in (rows, rows[::-1]):
             self.check(through_cache(gather("cache-pressure"), small, order), ref, path, "cache-pressure")
+
+    def prefetch(self, reader: Reader, rows: Sequence[int]) -> None:
+        """Gather batch k+1 in the background while batch k's rows are still views into their read buffers,
+        and compare batch k only once k+1 has landed, as an engine consumes a batch while prefetching the
+        next. A buffer of batch k reused by k+1 too early then shows k+1's bytes: the row is reported
+        misplaced, naming the row of k+1 it holds. Two batches of buffers are out of the pool at a time."""
+        t, path = self.table, reader.mode
+        gatherer = Gatherer(reader, t.tensor.offset, t.row_bytes, self.workers, pool_factory=self.pool_factory)
+        batches = [rows[i:i + self.batch] for i in range(0, len(rows), self.batch)]
+        started = time.perf_counter()
+        held: Held | None = None
+        try:
+            with ThreadPoolExecutor(1) as ahead:
+                held, ref = gatherer.hold(batches[0]), _reference_rows(self.reference, t, batches[0])
+                for k in range(len(batches)):
+                    following = ahead.submit(gatherer.hold, batches[k + 1]) if k + 1 < len(batches) else None
+                    # Meanwhile, as an engine works on batch k, read the next batch's reference bytes.
+                    ref_next = {} if following is None else _reference_rows(self.reference, t, batches[k + 1])
+                    landed = None if following is None else following.result()
+                    self.findings.short(ShortRead(path, "prefetch", reader.path, *s) for s in gatherer.shortfalls)
+                    gatherer.shortfalls.clear()
+                    self.check(held.samples, ref, path, "prefetch", suspects={**ref_next, **ref})
+                    gatherer.release(held)
+                    held, ref = landed, ref_next
+                    if self.progress is not None:
+                        self.progress(path, min(len(rows), (k + 1) * self.batch), len(rows))
+                    if self.findings.stop:
+                        break
+        finally:
+            if held is not None:
+                gatherer.release(held)
+            gatherer.close()
+        a = reader.alignment
+        self.stats.append(PathStats(path, "prefetch", gatherer.reads, gatherer.bytes, len(rows),
+                                    time.perf_counter() - started, a.offset, a.source, gatherer.pool.created))
 
     def sweep(self, reader: Reader) -> None:
         t = self.table
@@ -595,16 +640,23 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
                ids_file: str | None = None, all_rows: bool = False, random: int | None = None,
                seed: int | None = None, page_crossing: bool = False,
                modes: Sequence[str] | None = MODES, workers: int = 4, batch: int = 256,
-               cache_rows: int = 0, against: str | None = None, fp8: bool = False, fail_fast: bool = False,
-               reader_factory: ReaderFactory | None = None,
-               cache_factory: CacheFactory = default_cache, progress: Progress | None = None) -> RowsReport:
-    """Replay rows of *tensor* through each read path in *modes* (and/or an engine capture)."""
+               cache_rows: int = 0, prefetch: bool = False, against: str | None = None, fp8: bool = False,
+               fail_fast: bool = False, reader_factory: ReaderFactory | None = None,
+               cache_factory: CacheFactory = default_cache, pool_factory: PoolFactory = BufferPool,
+               progress: Progress | None = None) -> RowsReport:
+    """Replay rows of *tensor* through each read path in *modes* (and/or an engine capture).
+
+    With *prefetch*, each path's gather is followed by a prefetch stage (see _Replay.prefetch).
+    """
     modes = tuple(modes or ())
     m = model if isinstance(model, Model) else open_model(model)
     t = pick_tensor(m, tensor)
     _check_args(t, modes, workers, batch, cache_rows, fp8)
     if all_rows and cache_rows:
         raise UsageError(None, "--all sweeps in large chunks, not through a row cache; drop --cache-rows or "
+                         "choose rows with --ids, --random or --page-crossing")
+    if all_rows and prefetch:
+        raise UsageError(None, "--all sweeps in large chunks, not in prefetched batches; drop --prefetch or "
                          "choose rows with --ids, --random or --page-crossing")
     table = RowTable(t, os.path.getsize(t.path), fp8)
     capture = load_capture(against, table) if against is not None else None
@@ -616,12 +668,13 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     warnings: list[str] = []
     factory = reader_factory or (lambda path, mode: open_reader(path, mode))
     with BufferedReader(t.path) as reference:
-        replay = _Replay(table, reference, findings, workers, batch, cache_rows, cache_factory, progress)
+        replay = _Replay(table, reference, findings, workers, batch, cache_rows, cache_factory, progress,
+                         pool_factory)
         capture_result = compare_capture(capture, table, reference, findings) if capture is not None else None
         for mode in modes:
             if findings.stop:
                 break
-            _run_mode(replay, factory, mode, selection, warnings)
+            _run_mode(replay, factory, mode, selection, warnings, prefetch)
     _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else \
         geometry_of([table.row_offset(r) for r in selection.rows], table.row_bytes)
@@ -635,7 +688,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
 
 
 def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,
-              warnings: list[str]) -> None:
+              warnings: list[str], prefetch: bool = False) -> None:
     try:
         reader = factory(replay.table.path, mode)
     except DirectIOUnavailable as err:
@@ -647,6 +700,8 @@ def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Sel
             replay.sweep(reader)
         else:
             replay.run_path(reader, list(selection.rows))
+            if prefetch and not replay.findings.stop:
+                replay.prefetch(reader, list(selection.rows))
 
 
 def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache_rows: int, fp8: bool) -> None:

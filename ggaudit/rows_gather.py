@@ -26,7 +26,7 @@ class Sample(NamedTuple):
     """One row as a read path delivered it, with what is known about how (a tuple: made per row, fast)."""
 
     row: int
-    data: bytes
+    data: bytes | memoryview    # a memoryview only from Gatherer.hold: a view into a still-held read buffer
     unlanded: bool = False      # the read claimed bytes but the buffer's head was still all poison
     via_cache: bool = False
 
@@ -70,6 +70,10 @@ class BufferPool:
             buf.close()
         self.all.clear()
         self.free.clear()
+
+
+#: Makes a gather's buffer pool from (reader, buffer size); tests pass faulty pools through it.
+PoolFactory = Callable[[Reader, int], BufferPool]
 
 
 class RowCache:
@@ -128,36 +132,58 @@ def plan_reads(reader: Reader, base: int, row_bytes: int, rows: Iterable[int], m
     return plan
 
 
+class Held(NamedTuple):
+    """A batch gathered zero-copy: each sample's data is a view into one of *buffers*, and those stay out
+    of the pool until Gatherer.release, as an engine keeps a batch's buffers while it consumes the rows."""
+
+    samples: list[Sample]
+    buffers: list[Buffer]
+
+
 class Gatherer:
     """Gathers batches of rows through one reader with a thread pool and a reused, poisoned buffer pool."""
 
     def __init__(self, reader: Reader, base: int, row_bytes: int, workers: int,
-                 max_read: int = GATHER_READ) -> None:
+                 max_read: int = GATHER_READ, pool_factory: PoolFactory = BufferPool) -> None:
         self.reader = reader
         self.base = base
         self.row_bytes = row_bytes
         self.workers = max(1, workers)
         a = reader.alignment.offset
         self.max_read = max(max_read, align_up(row_bytes, a) + 2 * a)
-        self.pool = BufferPool(reader, self.max_read)
+        self.pool = pool_factory(reader, self.max_read)
         self.executor = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
         self.lock = threading.Lock()
         self.reads = self.bytes = 0
         self.shortfalls: list[Shortfall] = []
 
-    def gather(self, rows: Iterable[int]) -> list[Sample]:
+    def gather(self, rows: Iterable[int], held: list[Buffer] | None = None) -> list[Sample]:
+        """Each row copied out of its read buffer before the buffer goes back to the pool; or, given
+        *held*, left as a view into its buffer, which is appended to *held* instead (see hold)."""
         plan = plan_reads(self.reader, self.base, self.row_bytes, rows, self.max_read)
         if self.executor is None or len(plan) < 2:
-            return self._run(plan)
+            return self._run(plan, held)
         # Workers pull the next read from one shared iterator (its next() is atomic under the GIL), so
         # none sits idle while another still has a queue: the batch ends when the last read lands.
         # Samples come back in row order whichever worker read them, so what follows (a cache's
         # insertion order, hence its evictions) is the same on every run.
         shared = iter(plan)
-        futures = [self.executor.submit(self._run, shared) for _ in range(min(self.workers, len(plan)))]
+        futures = [self.executor.submit(self._run, shared, held) for _ in range(min(self.workers, len(plan)))]
         return sorted((sample for f in futures for sample in f.result()), key=lambda s: s.row)
 
-    def _run(self, plan: Iterable[PlannedRead]) -> list[Sample]:
+    def hold(self, rows: Iterable[int]) -> Held:
+        """Gather zero-copy: the rows stay views into buffers kept out of the pool until release."""
+        buffers: list[Buffer] = []  # list.append is atomic, so the workers share it without a lock
+        return Held(self.gather(rows, buffers), buffers)
+
+    def release(self, held: Held) -> None:
+        for s in held.samples:
+            if isinstance(s.data, memoryview):
+                s.data.release()  # a late reader of a released batch fails loudly instead of reading reuse
+        for buf in held.buffers:
+            self.pool.give(buf)
+
+    def _run(self, plan: Iterable[PlannedRead], held: list[Buffer] | None = None) -> list[Sample]:
         out: list[Sample] = []
         rb, base = self.row_bytes, self.base
         read_into, size = self.reader.read_into, self.reader.size
@@ -180,9 +206,13 @@ class Gatherer:
                 unlanded = got > 0 and whole[0] == POISON and uniform(bytes(whole[:HEAD]), POISON)
                 for row in rd.rows:
                     at = base + row * rb - rd.start
-                    out.append(Sample(row, bytes(whole[at:at + rb]), unlanded))
+                    out.append(Sample(row, bytes(whole[at:at + rb]) if held is None else whole[at:at + rb],
+                                      unlanded))
             finally:
-                self.pool.give(buf)
+                if held is None:
+                    self.pool.give(buf)
+                else:
+                    held.append(buf)
         with self.lock:
             self.reads += n_reads
             self.bytes += done

@@ -140,6 +140,18 @@ def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
     assert g.pool.created <= 4 and g.reads == 2 * len(rows)
 
 
+def test_prefetch_stage_agrees_and_holds_two_batches_of_buffers(ple) -> None:
+    rows = list(range(0, 5000, 97))[:48]  # no two share a page: one read (and buffer) per row
+    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), batch=8, workers=3, prefetch=True)
+    assert report.clean and not report.short_reads
+    assert [(s.path, s.stage) for s in report.stats] == \
+        [(p, stage) for p in ("buffered", "mmap", "direct") for stage in ("gather", "prefetch")]
+    for gather, prefetch in zip(report.stats[::2], report.stats[1::2]):
+        assert gather.reads == prefetch.reads == prefetch.rows == len(rows) and gather.buffers <= 3
+        # Batch k's 8 buffers stay out of the pool while batch k+1 takes 8 more; then k's are reused.
+        assert prefetch.buffers == 2 * 8
+
+
 def test_direct_unavailable_is_said_once_and_the_rest_goes_on(ple) -> None:
     def factory(path: str, mode: str) -> Reader:
         if mode == "direct":

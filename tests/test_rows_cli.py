@@ -112,3 +112,18 @@ def test_json_mismatch_fields(tmp_path: Path) -> None:
     assert data["by_kind"] == {"misplaced": 1} and data["clean"] is False
     assert data["capture"] == {"file": str(tmp_path / "cap.npz"), "kind": "raw", "dtype": "uint8", "rows": 2,
                                "mismatched_rows": 1, "max_abs_diff": None}
+
+
+def test_prefetch_flag_adds_a_stage_and_is_refused_with_all(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.IQ4_NL, n_rows=200)
+    result = run(t.path, "--ids", "1-3,150", "--modes", "direct", "--batch", "2", "--prefetch")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[3:5]] == ["direct (gather)", "direct (prefetch)"]
+    assert lines[4].startswith("direct (prefetch): 4 rows, 3 reads, ")  # rows 1-2 share one read
+    assert lines[-1] == "result: clean: every path delivered the file's bytes"
+    refused = run(t.path, "--all", "--prefetch")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == ["ggaudit: error: --all sweeps in large chunks, not in prefetched "
+                                           "batches; drop --prefetch or choose rows with --ids, --random or "
+                                           "--page-crossing"]

@@ -17,6 +17,7 @@ from gguf import quants
 
 from ggaudit import rows as R
 from ggaudit.readers import POISON, Buffer, Reader, align_down, align_up, open_reader
+from ggaudit.rows_gather import BufferPool
 from test_rows_support import Table, crossing, make_table
 
 
@@ -101,6 +102,24 @@ class HandedOutEarly(Wrapped):
     def read_into(self, view: memoryview, offset: int) -> int:
         self.issued.append((offset, len(view)))
         return len(view)
+
+
+class RingOfOneBatch(BufferPool):
+    """A fixed ring of buffers handed out in turn, whether or not they came back, sized for one batch's
+    reads: prefetching batch k+1 wraps onto the buffers batch k's rows are still being read from."""
+
+    def __init__(self, reader: Reader, size: int, slots: int) -> None:
+        super().__init__(reader, size)
+        self.ring = [BufferPool.take(self) for _ in range(slots)]
+        self.turn = 0
+
+    def take(self) -> Buffer:
+        buf = self.ring[self.turn % len(self.ring)]
+        self.turn += 1
+        return buf
+
+    def give(self, buf: Buffer) -> None:
+        pass  # the ring neither grows nor shrinks
 
 
 def faulty(fault: type, modes: tuple[str, ...] = ("direct",), **kw: object) -> Callable[[str, str], Reader]:
@@ -268,3 +287,30 @@ def test_sweep_catches_a_buffer_handed_out_before_the_read_lands(ple: Table) -> 
     k = next(i for i, x in enumerate(ple.row(0)) if x != POISON)
     assert (first.row, first.byte, first.offset, first.stage) == (0, k, ple.offset(0) + k, "sweep")
     assert first.actual == " ".join(["a5"] * 16) and "handed out before its read landed" in first.detail
+
+
+@pytest.mark.parametrize("mode", ["buffered", "mmap", "direct"])
+def test_prefetch_into_buffers_still_held_is_misplaced_and_names_the_row(ple: Table, mode: str) -> None:
+    # One read per row (rows far apart), three per batch, into a ring of three buffers: batch 1's i-th read
+    # lands in the buffer batch 0's i-th row is still a view into. Rows 2048 apart lie 2048 * 90 =
+    # 45 * 4096 bytes apart, at the same place within their aligned spans, so on every path row first[i]
+    # then shows exactly row second[i]; 184 KB away, only the prefetched batch can name it.
+    first, second = [100, 900, 1700], [2148, 2948, 3748]
+    report = R.check_rows(ple.path, ids=",".join(map(str, first + second)), modes=[mode], workers=1, batch=3,
+                          prefetch=True, pool_factory=lambda reader, size: RingOfOneBatch(reader, size, 3))
+    assert [(s.stage, s.reads, s.rows) for s in report.stats] == [("gather", 6, 6), ("prefetch", 6, 6)]
+    assert all((ple.offset(o) - ple.offset(r)) % report.stats[0].alignment == 0 for r, o in zip(first, second))
+    # The copying gather is immune (each row leaves its buffer before the next take); the last batch is
+    # consumed with nothing prefetched behind it, so it is clean too.
+    assert report.by_kind == (("misplaced", 3),) and not report.short_reads
+    got = {m.row: m for m in report.mismatches}
+    assert {r: (m.stage, m.other_row, m.other_offset) for r, m in got.items()} == \
+        {r: ("prefetch", o, ple.offset(o)) for r, o in zip(first, second)}
+    for r, o in zip(first, second):
+        m, want, held = got[r], ple.row(r), ple.row(o)
+        k = next(i for i in range(90) if want[i] != held[i])
+        assert (m.kind, m.path, m.byte, m.offset, m.block) == ("misplaced", mode, k, ple.offset(r) + k, k // 18)
+        assert m.column == first_bad_column(want, held) and m.detail == f"the bytes of row {o}"
+        assert (m.expected, m.actual) == (want[k:k + 16].hex(" "), held[k:k + 16].hex(" "))
+        assert m.differing == sum(a != b for a, b in zip(want, held))
+        assert m.expected_finite is True and m.actual_finite is True and m.length == 90

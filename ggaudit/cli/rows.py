@@ -37,6 +37,9 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 @click.option("--batch", type=int, default=256, show_default=True, metavar="N", help="Rows per gather batch.")
 @click.option("--cache-rows", type=int, default=0, show_default=True, metavar="N",
               help="Row-cache capacity; 0 turns the cache passes (miss, hit, eviction pressure) off.")
+@click.option("--prefetch", is_flag=True,
+              help="Also gather each batch while the previous one is still held in its read buffers, and "
+                   "compare that one only then (buffers reused too early); holds two batches of buffers.")
 @click.option("--against", type=click.Path(dir_okay=False), metavar="CAPTURE",
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
@@ -45,14 +48,14 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 @handle_errors
 def rows(model: str, tensor: str | None, ids: str | None, ids_file: str | None, all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: str | None, workers: int, batch: int,
-         cache_rows: int, against: str | None, fp8: bool, fail_fast: bool, as_json: bool) -> None:
+         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, as_json: bool) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     chosen = _modes(modes)
     if chosen is None:
         chosen = () if against is not None else MODES
     report = check_rows(model, tensor=tensor, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random_n,
                         seed=seed, page_crossing=page_crossing, modes=chosen, workers=workers, batch=batch,
-                        cache_rows=cache_rows, against=against, fp8=fp8, fail_fast=fail_fast,
+                        cache_rows=cache_rows, prefetch=prefetch, against=against, fp8=fp8, fail_fast=fail_fast,
                         progress=_progress if stderr_is_tty() else None)
     if stderr_is_tty():
         click.echo("\r\x1b[K", err=True, nl=False)
