@@ -10,13 +10,12 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import click
 
-from ..batch import Outcome, overall_status, status_word
+from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overall_status, status_word
 from ..errors import GGAuditError
 from ..locate import resolve_model
 
-EXIT_CLEAN = 0
-EXIT_FINDINGS = 1
-EXIT_ERROR = 2
+# The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
