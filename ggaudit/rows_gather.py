@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from .readers import PAGE, POISON, Buffer, BufferedReader, Reader, align_down, align_up, is_short, same_bytes
 
 #: Largest single read of a gather (rows sharing pages are merged up to this).
-GATHER_READ = 256 << 10
+GATHER_READ = 64 << 10
+#: Most reads per wave of a gather, and most bytes of their buffers (a wave's buffers are out together).
+WAVE = 256
+WAVE_BYTES = 16 << 20
 #: Bytes per read of the --all sweep.
 SWEEP_CHUNK = 8 << 20
 #: How many leading bytes of a buffer are checked for "still all poison".
@@ -104,32 +107,43 @@ class RowCache:
             self.evictions += 1
 
 
-class PlannedRead(NamedTuple):
-    start: int
-    length: int
-    rows: tuple[int, ...]
+class Read(NamedTuple):
+    """One read of a gather: bytes [first, end) of the file, holding rows[i:j] of the sorted batch (the
+    read path widens it to its own span)."""
+
+    first: int
+    end: int
+    i: int
+    j: int
 
 
-def plan_reads(reader: Reader, base: int, row_bytes: int, rows: Iterable[int], max_read: int) -> list[PlannedRead]:
-    """Group rows sorted by offset into reads: rows sharing a 4 KiB page (or touching) share one read."""
-    plan: list[PlannedRead] = []
-    group: list[int] = []
-    first = last_end = 0
-    a = reader.alignment.offset
-    for row in sorted(set(rows)):
+def plan_reads(base: int, row_bytes: int, rows: list[int], align: int, max_read: int) -> list[Read]:
+    """Group *rows* (sorted, distinct) into reads: rows sharing a 4 KiB page (or touching) share one read,
+    as long as its aligned span stays within *max_read*."""
+    plan: list[Read] = []
+    new = tuple.__new__  # skips the NamedTuple constructor's Python frame: a third of the cost per row
+    i = 0
+    first = last_end = -PAGE
+    for j, row in enumerate(rows):
         off = base + row * row_bytes
-        end = off + row_bytes
-        if group and (off <= last_end or off // PAGE <= (last_end - 1) // PAGE) \
-                and align_up(end, a) - align_down(first, a) <= max_read:
-            group.append(row)
-            last_end = end
-            continue
-        if group:
-            plan.append(PlannedRead(*reader.span(first, last_end - first), tuple(group)))
-        group, first, last_end = [row], off, end
-    if group:
-        plan.append(PlannedRead(*reader.span(first, last_end - first), tuple(group)))
+        if (off > last_end and off // PAGE > (last_end - 1) // PAGE) \
+                or align_up(off + row_bytes, align) - align_down(first, align) > max_read:
+            if j:
+                plan.append(new(Read, (first, last_end, i, j)))
+            i, first = j, off
+        last_end = off + row_bytes
+    if rows:
+        plan.append(Read(first, last_end, i, len(rows)))
     return plan
+
+
+class Prepared(NamedTuple):
+    """A wave made ready: for each read, a poisoned buffer from the pool, its span (start, length), and
+    the job a worker takes: (index, a view of the buffer as long as the span, start)."""
+
+    buffers: list[Buffer]
+    spans: list[tuple[int, int]]
+    jobs: list[tuple[int, memoryview, int]]
 
 
 class Held(NamedTuple):
@@ -141,7 +155,14 @@ class Held(NamedTuple):
 
 
 class Gatherer:
-    """Gathers batches of rows through one reader with a thread pool and a reused, poisoned buffer pool."""
+    """Gathers batches of rows through one reader with a thread pool and a reused, poisoned buffer pool.
+
+    A batch is read in waves. The calling thread makes every read of a wave ready (span, buffer, poison),
+    the workers do nothing but read, one read after another, and the calling thread then checks the reads
+    and copies the rows out. The same work done by a worker between two of its reads costs two to three
+    times as much (the worker has just woken from its read, its caches cold), and the worker has no read
+    in flight meanwhile. One gather at a time per Gatherer.
+    """
 
     def __init__(self, reader: Reader, base: int, row_bytes: int, workers: int,
                  max_read: int = GATHER_READ, pool_factory: PoolFactory = BufferPool) -> None:
@@ -152,24 +173,91 @@ class Gatherer:
         a = reader.alignment.offset
         self.max_read = max(max_read, align_up(row_bytes, a) + 2 * a)
         self.pool = pool_factory(reader, self.max_read)
+        #: Reads per wave: a wave's buffers are out of the pool together, so their bytes are bounded too.
+        self.wave = max(self.workers, min(WAVE, WAVE_BYTES // self.max_read))
         self.executor = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
-        self.lock = threading.Lock()
         self.reads = self.bytes = 0
         self.shortfalls: list[Shortfall] = []
 
     def gather(self, rows: Iterable[int], held: list[Buffer] | None = None) -> list[Sample]:
         """Each row copied out of its read buffer before the buffer goes back to the pool; or, given
-        *held*, left as a view into its buffer, which is appended to *held* instead (see hold)."""
-        plan = plan_reads(self.reader, self.base, self.row_bytes, rows, self.max_read)
-        if self.executor is None or len(plan) < 2:
-            return self._run(plan, held)
-        # Workers pull the next read from one shared iterator (its next() is atomic under the GIL), so
-        # none sits idle while another still has a queue: the batch ends when the last read lands.
-        # Samples come back in row order whichever worker read them, so what follows (a cache's
-        # insertion order, hence its evictions) is the same on every run.
-        shared = iter(plan)
-        futures = [self.executor.submit(self._run, shared, held) for _ in range(min(self.workers, len(plan)))]
-        return sorted((sample for f in futures for sample in f.result()), key=lambda s: s.row)
+        *held*, left as a view into its buffer, which is appended to *held* instead (see hold).
+
+        Samples come back in row order whichever worker read them, so what follows (a cache's insertion
+        order, hence its evictions) is the same on every run.
+        """
+        batch = sorted(set(rows))
+        plan = plan_reads(self.base, self.row_bytes, batch, self.reader.alignment.offset, self.max_read)
+        out: list[Sample] = [None] * len(batch)  # type: ignore[list-item]  # every slot gets filled
+        for w in range(0, len(plan), self.wave):
+            self._wave(batch, plan[w:w + self.wave], out, held)
+        return out
+
+    def _prepare(self, reads: list[Read], ready: Prepared) -> None:
+        """For each read a poisoned buffer from the pool, the span the read path fetches, and the job."""
+        span, take = self.reader.span, self.pool.take
+        for k, (first, end, _, _) in enumerate(reads):
+            start, length = span(first, end - first)
+            buf = take()
+            ready.buffers.append(buf)
+            ready.spans.append((start, length))
+            buf.poison(max(length, end - start))  # all the rows are sliced from, even past a short span
+            ready.jobs.append((k, buf.view[:length], start))
+
+    def _wave(self, rows: list[int], wave: list[Read], out: list[Sample], held: list[Buffer] | None) -> None:
+        ready = Prepared([], [], [])
+        try:
+            self._prepare(wave, ready)
+            landed = [0] * len(wave)
+            jobs = iter(ready.jobs)
+            if self.executor is None or len(wave) < 2:
+                self._read(jobs, landed)
+            else:
+                # The workers share one iterator (its next() is atomic under the GIL): each takes the
+                # next read as its last one lands, so none idles while another still has a queue.
+                futures = [self.executor.submit(self._read, jobs, landed)
+                           for _ in range(min(self.workers, len(wave)))]
+                wait(futures)  # all of them, even after one failed: none may still be reading into a buffer
+                for f in futures:
+                    f.result()
+            ready.jobs.clear()  # the views into the buffers go: a buffer closes only once none is left
+            self._finish(rows, wave, ready, landed, out, held)
+        finally:
+            self._return(ready.buffers, held)
+
+    def _read(self, jobs: Iterator[tuple[int, memoryview, int]], landed: list[int]) -> None:
+        read_into = self.reader.read_into
+        for k, view, start in jobs:
+            landed[k] = read_into(view, start)
+
+    def _finish(self, rows: list[int], reads: list[Read], ready: Prepared, landed: list[int],
+                out: list[Sample], held: list[Buffer] | None) -> None:
+        """Note short reads and unlanded buffers, and slice each read's rows into *out*."""
+        rb, base, size, new = self.row_bytes, self.base, self.reader.size, tuple.__new__
+        for (first, _, i, j), buf, (start, length), got in zip(reads, ready.buffers, ready.spans, landed):
+            if got < length and is_short(start, length, got, size):
+                self.shortfalls.append(Shortfall(start, length, got))
+            whole = buf.view
+            unlanded = got > 0 and whole[0] == POISON and uniform(bytes(whole[:HEAD]), POISON)
+            at = first - start
+            if j == i + 1:  # most reads of a random gather hold one row: no inner loop for them
+                data = bytes(whole[at:at + rb]) if held is None else whole[at:at + rb]
+                # tuple.__new__ skips the NamedTuple constructor's Python frame: half the cost per row.
+                out[i] = new(Sample, (rows[i], data, unlanded, False))
+                continue
+            for k in range(i, j):
+                at = base + rows[k] * rb - start
+                data = bytes(whole[at:at + rb]) if held is None else whole[at:at + rb]
+                out[k] = new(Sample, (rows[k], data, unlanded, False))
+        self.reads += len(landed)
+        self.bytes += sum(landed)
+
+    def _return(self, buffers: list[Buffer], held: list[Buffer] | None) -> None:
+        if held is None:
+            for buf in buffers:
+                self.pool.give(buf)
+        else:
+            held.extend(buffers)
 
     def hold(self, rows: Iterable[int]) -> Held:
         """Gather zero-copy: the rows stay views into buffers kept out of the pool until release."""
@@ -182,41 +270,6 @@ class Gatherer:
                 s.data.release()  # a late reader of a released batch fails loudly instead of reading reuse
         for buf in held.buffers:
             self.pool.give(buf)
-
-    def _run(self, plan: Iterable[PlannedRead], held: list[Buffer] | None = None) -> list[Sample]:
-        out: list[Sample] = []
-        rb, base = self.row_bytes, self.base
-        read_into, size = self.reader.read_into, self.reader.size
-        done = n_reads = 0
-        for rd in plan:
-            n_reads += 1
-            buf = self.pool.take()
-            try:
-                # Poison all the rows will be sliced from, even past a (wrongly) short span. This read step
-                # mirrors Sweep._one but stays inline: it runs once per read, and a shared helper costs 2-4%
-                # of a page-cached gather.
-                buf.poison(max(rd.length, base + rd.rows[-1] * rb + rb - rd.start))
-                view = buf.view[:rd.length]
-                got = read_into(view, rd.start)
-                view.release()
-                done += got
-                if got < rd.length and is_short(rd.start, rd.length, got, size):
-                    self.shortfalls.append(Shortfall(rd.start, rd.length, got))
-                whole = buf.view
-                unlanded = got > 0 and whole[0] == POISON and uniform(bytes(whole[:HEAD]), POISON)
-                for row in rd.rows:
-                    at = base + row * rb - rd.start
-                    out.append(Sample(row, bytes(whole[at:at + rb]) if held is None else whole[at:at + rb],
-                                      unlanded))
-            finally:
-                if held is None:
-                    self.pool.give(buf)
-                else:
-                    held.append(buf)
-        with self.lock:
-            self.reads += n_reads
-            self.bytes += done
-        return out
 
     def close(self) -> None:
         if self.executor is not None:
@@ -289,6 +342,9 @@ class Sweep:
         length = count * self.row_bytes
         start, span = self.reader.span(off, length)
         buf, ref = self.pool.take(), self.ref_pool.take()
+        # The reference bytes come through the page cache while the path's own read is in flight: the
+        # sweep reads the table twice, and so both reads of a chunk reach the disk at once.
+        self.reference.will_need(off, length)
         try:
             buf.poison(max(span, off - start + length))
             view = buf.view[:span]

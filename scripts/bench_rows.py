@@ -2,11 +2,12 @@
 """Benchmark `ggaudit rows`: random single-row gathers per read path beside fio, and the --all sweep
 beside a plain sequential read, all on one ~1.5 GB PLE-shaped file, measured in the same run.
 
-    python scripts/bench_rows.py [--size-gb 1.5] [--seconds 4] [--reps 3] [--dir bench-data] [--keep]
+    python scripts/bench_rows.py [--size-gb 1.5] [--seconds 2] [--reps 5] [--dir bench-data] [--keep]
 
 Targets (issue 5): direct >= 0.9x fio --rw=randread --bs=4k --direct=1 at the same job count;
 --all direct sweep >= 0.5x a plain sequential read. Every measurement starts with the file evicted
-from the page cache (posix_fadvise DONTNEED), so buffered and mmap reads reach the disk too.
+from the page cache (posix_fadvise DONTNEED), so buffered and mmap reads reach the disk too. fio runs
+between the gathers, and each gather is set against the fio runs on either side of it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import mmap
 import os
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -138,7 +140,7 @@ def sweep_rate(path: Path, workers: int) -> float:
 
 
 def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
+    return statistics.median(values)
 
 
 def random_rows(table: RowTable, n: int, seed: int) -> list[int]:
@@ -146,30 +148,37 @@ def random_rows(table: RowTable, n: int, seed: int) -> list[int]:
 
 
 def bench_gather(path: Path, table: RowTable, reps: int, seconds: int) -> None:
-    """fio and the gather measured alternately (other work on the machine moves the disk's rate)."""
+    """fio and the gathers interleaved: fio, the read paths, fio, the read paths, ..., fio. This disk's rate
+    drifts by up to 2x within a minute here, so each run is set against the mean of the fio runs just
+    before and after it, and the ratio printed is the median of those per-run ratios."""
     seed = 0
+    modes = ("raw preadv", "direct", "buffered", "mmap")
     for jobs in (1, 2):
-        fio: list[float] = []
-        ours: dict[str, list[float]] = {m: [] for m in ("raw preadv", "direct", "buffered", "mmap")}
-        for _ in range(reps):
-            iops = fio_iops(path, jobs, seconds)
-            if iops is not None:
-                fio.append(iops)
-            n = int((iops or 10000) * seconds)
-            seed += 1
-            ours["raw preadv"].append(raw_rate(path, table, random_rows(table, n, seed), jobs))
-            for mode in ("direct", "buffered", "mmap"):
+        fio = [fio_iops(path, jobs, seconds)]
+        rates: dict[str, list[float]] = {m: [] for m in modes}
+        ratios: dict[str, list[float]] = {m: [] for m in modes}
+        for rep in range(reps):
+            n = int((fio[-1] or 10000) * seconds)
+            for mode in (modes if rep % 2 == 0 else modes[::-1]):
                 seed += 1
-                ours[mode].append(gather_rate(path, table, mode, random_rows(table, n, seed), jobs)[0])
-        base = median(fio) if fio else None
-        runs = ", ".join(f"{v:,.0f}" for v in fio)
-        print(f"jobs={jobs}: fio randread 4k direct: " + (f"{base:,.0f} IOPS (runs: {runs})" if base
-                                                          else "fio not installed"))
-        for mode, rates in ours.items():
-            ratio = f", {median(rates) / base:.2f}x fio" if base else ""
-            runs = ", ".join(f"{v:,.0f}" for v in rates)
+                rows = random_rows(table, n, seed)
+                rate = raw_rate(path, table, rows, jobs) if mode == "raw preadv" else \
+                    gather_rate(path, table, mode, rows, jobs)[0]
+                rates[mode].append(rate)
+            fio.append(fio_iops(path, jobs, seconds))
+            if fio[-1] is not None and fio[-2] is not None:
+                reference = (fio[-2] + fio[-1]) / 2
+                for mode in modes:
+                    ratios[mode].append(rates[mode][-1] / reference)
+        measured = [v for v in fio if v is not None]
+        runs = ", ".join(f"{v:,.0f}" for v in measured)
+        head = f"{median(measured):,.0f} IOPS (runs: {runs})" if measured else "fio not installed"
+        print(f"jobs={jobs}: fio randread 4k direct: {head}")
+        for mode in modes:
+            ratio = f", {median(ratios[mode]):.2f}x fio (per run: " \
+                    + ", ".join(f"{r:.2f}" for r in ratios[mode]) + ")" if ratios[mode] else ""
             what = "O_DIRECT loop" if mode == "raw preadv" else "gather"
-            print(f"jobs={jobs}: {mode:10s} {what}: {median(rates):,.0f} rows/s (runs: {runs}){ratio}")
+            print(f"jobs={jobs}: {mode:10s} {what}: {median(rates[mode]):,.0f} rows/s{ratio}")
 
 
 def bench_sweep(path: Path, reps: int) -> None:
@@ -183,8 +192,8 @@ def bench_sweep(path: Path, reps: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-gb", type=float, default=1.5)
-    ap.add_argument("--seconds", type=int, default=4, help="length of each fio run (and of each gather)")
-    ap.add_argument("--reps", type=int, default=3, help="alternating repetitions; medians are compared")
+    ap.add_argument("--seconds", type=int, default=2, help="length of each fio run (and of each gather)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions, fio between them; medians are compared")
     ap.add_argument("--dir", type=Path, default=Path(__file__).resolve().parents[1] / "bench-data")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark file")
     args = ap.parse_args()

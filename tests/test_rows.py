@@ -10,10 +10,10 @@ from gguf import GGMLQuantizationType as T
 
 from fake_kernel32 import FakeKernel32
 from ggaudit import rows as R
-from ggaudit.errors import UsageError
+from ggaudit.errors import ReadError, UsageError
 from ggaudit.layout import open_model
 from ggaudit.readers import BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
-from ggaudit.rows_gather import Gatherer, Sample, plan_reads
+from ggaudit.rows_gather import WAVE_BYTES, Gatherer, Sample, plan_reads
 from test_rows_support import PLE, Table, crossing, make_table
 
 
@@ -42,7 +42,8 @@ def test_all_paths_agree_for_page_crossing_rows_with_the_cache_on(ple) -> None:
     assert report.rows_checked == len(want) > 50
     assert report.geometry == R.Geometry(len(want), len(want), len(want), len(crossing(ple, 65536)))
     for s in report.stats:
-        assert s.cache_hits > 0 and s.cache_evictions > 0 and s.buffers <= 3
+        # A buffer per read in flight or queued (2 per worker, and 2), reused batch after batch.
+        assert s.cache_hits > 0 and s.cache_evictions > 0 and s.buffers <= 8
 
 
 def test_tensor_defaults_to_the_ple_table_then_token_embd(ddir: Path) -> None:
@@ -106,12 +107,26 @@ def test_reads_are_sorted_and_deduplicated_per_page(ple) -> None:
     same_page = [r for r in range(200) if table.row_offset(r) // 4096 == table.row_offset(100) // 4096
                  and (table.row_offset(r) + rb - 1) // 4096 == table.row_offset(100) // 4096]
     with open_reader(ple.path, "direct") as reader:
-        plan = plan_reads(reader, table.tensor.offset, rb, [same_page[-1], 3000, same_page[0], 1500], 1 << 20)
         a = reader.alignment.offset
-    assert [p.rows for p in plan] == [(same_page[0], same_page[-1]), (1500,), (3000,)]
+        plan = plan_reads(table.tensor.offset, rb, sorted({same_page[-1], 3000, same_page[0], 1500}), a, 1 << 20)
+        spans = [reader.span(p.first, p.end - p.first) for p in plan]
+    assert [(p.i, p.j) for p in plan] == [(0, 2), (2, 3), (3, 4)]
+    assert [(p.first, p.end) for p in plan] == [(table.row_offset(same_page[0]), table.row_offset(same_page[-1]) + rb),
+                                                (table.row_offset(1500), table.row_offset(1500) + rb),
+                                                (table.row_offset(3000), table.row_offset(3000) + rb)]
+    for start, length in spans:
+        assert start % a == 0 and length % a == 0
+
+
+def test_reads_stay_within_max_read() -> None:
+    """A run of adjacent rows is split into reads whose aligned span never exceeds the limit."""
+    a, rb, limit = 512, 90, 2048
+    plan = plan_reads(1000, rb, list(range(100)), a, limit)
+    assert [(p.i, p.j) for p in plan][:2] == [(0, 17), (17, 34)]  # spans [512, 2560) and [2048, 4096)
+    assert plan[-1].j == 100 and all(p.i == q.j for q, p in zip(plan, plan[1:]))
     for p in plan:
-        assert p.start % a == 0 and p.length % a == 0
-        assert p.start <= table.row_offset(p.rows[0]) and table.row_offset(p.rows[-1]) + rb <= p.start + p.length
+        assert -(-p.end // a) * a - p.first // a * a <= limit
+        assert p.end - p.first == (p.j - p.i) * rb
 
 
 def test_cache_miss_then_hit_counts(ple) -> None:
@@ -124,12 +139,13 @@ def test_cache_miss_then_hit_counts(ple) -> None:
     assert report.clean
 
 
-def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
+@pytest.mark.parametrize("mode", ["direct", "buffered"])
+def test_gather_with_many_workers_reuses_a_bounded_pool(ple, mode: str) -> None:
     table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
-    with open_reader(ple.path, "direct") as reader:
+    with open_reader(ple.path, mode) as reader:
         g = Gatherer(reader, table.tensor.offset, table.row_bytes, workers=4, max_read=4096)
         try:
-            rows = list(range(0, 5000, 97))  # no two share a page
+            rows = list(range(0, 5000, 97))  # no two share a page: 52 reads
             samples = g.gather(rows)
             assert [s.row for s in samples] == rows  # row order, whichever thread read each one
             samples += g.gather(rows[::-1])
@@ -137,7 +153,46 @@ def test_gather_with_many_workers_reuses_a_bounded_pool(ple) -> None:
             g.close()
     assert sorted(s.row for s in samples) == sorted(rows * 2)
     assert all(s.data == ple.row(s.row) for s in samples)
-    assert g.pool.created <= 4 and g.reads == 2 * len(rows)
+    assert g.reads == 2 * len(rows)
+    assert g.pool.created == len(rows)  # a buffer per read of a wave (the whole batch here), all reused
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_failed_read_is_raised_after_its_wave_lands_with_every_buffer_back(ple, workers: int) -> None:
+    rb, rows = ple.tensor.row_bytes, list(range(0, 5000, 97))
+    with open_reader(ple.path, "direct") as reader:
+        bad = reader.span(ple.tensor.offset + 970 * rb, rb)[0]
+        real = reader.read_into
+
+        def read_into(view: memoryview, offset: int) -> int:
+            if offset == bad:
+                raise ReadError(reader.path, "injected failure", offset=offset)
+            return real(view, offset)
+
+        g = Gatherer(reader, ple.tensor.offset, rb, workers=workers)
+        try:
+            reader.read_into = read_into  # type: ignore[method-assign]
+            with pytest.raises(ReadError, match="injected failure") as err:
+                g.gather(rows)
+            assert err.value.offset == bad
+            assert len(g.pool.free) == g.pool.created == len(rows)  # none left out with a worker
+            reader.read_into = real  # type: ignore[method-assign]
+            assert [s.data for s in g.gather(rows)] == [ple.row(r) for r in rows]
+        finally:
+            g.close()
+
+
+def test_gather_holds_at_most_a_wave_of_buffers(ple) -> None:
+    """Large reads make small waves: the pool stays within WAVE_BYTES however long the batch."""
+    with open_reader(ple.path, "buffered") as reader:
+        g = Gatherer(reader, ple.tensor.offset, ple.tensor.row_bytes, workers=2, max_read=1 << 20)
+        try:
+            rows = list(range(0, 5000, 97))  # no two share a page: 52 reads
+            assert all(s.data == ple.row(s.row) for s in g.gather(rows))
+        finally:
+            g.close()
+    assert g.wave == WAVE_BYTES // g.max_read == 16
+    assert g.pool.created == 16 and g.reads == len(rows)
 
 
 def test_prefetch_stage_agrees_and_holds_two_batches_of_buffers(ple) -> None:
@@ -147,7 +202,7 @@ def test_prefetch_stage_agrees_and_holds_two_batches_of_buffers(ple) -> None:
     assert [(s.path, s.stage) for s in report.stats] == \
         [(p, stage) for p in ("buffered", "mmap", "direct") for stage in ("gather", "prefetch")]
     for gather, prefetch in zip(report.stats[::2], report.stats[1::2]):
-        assert gather.reads == prefetch.reads == prefetch.rows == len(rows) and gather.buffers <= 3
+        assert gather.reads == prefetch.reads == prefetch.rows == len(rows) and gather.buffers <= 8
         # Batch k's 8 buffers stay out of the pool while batch k+1 takes 8 more; then k's are reused.
         assert prefetch.buffers == 2 * 8
 
