@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import importlib.util
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Sequence
 
 import numpy as np
@@ -30,6 +33,17 @@ _SCALAR_SIZE = {V.UINT8: 1, V.INT8: 1, V.UINT16: 2, V.INT16: 2, V.UINT32: 4, V.I
                 V.BOOL: 1, V.UINT64: 8, V.INT64: 8, V.FLOAT64: 8}
 _MIN_ELEM = {V.STRING: 8, V.ARRAY: 12}
 MIN_KV, MIN_TENSOR_INFO = 13, 32
+
+
+def load_script(name: str) -> ModuleType:
+    """A script under scripts/ imported as a module (they are not a package)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    spec = importlib.util.spec_from_file_location(f"ggaudit_{name}", REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def fixture_files() -> list[Path]:

@@ -8,35 +8,22 @@ coverage-guided ones with atheris, are in scripts/fuzz_header.py and scripts/fuz
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from ggaudit.errors import FormatError
 
-from reliability_support import REPO
+from reliability_support import load_script
 
 SCALE = float(os.environ.get("GGAUDIT_FUZZ_SECONDS", "1"))
 BATCH = 100
 
 
-def _script(name: str) -> ModuleType:
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    spec = importlib.util.spec_from_file_location(f"ggaudit_{name}", REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fuzz_header = _script("fuzz_header")
-fuzz_manifests = _script("fuzz_manifests")
+fuzz_header = load_script("fuzz_header")
+fuzz_manifests = load_script("fuzz_manifests")
 
 
 def _run_for(seconds: float, make_batch) -> int:

@@ -3,6 +3,7 @@ well-formed files (and split sets, from any shard) agree with gguf.GGUFReader.""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import time
@@ -19,6 +20,8 @@ from ggaudit.build import Typed, encode_kv, encode_string, encode_tensor_info, g
 from ggaudit.errors import FormatError, ReadError
 from ggaudit.layout import (MAX_ARRAY_DEPTH, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_STRING, MAX_TENSORS, open_gguf,
                             open_model)
+
+from reliability_support import load_script
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HEAD = 24  # magic, version, tensor count, metadata count
@@ -401,30 +404,36 @@ def test_tensor_stored_in_two_shards(tmp_path: Path) -> None:
 FIXTURE_FILES = sorted(p.name for p in FIXTURES.glob("*.gguf"))
 
 
+check_real_gguf = load_script("check_real_gguf")
+
+
 @pytest.mark.parametrize("name", FIXTURE_FILES)
 def test_layout_matches_gguf_reader(name: str) -> None:
+    """The same comparison scripts/check_real_gguf.py runs on third-party files (llama.cpp's own GGUFs)."""
     path = FIXTURES / name
     ours = open_gguf(path)
-    ref = gguf.GGUFReader(path)
-    assert (ours.version, ours.alignment, ours.data_offset, ours.size) == (
-        ref.fields["GGUF.version"].contents(), ref.alignment, ref.data_offset, path.stat().st_size)
-    assert len(ours.tensors) == len(ref.tensors)
-    for t, r in zip(ours.tensors, ref.tensors):
+    assert check_real_gguf.header_differences(ours, gguf.GGUFReader(path)) == []
+    assert ours.size == path.stat().st_size
+    for t, r in zip(ours.tensors, gguf.GGUFReader(path).tensors):
         rows = int(r.n_elements) // int(r.shape[0])
-        assert (t.name, t.ggml_type, t.shape, t.offset, t.nbytes) == (
-            r.name, r.tensor_type, tuple(int(n) for n in r.shape), int(r.data_offset), int(r.n_bytes))
         assert (t.n_rows, t.row_bytes) == (rows, int(r.n_bytes) // rows)
         assert t.path == str(path) and type(t.offset) is int
-    ref_meta = {k: f for k, f in ref.fields.items() if not k.startswith("GGUF.")}
-    assert list(ours.metadata) == list(ref_meta)
-    for key, field in ref_meta.items():
-        mine = ours.metadata[key]
-        assert mine.type == field.types[0]
-        if field.types[0] is V.ARRAY:
-            assert (mine.value.elem_type, mine.value.count) == (field.types[-1], len(field.data))
-            assert list(mine.value.head) == field.contents()[:len(mine.value.head)]
-        else:
-            assert mine.value == field.contents()
+
+
+def test_the_comparison_with_gguf_reader_names_each_difference() -> None:
+    path = FIXTURES / "ple_iq4_nl.gguf"
+    ours, ref = open_gguf(path), gguf.GGUFReader(path)
+    ple = ours.tensors[1]
+    moved = dataclasses.replace(ple, offset=ple.offset + 32)
+    key = "general.architecture"
+    renamed = dataclasses.replace(ours.metadata[key], value="llama")
+    changed = dataclasses.replace(ours, tensors=(ours.tensors[0], moved),
+                                  metadata={**ours.metadata, key: renamed})
+    assert check_real_gguf.header_differences(changed, ref) == [
+        f"tensor 'per_layer_token_embd.weight': {(ple.name, ple.ggml_type, ple.shape, ple.offset + 32, ple.nbytes)}"
+        f" != {(ple.name, ple.ggml_type, ple.shape, ple.offset, ple.nbytes)}",
+        "general.architecture: 'llama' != 'gemma3n'",
+    ]
 
 
 @pytest.mark.parametrize("given", ["split-00001-of-00002.gguf", "split-00002-of-00002.gguf"])
