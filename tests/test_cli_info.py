@@ -22,7 +22,8 @@ def _model(path: Path, name: str = "blk.0.attn_q.weight") -> dict[str, int]:
         TensorSpec(name, T.F32, (8, 3), rng.standard_normal(24).astype("<f4").tobytes()),
         TensorSpec("blk.0.ffn.weight", T.Q8_0, (64, 2), bytes(2 * 2 * 34)),
     ]
-    return write_gguf(path, tensors, {"general.architecture": "llama", "general.name": "tiny"})
+    return write_gguf(path, tensors, {"general.architecture": "llama", "general.name": "tiny",
+                                      "tokenizer.ggml.tokens": ["'", "it's", "a\\b"]})
 
 
 def test_info_text_lists_tensors_with_offsets(tmp_path: Path) -> None:
@@ -33,6 +34,7 @@ def test_info_text_lists_tensors_with_offsets(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert "architecture: llama" in lines
     assert "  general.name (string) = 'tiny'" in lines
+    assert "  tokenizer.ggml.tokens (array) = [string x 3] ['\\'', 'it\\'s', 'a\\\\b']" in lines
     row = next(line for line in lines if line.startswith("  blk.0.attn_q.weight"))
     assert row.split() == ["blk.0.attn_q.weight", "F32", "8x3", str(offsets["blk.0.attn_q.weight"]), "96"]
     assert "  Q8_0                136" in lines

@@ -40,7 +40,9 @@ def _shown(value: Any) -> str:
         more = ", ..." if value.count > len(value.head) else ""
         return f"[{value.elem_type.name.lower()} x {value.count}] [{head}{more}]"
     if isinstance(value, str):
-        text = escape(value)
+        # Quotes inside are escaped too, or a tokenizer's quote token reads as three quotes. The
+        # backslash itself is already escaped, so a backslash-quote can only mean a quote.
+        text = escape(value).replace("'", "\\'")
         if len(text) > MAX_SHOWN:
             return f"'{text[:MAX_SHOWN]}...' ({len(value)} chars)"
         return f"'{text}'"
