@@ -17,8 +17,11 @@ import platform
 import stat
 import struct
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 from .errors import ReadError
 
@@ -62,6 +65,40 @@ NO_ALIGNMENT = Alignment(1, 1, "none")
 
 class DirectIOUnavailable(ReadError):
     """Direct I/O cannot be used on this file's filesystem (or platform); the caller says so and goes on."""
+
+
+class _IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_VM_READ: Any = None
+#: This process's ID for process_vm_readv, kept current across fork without a getpid per read.
+_PID = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def vm_read() -> Any:
+    """libc's process_vm_readv where this process may use it on itself, else None.
+
+    Copying out of a file mapping with it instead of a CPU load turns a page past the end of a file
+    that shrank into a short count (EFAULT), where a load raises SIGBUS and kills the process. Linux
+    3.2+; some sandboxes (seccomp profiles) refuse it, which the probe finds out once.
+    """
+    global _VM_READ
+    if _VM_READ is None:
+        _VM_READ = False
+        fn = getattr(ctypes.CDLL(None, use_errno=True), "process_vm_readv", None) \
+            if sys.platform.startswith("linux") else None
+        if fn is not None:
+            fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                           ctypes.c_ulong]
+            fn.restype = ctypes.c_ssize_t
+            src, dst = ctypes.create_string_buffer(b"x", 1), ctypes.create_string_buffer(1)
+            local, remote = _IOVec(ctypes.addressof(dst), 1), _IOVec(ctypes.addressof(src), 1)
+            if fn(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == 1 and dst.raw == b"x":
+                _VM_READ = fn
+    return _VM_READ or None
 
 
 def buffer_address(view: memoryview) -> int:
@@ -282,18 +319,43 @@ class MmapReader(Reader):
                 os.close(fd)
                 raise ReadError(path, f"cannot map the file: {err}") from None
             self._bytes = memoryview(self._map)
+            # Where the mapping starts (it never moves while open), for process_vm_readv.
+            self._base: int = np.frombuffer(self._map, np.uint8, count=1).ctypes.data
+        self._vm_read = vm_read()
+        self._iovecs = threading.local()
 
     def read_into(self, view: memoryview, offset: int) -> int:
         n = max(0, min(len(view), self.size - offset))
-        if n and self._map is not None:
-            # Touching a mapped page past the end of a file that shrank raises SIGBUS, which kills
-            # the process: check the size first (this leaves only a race with a truncate in between).
-            now = os.fstat(self.fd).st_size
-            if offset + n > now:
-                raise ReadError(self.path, f"file shrank to {now} bytes while mapped (changed while "
-                                "reading?)", offset=offset)
-            view[:n] = self._bytes[offset:offset + n]  # type: ignore[index]
+        if not n or self._map is None:
+            return 0
+        if self._vm_read is not None:
+            # The kernel copies through the mapping, as a load would, but a page past the end of a file
+            # that shrank, even mid-copy, comes back as a short count instead of a SIGBUS.
+            try:
+                local, remote = self._iovecs.pair
+            except AttributeError:  # this thread's first read: its own pair, reused by every later read
+                local, remote = self._iovecs.pair = (_IOVec(), _IOVec())
+            local.base, local.len = buffer_address(view), n
+            remote.base, remote.len = self._base + offset, n
+            got = self._vm_read(_PID[0], ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
+            if got != n:
+                raise self._cut_short(offset + max(got, 0), ctypes.get_errno())
+            return n
+        # Without it, touching a page past the end of a file that shrank raises SIGBUS, which kills the
+        # process: check the size first (this leaves a race with a truncate during the copy).
+        now = os.fstat(self.fd).st_size
+        if offset + n > now:
+            raise self._cut_short(offset, 0)
+        view[:n] = self._bytes[offset:offset + n]  # type: ignore[index]
         return n
+
+    def _cut_short(self, offset: int, err: int) -> ReadError:
+        now = os.fstat(self.fd).st_size
+        if now < self.size:
+            return ReadError(self.path, f"file shrank to {now} bytes while mapped (changed while reading?)",
+                             offset=offset)
+        return ReadError(self.path, f"mmap read failed: {os.strerror(err) if err else 'short copy'}",
+                         offset=offset)
 
     def close(self) -> None:
         if self._bytes is not None:

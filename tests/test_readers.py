@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,6 +178,65 @@ def test_mmap_reader_of_an_empty_file(ddir: Path) -> None:
     with MmapReader(str(p)) as r:
         buf = r.alloc(16)
         assert r.read_into(buf.view[:16], 0) == 0
+        buf.close()
+
+
+_TRUNCATE_WHILE_READING = """
+import os, sys, threading, time
+from ggaudit.readers import MmapReader
+from ggaudit.errors import ReadError
+path = sys.argv[1]
+r = MmapReader(path)
+buf = r.alloc(8 << 20)
+threading.Thread(target=lambda: (time.sleep(0.05), os.truncate(path, 4096))).start()
+deadline = time.monotonic() + 20
+try:
+    while time.monotonic() < deadline:
+        for off in range(0, r.size, 8 << 20):
+            r.read_into(buf.view[:8 << 20], off)
+    print("no error")
+except ReadError as err:
+    print(err)
+"""
+
+
+@pytest.mark.skipif(readers.vm_read() is None, reason="process_vm_readv is refused here: the mmap path has "
+                                                      "only its size check before each copy")
+def test_mmap_reads_survive_a_truncate_during_the_copy(ddir: Path) -> None:
+    """A truncate that lands while 8 MiB are being copied out of the mapping: a ReadError, not SIGBUS.
+    (A copy with a CPU load dies of SIGBUS here: the child is there so that a failure is a result.)"""
+    path = ddir / "big.bin"
+    path.write_bytes(os.urandom(1 << 20) * 64)
+    proc = subprocess.run([sys.executable, "-c", _TRUNCATE_WHILE_READING, str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.startswith(f"{path}: offset ") and \
+        proc.stdout.rstrip().endswith("file shrank to 4096 bytes while mapped (changed while reading?)"), proc.stdout
+
+
+def test_mmap_reads_without_process_vm_readv_check_the_size_first(blob: tuple[str, bytes]) -> None:
+    path, _ = blob
+    with MmapReader(path) as r:
+        r._vm_read = None  # as where a sandbox refuses process_vm_readv
+        buf = r.alloc(4096)
+        assert r.read_into(buf.view[:4096], 0) == 4096
+        os.truncate(path, 1000)
+        with pytest.raises(ReadError, match="file shrank to 1000 bytes while mapped") as err:
+            r.read_into(buf.view[:4096], 4096)
+        assert err.value.offset == 4096
+        buf.close()
+
+
+def test_mmap_reads_of_a_shrunk_file_name_the_first_missing_byte(blob: tuple[str, bytes]) -> None:
+    path, data = blob
+    with MmapReader(path) as r:
+        buf = r.alloc(3 * 4096)
+        assert r.read_into(buf.view[:3 * 4096], 4096) == 3 * 4096 and bytes(buf.view[:3 * 4096]) == data[4096:4 * 4096]
+        os.truncate(path, 2 * 4096 + 10)
+        with pytest.raises(ReadError, match=f"file shrank to {2 * 4096 + 10} bytes while mapped") as err:
+            r.read_into(buf.view[:3 * 4096], 4096)
+        # process_vm_readv stops at the first page past the new end; the size check, at the read's start.
+        assert err.value.offset == (3 * 4096 if r._vm_read is not None else 4096)
         buf.close()
 
 
