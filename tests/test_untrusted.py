@@ -250,6 +250,28 @@ def test_ollama_blob_symlink_inside_the_store_is_fine(tmp_path: Path) -> None:
     assert text.exit_code == 0, text.output + text.stderr
 
 
+def test_ollama_manifest_symlink_out_of_the_store_is_refused_not_followed(tmp_path: Path) -> None:
+    data = b"weights"
+    digest = hashlib.sha256(data).hexdigest()
+    layers = [{"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": len(data)}]
+    store = _store(tmp_path, layers)
+    (store / "blobs" / f"sha256-{digest}").write_bytes(data)
+    manifest = parse_ollama_name("evil:latest").manifest_path(store)
+    outside = tmp_path / "planted-manifest"
+    outside.write_text(manifest.read_text())
+    manifest.unlink()
+    manifest.symlink_to(outside)
+    for command in (["verify", "ollama:evil"], ["scan", "ollama:evil"], ["info", "ollama:evil"]):
+        assert_one_line_error(run_cli([*command, "--store", store]), str(manifest),
+                              f"manifest is a link pointing outside the store: {outside}")
+    # A tag that links to another tag's manifest in the same store is how aliases look: fine.
+    manifest.unlink()
+    alias = manifest.parent / "v1"
+    alias.write_text(outside.read_text())
+    manifest.symlink_to(alias)
+    assert run_cli(["verify", "ollama:evil", "--store", store]).exit_code == 0
+
+
 # --- the Hugging Face cache ---------------------------------------------------------------------------
 
 def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:

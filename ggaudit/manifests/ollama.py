@@ -142,6 +142,9 @@ def read_ollama_manifest(name: str | OllamaName, store: str | os.PathLike[str] |
     path = parsed.manifest_path(root)
     if not path.is_file():
         raise ManifestError(path, f"model {parsed} is not in the Ollama store {root}")
+    leads_to = _outside_store(path, root, "manifests")
+    if leads_to is not None:
+        raise ManifestError(path, f"manifest is a link pointing outside the store: {leads_to}")
     doc = load_json(path, "manifest")
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         raise ManifestError(path, "expected an object with a list of layers", field="layers")
@@ -173,16 +176,22 @@ def ollama_blob_path(store: Path, digest: str) -> Path:
     new = store / "blobs" / f"sha256-{digest}"
     old = store / "blobs" / f"sha256:{digest}"
     path = old if not new.exists() and old.exists() else new
-    # A blob that is a link out of the store is reported, never followed: the store is what was named.
-    if path.is_symlink():
-        root = store.resolve()
-        target = path.resolve()
-        # The blobs folder itself may be a link (moved to a bigger disk): its own files are fine.
-        inside = target.parent == (store / "blobs").resolve() or root in target.parents
-        if not inside:
-            raise ManifestError(path, f"blob is a link pointing outside the store: {os.readlink(path)}",
-                                field="digest")
+    leads_to = _outside_store(path, store, "blobs")
+    if leads_to is not None:
+        raise ManifestError(path, f"blob is a link pointing outside the store: {leads_to}", field="digest")
     return path
+
+
+def _outside_store(path: Path, store: Path, folder: str) -> str | None:
+    """Where *path* leads through links when that is outside the store, else None.
+
+    A file of the store that is a link out of it is reported, never followed: the store is what was
+    named. The store's *folder* may itself be a link (blobs moved to a bigger disk): its files are fine.
+    """
+    target = path.resolve()
+    if any(top == target or top in target.parents for top in (store.resolve(), (store / folder).resolve())):
+        return None
+    return os.readlink(path) if path.is_symlink() else str(target)
 
 
 def ollama_partial_files(store: Path) -> tuple[Path, ...]:
