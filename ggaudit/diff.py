@@ -1,6 +1,7 @@
-"""Compare two models tensor by tensor: which tensors exist in one only, which changed type or
-shape, and for those whose bytes differ, the first differing byte (tensor, row, block, column, file
-offsets, the raw block on both sides) and how many rows differ. Both files are streamed in chunks.
+"""Compare two models: their metadata key by key (see diff_meta), then tensor by tensor: which tensors
+exist in one only, which changed type or shape, and for those whose bytes differ, the first differing
+byte (tensor, row, block, column, file offsets, the raw block on both sides) and how many rows differ.
+Both files are streamed in chunks.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .diff_meta import MetadataChange, diff_metadata
 from .digests import pread_exact
 from .layout import Model, Tensor, open_model
 
@@ -78,10 +80,11 @@ class DiffReport:
     identical: tuple[str, ...]
     stats: DiffStats
     stopped_early: bool = False
+    metadata: tuple[MetadataChange, ...] = ()   # keys of the first file (of a split set) that differ
 
     @property
     def same(self) -> bool:
-        return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs)
+        return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs or self.metadata)
 
 
 def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES) -> DiffReport:
@@ -92,6 +95,7 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
     layout_changes, data_diffs, identical = [], [], []
     compared = bytes_compared = 0
     with _Files() as files:
+        metadata = diff_metadata(a.files[0], b.files[0], files.read)
         for ta in a.tensors:
             tb = tensors_b.get(ta.name)
             if tb is None:
@@ -106,13 +110,14 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
             (data_diffs.append(result) if result else identical.append(ta.name))
             if fail_fast and result:
                 break
+    # Differences in bytes that are no longer there would be wrong answers.
     for gguf_file in (*a.files, *b.files):
-        gguf_file.check_unchanged("while it was being read")      # differences in bytes no longer there would be wrong answers
+        gguf_file.check_unchanged("while it was being read")
     stats = DiffStats(compared, bytes_compared, time.perf_counter() - started)
     return DiffReport(a.source, b.source, tuple(t.name for t in a.tensors if t.name not in tensors_b),
                       tuple(t.name for t in b.tensors if t.name not in names_a), tuple(layout_changes),
                       tuple(data_diffs), tuple(identical), stats,
-                      stopped_early=fail_fast and bool(data_diffs))
+                      stopped_early=fail_fast and bool(data_diffs), metadata=metadata)
 
 
 def diff_paths(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], *,

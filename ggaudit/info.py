@@ -12,13 +12,13 @@ INFO_SCHEMA_VERSION = 1
 
 def meta_to_json(entry: MetaValue) -> Any:
     """A metadata value as JSON: scalars as they are, arrays as {type, count, head}."""
-    return _value_to_json(entry.value)
+    return value_to_json(entry.value)
 
 
-def _value_to_json(value: Any) -> Any:
+def value_to_json(value: Any) -> Any:
     if isinstance(value, ArrayValue):
         return {"array_of": value.elem_type.name.lower(), "count": value.count,
-                "head": [_value_to_json(v) for v in value.head]}
+                "head": [value_to_json(v) for v in value.head]}
     if isinstance(value, float) and value != value:
         return "nan"
     if isinstance(value, float) and value in (float("inf"), float("-inf")):

@@ -49,7 +49,7 @@ MAX_TENSORS = 1 << 16
 _INT64_MAX = (1 << 63) - 1
 _CHUNK = 1 << 20
 
-_SCALAR_FORMATS: Mapping[GGUFValueType, struct.Struct] = {
+SCALAR_FORMATS: Mapping[GGUFValueType, struct.Struct] = {
     GGUFValueType.UINT8: struct.Struct("<B"), GGUFValueType.INT8: struct.Struct("<b"),
     GGUFValueType.UINT16: struct.Struct("<H"), GGUFValueType.INT16: struct.Struct("<h"),
     GGUFValueType.UINT32: struct.Struct("<I"), GGUFValueType.INT32: struct.Struct("<i"),
@@ -84,6 +84,7 @@ class MetaValue:
     type: GGUFValueType
     value: Any
     offset: int
+    nbytes: int = field(default=0, compare=False)  # of the value's encoding in the file, from offset
 
 
 @dataclass(frozen=True)
@@ -300,7 +301,7 @@ def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
         return cur.kept_string(field)
     if vt is GGUFValueType.ARRAY:
         return _read_array(cur, field, depth + 1)
-    return cur.unpack(_SCALAR_FORMATS[vt], field)
+    return cur.unpack(SCALAR_FORMATS[vt], field)
 
 
 def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
@@ -316,7 +317,7 @@ def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
         et = GGUFValueType(etype)
     except ValueError:
         raise cur.error(field, f"unknown array element type {etype}", count_at - 4) from None
-    min_size = _MIN_ELEMENT_BYTES.get(et) or _SCALAR_FORMATS[et].size
+    min_size = _MIN_ELEMENT_BYTES.get(et) or SCALAR_FORMATS[et].size
     if count > (cur.size - cur.pos) // min_size:
         raise cur.error(field, f"array of {count} elements cannot fit in the {cur.size - cur.pos} bytes left",
                         count_at)
@@ -329,7 +330,7 @@ def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
         for i in range(head_n, count):
             _read_value(cur, etype, f"{field}[{i}]", depth)
     else:
-        cur.skip(rest * _SCALAR_FORMATS[et].size, field)
+        cur.skip(rest * SCALAR_FORMATS[et].size, field)
     return ArrayValue(et, count, head)
 
 
@@ -343,7 +344,7 @@ def _read_metadata(cur: _Cursor, count: int) -> dict[str, MetaValue]:
         vtype = cur.unpack(_U32, f"metadata[{key}].type")
         value_at = cur.pos
         value = _read_value(cur, vtype, f"metadata[{key}]")
-        metadata[key] = MetaValue(GGUFValueType(vtype), value, value_at)
+        metadata[key] = MetaValue(GGUFValueType(vtype), value, value_at, cur.pos - value_at)
     return metadata
 
 

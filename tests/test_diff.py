@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from gguf import GGMLQuantizationType as T
+from gguf import GGMLQuantizationType as T, GGUFValueType as V
 
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.build import TensorSpec, Typed, write_gguf
 from ggaudit.cli import main
 from ggaudit.diff import diff_models, diff_paths
+from ggaudit.diff_meta import diff_metadata
 from ggaudit.errors import ReadError
-from ggaudit.layout import open_model
+from ggaudit.layout import open_gguf, open_model
 
 Q4K_ROW = 2 * 144           # 512 columns of Q4_K: 2 blocks of 144 bytes
 
@@ -42,8 +43,8 @@ def _flip(path: Path, offset: int, mask: int = 0x01) -> tuple[int, int]:
 def pair(tmp_path: Path) -> tuple[Path, Path, dict[str, int], dict[str, int]]:
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     offs_a = write_gguf(a, _specs(), {"general.architecture": "llama"})
-    # B carries an extra metadata key, so its tensor data sits at other offsets than A's.
-    offs_b = write_gguf(b, _specs(), {"general.architecture": "llama", "general.name": "b-copy-with-longer-header"})
+    # B holds the same tensors in the other order, so their data sits at other offsets than in A.
+    offs_b = write_gguf(b, _specs()[::-1], {"general.architecture": "llama"})
     return a, b, offs_a, offs_b
 
 
@@ -113,7 +114,7 @@ def test_only_in_one_and_layout_changes(tmp_path: Path) -> None:
         "ONLY-IN-B tensor blk.1.new.weight",
         "CHANGED tensor token_embd.weight: type: Q4_K [512, 30] -> Q8_0 [512, 30]",
         "CHANGED tensor blk.0.attn_norm.weight: shape: F32 [64] -> F32 [32]",
-        "summary: 0 identical, 0 differ, 2 changed type or shape, 1 only in a, 1 only in b",
+        "summary: 0 identical, 0 differ, 2 changed type or shape, 1 only in a, 1 only in b, 0 metadata keys differ",
     ]
 
 
@@ -168,3 +169,95 @@ def test_file_cut_short_after_opening_names_the_offset(pair: tuple[Path, Path, d
         diff_models(open_model(a), model_b)
     assert (err.value.path, err.value.offset) == (str(b), cut)
     assert "file ended early" in err.value.message and "shrank or was replaced" in err.value.message
+
+
+# --- metadata ---------------------------------------------------------------------------------------
+
+def _read(path: str, offset: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def _meta_pair(tmp_path: Path, meta_a: dict, meta_b: dict) -> tuple[Path, Path]:
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    tensor = [TensorSpec("output_norm.weight", T.F32, (4,), bytes(16))]
+    write_gguf(a, tensor, meta_a)
+    write_gguf(b, tensor, meta_b)
+    return a, b
+
+
+TOKENS = [f"t{i}" for i in range(5000)]
+
+
+def test_metadata_differences_key_by_key_with_the_first_differing_element(tmp_path: Path) -> None:
+    tokens_b = list(TOKENS)
+    tokens_b[1234] = "T1234!"
+    scores = [float(i) for i in range(300)]
+    scores_b = scores[:77] + [-1.5] + scores[78:]
+    a, b = _meta_pair(tmp_path, {
+        "general.architecture": "llama", "general.name": "tiny", "only.a": "x",
+        "tokenizer.ggml.tokens": Typed(V.STRING, TOKENS, is_array=True),
+        "tokenizer.ggml.scores": Typed(V.FLOAT32, scores, is_array=True), "retyped": 7,
+    }, {
+        "general.architecture": "llama", "general.name": "small",
+        "tokenizer.ggml.tokens": Typed(V.STRING, tokens_b, is_array=True),
+        "tokenizer.ggml.scores": Typed(V.FLOAT32, scores_b, is_array=True), "retyped": Typed(V.INT32, 7),
+        "only.b": True,
+    })
+    report = diff_paths(a, b)
+    assert not report.same and not report.data_diffs and report.identical == ("output_norm.weight",)
+    got = [(c.key, c.what, c.type_a, c.type_b, c.element, c.element_a, c.element_b) for c in report.metadata]
+    assert got == [
+        ("general.name", "value", "string", "string", None, None, None),
+        ("only.a", "only-in-a", "string", None, None, None, None),
+        ("tokenizer.ggml.tokens", "value", "array of string", "array of string", 1234, "t1234", "T1234!"),
+        ("tokenizer.ggml.scores", "value", "array of float32", "array of float32", 77, 77.0, -1.5),
+        ("retyped", "type", "uint32", "int32", None, None, None),
+        ("only.b", "only-in-b", None, "bool", None, None, None),
+    ]
+    name = report.metadata[0]
+    meta_a, meta_b = open_model(a).metadata, open_model(b).metadata
+    assert (name.value_a, name.value_b) == ("tiny", "small")
+    assert (name.offset_a, name.offset_b) == (meta_a["general.name"].offset, meta_b["general.name"].offset)
+    # Walking the strings in 7-byte reads finds the same element as in 1 MiB ones.
+    assert diff_metadata(open_gguf(a), open_gguf(b), _read, chunk_bytes=7) == report.metadata
+
+    res = CliRunner().invoke(main, ["diff", str(a), str(b)])
+    assert res.exit_code == 1
+    assert res.output.splitlines()[2:8] == [
+        "CHANGED metadata general.name: value: 'tiny' -> 'small'",
+        "ONLY-IN-A metadata only.a (string) = 'x'",
+        "CHANGED metadata tokenizer.ggml.tokens: value: [string x 5000] ['t0', 't1', 't2', 't3', 't4', 't5', 't6', "
+        "'t7', 't8', 't9', 't10', 't11', 't12', 't13', 't14', 't15', ...] -> [string x 5000] ['t0', 't1', 't2', "
+        "'t3', 't4', 't5', 't6', 't7', 't8', 't9', 't10', 't11', 't12', 't13', 't14', 't15', ...], "
+        "first at element 1234: 't1234' -> 'T1234!'",
+        "CHANGED metadata tokenizer.ggml.scores: value: [float32 x 300] [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, "
+        "8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, ...] -> [float32 x 300] [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, "
+        "7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, ...], first at element 77: 77.0 -> -1.5",
+        "CHANGED metadata retyped: type: uint32 -> int32",
+        "ONLY-IN-B metadata only.b (bool) = True",
+    ]
+    assert res.output.splitlines()[-1].endswith(", 6 metadata keys differ")
+    doc = json.loads(CliRunner().invoke(main, ["diff", str(a), str(b), "--json"]).output)
+    assert doc["metadata"][2]["element"] == 1234 and doc["metadata"][2]["value_a"]["count"] == 5000
+    assert (doc["metadata"][3]["element_a"], doc["metadata"][3]["element_b"]) == (77.0, -1.5)
+
+
+def test_arrays_equal_as_far_as_both_go_differ_at_the_shorter_count(tmp_path: Path) -> None:
+    a, b = _meta_pair(tmp_path, {"tokens": Typed(V.STRING, TOKENS[:100], is_array=True),
+                                 "ids": Typed(V.UINT32, list(range(10)), is_array=True)},
+                      {"tokens": Typed(V.STRING, TOKENS[:101], is_array=True),
+                       "ids": Typed(V.UINT32, list(range(9)), is_array=True)})
+    report = diff_paths(a, b)
+    assert [(c.key, c.element, c.element_a, c.element_b) for c in report.metadata] == [
+        ("tokens", 100, None, "t100"), ("ids", 9, 9, None)]
+    lines = CliRunner().invoke(main, ["diff", str(a), str(b)]).output.splitlines()
+    assert lines[2].endswith(", first at element 100: (none) -> 't100'")
+    assert lines[3].endswith(", first at element 9: 9 -> (none)")
+
+
+def test_same_metadata_in_another_order_of_keys_is_same(tmp_path: Path) -> None:
+    a, b = _meta_pair(tmp_path, {"general.architecture": "llama", "general.name": "tiny"},
+                      {"general.name": "tiny", "general.architecture": "llama"})
+    assert diff_paths(a, b).same

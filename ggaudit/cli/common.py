@@ -12,7 +12,9 @@ import click
 
 from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overall_status, status_word
 from ..errors import GGAuditError
+from ..layout import ArrayValue
 from ..locate import resolve_model
+from ..text import escape
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
@@ -31,8 +33,6 @@ class OneLineErrorsGroup(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as err:
-            from ..text import escape
-
             where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
             fail(escape(err.format_message()) + where)
 
@@ -55,8 +55,6 @@ def handle_errors(func: F) -> F:
 
 
 def _describe_os_error(err: OSError) -> str:
-    from ..text import escape
-
     where = escape(str(err.filename)) + ": " if err.filename is not None else ""
     return f"{where}{err.strerror or err}"
 
@@ -132,3 +130,24 @@ def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
         except GGAuditError:
             paths.append(spec)
     return paths
+
+
+#: Longest string a metadata value shows before it is cut.
+MAX_SHOWN = 80
+
+
+def show_value(value: Any) -> str:
+    """A metadata value for a terminal: escaped, quoted strings cut at MAX_SHOWN, arrays as type x count
+    and their first elements."""
+    if isinstance(value, ArrayValue):
+        head = ", ".join(show_value(v) for v in value.head)
+        more = ", ..." if value.count > len(value.head) else ""
+        return f"[{value.elem_type.name.lower()} x {value.count}] [{head}{more}]"
+    if isinstance(value, str):
+        # Quotes inside are escaped too, or a tokenizer's quote token reads as three quotes. The
+        # backslash itself is already escaped, so a backslash-quote can only mean a quote.
+        text = escape(value).replace("'", "\\'")
+        if len(text) > MAX_SHOWN:
+            return f"'{text[:MAX_SHOWN]}...' ({len(value)} chars)"
+        return f"'{text}'"
+    return str(value)

@@ -8,9 +8,11 @@ from typing import Any
 import click
 
 from ..diff import DiffReport, TensorDataDiff, diff_paths
+from ..diff_meta import MetadataChange
+from ..info import value_to_json
 from ..locate import resolve_model
 from ..text import escape
-from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors
+from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, show_value
 
 
 @click.command()
@@ -21,7 +23,8 @@ from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors
 @click.option("--fail-fast", is_flag=True, help="Stop at the first tensor whose data differ.")
 @handle_errors
 def diff(a: str, b: str, store: str | None, as_json: bool, fail_fast: bool) -> None:
-    """Compare models A and B (files, split sets, or ollama:NAME): tensors only in one, type or shape
+    """Compare models A and B (files, split sets, or ollama:NAME): metadata keys only in one or with
+    another type or value (for arrays, the first differing element), tensors only in one, type or shape
     changes, and for differing data the first differing byte and the number of differing rows."""
     report = diff_paths(resolve_model(a, store=store)[0], resolve_model(b, store=store)[0],
                         fail_fast=fail_fast)
@@ -38,8 +41,33 @@ def report_to_json(report: DiffReport) -> dict[str, Any]:
     for entry in doc["data_diffs"]:
         first = entry["first"]
         first["raw_a"], first["raw_b"] = first["raw_a"].hex(), first["raw_b"].hex()
+    doc["metadata"] = [_change_to_json(c) for c in report.metadata]
     doc["same"] = report.same
     return doc
+
+
+def _change_to_json(c: MetadataChange) -> dict[str, Any]:
+    doc = dataclasses.asdict(c)
+    for side in ("value_a", "value_b", "element_a", "element_b"):
+        doc[side] = value_to_json(getattr(c, side))
+    return doc
+
+
+def describe_metadata_change(c: MetadataChange) -> str:
+    key = escape(c.key)
+    if c.what == "only-in-a":
+        return f"ONLY-IN-A metadata {key} ({c.type_a}) = {show_value(c.value_a)}"
+    if c.what == "only-in-b":
+        return f"ONLY-IN-B metadata {key} ({c.type_b}) = {show_value(c.value_b)}"
+    if c.what == "type":
+        return f"CHANGED metadata {key}: type: {c.type_a} -> {c.type_b}"
+    line = f"CHANGED metadata {key}: value: {show_value(c.value_a)} -> {show_value(c.value_b)}"
+    if c.element is not None:
+        gone = "(none)"
+        line += (f", first at element {c.element}: "
+                 f"{gone if c.element_a is None else show_value(c.element_a)} -> "
+                 f"{gone if c.element_b is None else show_value(c.element_b)}")
+    return line
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -63,6 +91,7 @@ def describe_data_diff(d: TensorDataDiff) -> list[str]:
 
 def render_diff(report: DiffReport) -> list[str]:
     lines = [f"diff a: {escape(report.a)}", f"diff b: {escape(report.b)}"]
+    lines.extend(describe_metadata_change(c) for c in report.metadata)
     lines.extend(f"ONLY-IN-A tensor {escape(name)}" for name in report.only_in_a)
     lines.extend(f"ONLY-IN-B tensor {escape(name)}" for name in report.only_in_b)
     for c in report.layout_changes:
@@ -73,5 +102,5 @@ def render_diff(report: DiffReport) -> list[str]:
     stop = " (stopped at the first difference)" if report.stopped_early else ""
     lines.append(f"summary: {len(report.identical)} identical, {len(report.data_diffs)} differ, "
                  f"{len(report.layout_changes)} changed type or shape, {len(report.only_in_a)} only in a, "
-                 f"{len(report.only_in_b)} only in b{stop}")
+                 f"{len(report.only_in_b)} only in b, {len(report.metadata)} metadata keys differ{stop}")
     return lines

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from ..info import bytes_per_type, model_to_json
 from ..batch import run_models
-from ..layout import ArrayValue, MetaValue, Model, open_model
+from ..layout import MetaValue, Model, open_model
 from ..locate import resolve_model
 from ..text import escape
-from .common import emit_outcomes, expand_models, handle_errors
-
-#: Longest string value shown in text output; JSON carries the whole value.
-MAX_SHOWN = 80
-
+from .common import emit_outcomes, expand_models, handle_errors, show_value
 
 @click.command()
 @click.argument("models", metavar="MODEL...", nargs=-1, required=True)
@@ -34,23 +28,8 @@ def info(models: tuple[str, ...], store: str | None, as_json: bool) -> None:
                                    has_findings=lambda _: False))
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, ArrayValue):
-        head = ", ".join(_shown(v) for v in value.head)
-        more = ", ..." if value.count > len(value.head) else ""
-        return f"[{value.elem_type.name.lower()} x {value.count}] [{head}{more}]"
-    if isinstance(value, str):
-        # Quotes inside are escaped too, or a tokenizer's quote token reads as three quotes. The
-        # backslash itself is already escaped, so a backslash-quote can only mean a quote.
-        text = escape(value).replace("'", "\\'")
-        if len(text) > MAX_SHOWN:
-            return f"'{text[:MAX_SHOWN]}...' ({len(value)} chars)"
-        return f"'{text}'"
-    return str(value)
-
-
 def _meta_line(key: str, entry: MetaValue) -> str:
-    return f"  {escape(key)} ({entry.type.name.lower()}) = {_shown(entry.value)}"
+    return f"  {escape(key)} ({entry.type.name.lower()}) = {show_value(entry.value)}"
 
 
 def render_info(model: Model) -> list[str]:

@@ -1,0 +1,138 @@
+"""Compare two GGUF files' metadata key by key, on the bytes each value is stored as.
+
+The layout keeps scalars, strings and the first elements of arrays; comparing the stored bytes (streamed
+in chunks) also covers the rest of a long array, such as a 256k-entry vocabulary. For an array that
+differs, the first differing element is found and read back from both files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from gguf import GGUFValueType as V
+
+from .layout import SCALAR_FORMATS, ArrayValue, GGUFFile, MetaValue
+
+#: Reads ``length`` bytes of ``path`` at ``offset`` (the caller owns the descriptors).
+ReadFn = Callable[[str, int, int], bytes]
+
+CHUNK_BYTES = 1 << 20
+#: The most bytes of a differing string element read back to show it.
+SHOWN_BYTES = 256
+_ARRAY_HEAD = 12  # element type (u32) and count (u64) before an array's elements
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class MetadataChange:
+    """One key that differs: present in one file only, stored as another type, or with another value."""
+
+    key: str
+    what: str                  # "only-in-a", "only-in-b", "type" or "value"
+    type_a: str | None         # "uint32", "string", "array of string", ...; None where absent
+    type_b: str | None
+    value_a: Any               # as the layout keeps it (an array: ArrayValue); None where absent
+    value_b: Any
+    offset_a: int | None       # file offset of the stored value
+    offset_b: int | None
+    element: int | None = None  # arrays: the first element that differs (or the shorter count)
+    element_a: Any = None       # that element on each side; None past the end (strings: at most
+    element_b: Any = None       # SHOWN_BYTES of them)
+
+
+def diff_metadata(a: GGUFFile, b: GGUFFile, read: ReadFn, chunk_bytes: int = CHUNK_BYTES
+                  ) -> tuple[MetadataChange, ...]:
+    """Every key whose presence, type or stored bytes differ, in A's key order, then B's own keys."""
+    out: list[MetadataChange] = []
+    for key, ma in a.metadata.items():
+        mb = b.metadata.get(key)
+        if mb is None:
+            out.append(MetadataChange(key, "only-in-a", type_name(ma), None, ma.value, None, ma.offset, None))
+        elif type_name(ma) != type_name(mb):
+            out.append(MetadataChange(key, "type", type_name(ma), type_name(mb), ma.value, mb.value, ma.offset,
+                                      mb.offset))
+        elif (at := _first_difference(read, a.path, ma, b.path, mb, chunk_bytes)) is not None:
+            out.append(_value_change(key, read, a.path, ma, b.path, mb, at, chunk_bytes))
+    out += [MetadataChange(key, "only-in-b", None, type_name(mb), None, mb.value, None, mb.offset)
+            for key, mb in b.metadata.items() if key not in a.metadata]
+    return tuple(out)
+
+
+def type_name(m: MetaValue) -> str:
+    """How a value is stored: "uint32", "string", "array of float32", ..."""
+    if isinstance(m.value, ArrayValue):
+        return f"array of {m.value.elem_type.name.lower()}"
+    return m.type.name.lower()
+
+
+def _first_difference(read: ReadFn, path_a: str, ma: MetaValue, path_b: str, mb: MetaValue,
+                      chunk_bytes: int, skip: int = 0) -> int | None:
+    """The first byte (from the value's start) at which the stored values differ, or where the shorter
+    one ends; None when they are the same bytes. *skip* leading bytes are not compared."""
+    common = min(ma.nbytes, mb.nbytes)
+    for at in range(skip, common, chunk_bytes):
+        n = min(chunk_bytes, common - at)
+        xa, xb = read(path_a, ma.offset + at, n), read(path_b, mb.offset + at, n)
+        if xa != xb:
+            return at + next(i for i in range(n) if xa[i] != xb[i])
+    return None if ma.nbytes == mb.nbytes else common
+
+
+def _value_change(key: str, read: ReadFn, path_a: str, ma: MetaValue, path_b: str, mb: MetaValue,
+                  at: int, chunk_bytes: int) -> MetadataChange:
+    change = MetadataChange(key, "value", type_name(ma), type_name(mb), ma.value, mb.value, ma.offset, mb.offset)
+    if not isinstance(ma.value, ArrayValue) or ma.value.elem_type is V.ARRAY:
+        return change  # a scalar or string shows whole; nested arrays are not taken apart
+    # Counts may differ with the elements equal as far as both go: compare the elements themselves.
+    at = _first_difference(read, path_a, ma, path_b, mb, chunk_bytes, skip=_ARRAY_HEAD) \
+        if at < _ARRAY_HEAD else at
+    shorter = min(ma.value.count, mb.value.count)
+    if at is None or at >= min(ma.nbytes, mb.nbytes):
+        index = shorter
+    else:
+        index = _element_at(read, path_a, ma, at, chunk_bytes)
+    return dataclasses.replace(change, element=index, element_a=_element(read, path_a, ma, index, chunk_bytes),
+                               element_b=_element(read, path_b, mb, index, chunk_bytes))
+
+
+def _element_at(read: ReadFn, path: str, m: MetaValue, at: int, chunk_bytes: int) -> int:
+    """The index of the element holding byte *at* of the stored array (the bytes before it are equal on
+    both sides, so the index is the same in the other file)."""
+    fmt = SCALAR_FORMATS.get(m.value.elem_type)
+    if fmt is not None:
+        return (at - _ARRAY_HEAD) // fmt.size
+    index = 0
+    for index, (length, start) in enumerate(_strings(read, path, m, chunk_bytes)):
+        if at < start + length:
+            break
+    return index
+
+
+def _strings(read: ReadFn, path: str, m: MetaValue, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """(length, start of its bytes) of each string of a stored string array, from lengths read in chunks."""
+    pos, end = _ARRAY_HEAD, m.nbytes
+    buf, buf_at = b"", pos
+    while pos + 8 <= end:
+        if pos + 8 > buf_at + len(buf):
+            buf_at = pos
+            buf = read(path, m.offset + pos, min(max(chunk_bytes, 8), end - pos))
+        (length,) = _U64.unpack_from(buf, pos - buf_at)
+        yield length, pos + 8
+        pos += 8 + length
+
+
+def _element(read: ReadFn, path: str, m: MetaValue, index: int, chunk_bytes: int) -> Any:
+    """Element *index* of a stored array, read back from the file; None past its end."""
+    value: ArrayValue = m.value
+    if index >= value.count:
+        return None
+    fmt = SCALAR_FORMATS.get(value.elem_type)
+    if fmt is not None:
+        return fmt.unpack(read(path, m.offset + _ARRAY_HEAD + index * fmt.size, fmt.size))[0]
+    for i, (length, start) in enumerate(_strings(read, path, m, chunk_bytes)):
+        if i == index:
+            return read(path, m.offset + start, min(length, SHOWN_BYTES)).decode("utf-8", "replace")
+    return None
