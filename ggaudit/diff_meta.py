@@ -87,13 +87,12 @@ def _value_change(key: str, read: ReadFn, path_a: str, ma: MetaValue, path_b: st
     if not isinstance(ma.value, ArrayValue) or ma.value.elem_type is V.ARRAY:
         return change  # a scalar or string shows whole; nested arrays are not taken apart
     # Counts may differ with the elements equal as far as both go: compare the elements themselves.
-    at = _first_difference(read, path_a, ma, path_b, mb, chunk_bytes, skip=_ARRAY_HEAD) \
+    where = _first_difference(read, path_a, ma, path_b, mb, chunk_bytes, skip=_ARRAY_HEAD) \
         if at < _ARRAY_HEAD else at
-    shorter = min(ma.value.count, mb.value.count)
-    if at is None or at >= min(ma.nbytes, mb.nbytes):
-        index = shorter
+    if where is None or where >= min(ma.nbytes, mb.nbytes):
+        index = min(ma.value.count, mb.value.count)
     else:
-        index = _element_at(read, path_a, ma, at, chunk_bytes)
+        index = _element_at(read, path_a, ma, where, chunk_bytes)
     return dataclasses.replace(change, element=index, element_a=_element(read, path_a, ma, index, chunk_bytes),
                                element_b=_element(read, path_b, mb, index, chunk_bytes))
 

@@ -151,9 +151,9 @@ class SegmentDigests:
     def update(self, offset: int, data: memoryview) -> None:
         end = offset + len(data)
         while self._next < len(self._segments) and self._segments[self._next].offset < end:
-            seg = self._segments[self._next]
-            if seg.length:
-                self._open.append(_OpenSegment(seg))
+            planned = self._segments[self._next]
+            if planned.length:
+                self._open.append(_OpenSegment(planned))
             self._next += 1
         still_open = []
         for seg in self._open:

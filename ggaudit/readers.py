@@ -19,7 +19,7 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 import numpy as np
 
@@ -219,7 +219,7 @@ class Reader:
     def close(self) -> None:
         """Release the file."""
 
-    def __enter__(self) -> Reader:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,6 +10,7 @@ follow the gather: batch k+1 lands while batch k's rows are still views into the
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -271,12 +272,11 @@ class Classifier:
 
     def mismatch(self, sample: Sample, expected: bytes, path: str, stage: str,
                  previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> Mismatch:
-        if isinstance(sample.data, memoryview):  # a view into a live buffer: classify what it shows now
-            sample = sample._replace(data=bytes(sample.data))
-        actual, t = sample.data, self.table
+        # A view into a live buffer is classified by what it shows now (bytes(bytes) is no copy).
+        actual, t = bytes(sample.data), self.table
         k = next(i for i, (a, b) in enumerate(zip(expected, actual)) if a != b) if len(actual) == len(expected) \
             else 0
-        kind, other_row, other_offset, detail = self._classify(sample, expected, k, previous, batch or {})
+        kind, other_row, other_offset, detail = self._classify(sample, actual, expected, k, previous, batch or {})
         block, column = t.locate(k, expected, actual)
         row_offset = t.row_offset(sample.row)
         return Mismatch(kind, path, stage, t.path, t.name, sample.row, row_offset, t.row_bytes, k, row_offset + k,
@@ -288,9 +288,9 @@ class Classifier:
         values = self.table.decode(data)
         return None if values is None else bool(np.isfinite(values).all())
 
-    def _classify(self, s: Sample, expected: bytes, k: int, previous: bytes | None,
+    def _classify(self, s: Sample, actual: bytes, expected: bytes, k: int, previous: bytes | None,
                   batch: dict[int, bytes]) -> tuple[str, int | None, int | None, str]:
-        actual, stop = s.data, self.table.row_offset(s.row) + k
+        stop = self.table.row_offset(s.row) + k
         # Searching the file is the costly step: done once, first only for a cache hit (crosstalk wins).
         other = self._other_row(actual, s.row, batch) if s.via_cache else None
         if other is not None:
@@ -323,7 +323,8 @@ class Classifier:
         lo = max(0, here - radius)
         hi = min(t.file_size, here + t.row_bytes + radius)
         window = self.reference.read_exact(lo, hi - lo)
-        hits, pos = [], window.find(actual)
+        hits: list[int] = []
+        pos = window.find(actual)
         while pos >= 0 and len(hits) < 64:
             if lo + pos != here:
                 hits.append(lo + pos)
@@ -419,7 +420,8 @@ class _Replay:
         batch = ref if suspects is None else suspects
         for s in samples:
             if s.data != ref[s.row]:
-                self.findings.add(s.row, lambda s=s: classifier.mismatch(s, ref[s.row], path, stage, batch=batch))
+                self.findings.add(s.row, functools.partial(classifier.mismatch, s, ref[s.row], path, stage,
+                                                           batch=batch))
                 if self.findings.stop:
                     return
 
@@ -480,6 +482,7 @@ class _Replay:
             with ThreadPoolExecutor(1) as ahead:
                 held, ref = gatherer.hold(batches[0]), _reference_rows(self.reference, t, batches[0])
                 for k in range(len(batches)):
+                    assert held is not None  # batch k landed before k+1 was asked for
                     following = ahead.submit(gatherer.hold, batches[k + 1]) if k + 1 < len(batches) else None
                     # Meanwhile, as an engine works on batch k, read the next batch's reference bytes.
                     ref_next = {} if following is None else _reference_rows(self.reference, t, batches[k + 1])
@@ -510,7 +513,7 @@ class _Replay:
             for chunk in chunks:
                 self._sweep_chunk(chunk, reader.mode)
                 if self.progress is not None:
-                    self.progress(reader.mode, chunk.first + chunk.count, t.n_rows)
+                    self.progress(reader.mode, chunk.first + chunk.n_rows, t.n_rows)
                 if self.findings.stop:
                     break
         finally:
@@ -531,8 +534,8 @@ class _Replay:
         classifier = Classifier(self.table, self.reference)
         for i in np.flatnonzero((a != e).any(axis=1)).tolist():
             sample = Sample(chunk.first + i, actual[i * rb:(i + 1) * rb], chunk.unlanded)
-            self.findings.add(sample.row, lambda s=sample, i=i: classifier.mismatch(
-                s, expected[i * rb:(i + 1) * rb], path, "sweep"))
+            self.findings.add(sample.row, functools.partial(classifier.mismatch, sample,
+                                                            expected[i * rb:(i + 1) * rb], path, "sweep"))
             if self.findings.stop:
                 return
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple
 
 from .readers import PAGE, POISON, Buffer, BufferedReader, Reader, align_down, align_up, is_short, same_bytes
 
@@ -288,15 +288,15 @@ def through_cache(gather: Callable[[list[int]], list[Sample]], cache: RowCache, 
             out.append(Sample(row, data, via_cache=True))
     fresh = gather(missing)
     for s in fresh:
-        cache.put(s.row, s.data)
+        cache.put(s.row, bytes(s.data))  # bytes already: no copy
     return out + fresh
 
 
 class Chunk(NamedTuple):
-    """Rows [first, first + count) of the sweep; the bytes of both sides only when they differ."""
+    """Rows [first, first + n_rows) of the sweep; the bytes of both sides only when they differ."""
 
     first: int
-    count: int
+    n_rows: int
     actual: bytes | None
     expected: bytes | None
     unlanded: bool
@@ -322,7 +322,7 @@ class Sweep:
         self.lock = threading.Lock()
         self.reads = self.bytes = 0
 
-    def chunks(self) -> Iterator[Chunk]:
+    def chunks(self) -> Generator[Chunk, None, None]:
         """Every chunk in table order; stop early by closing the iterator (in-flight reads finish)."""
         try:
             with ThreadPoolExecutor(self.workers) as ex:
@@ -354,7 +354,7 @@ class Sweep:
             actual, expected = buf.view[off - start:off - start + length], ref.view[:length]
             same = same_bytes(actual, expected)
             unlanded = got > 0 and uniform(bytes(buf.view[:HEAD]), POISON)
-            sides = (None, None) if same else (bytes(actual), bytes(expected))
+            sides: tuple[bytes | None, bytes | None] = (None, None) if same else (bytes(actual), bytes(expected))
             actual.release()
             expected.release()
         finally:
@@ -364,4 +364,4 @@ class Sweep:
             self.reads += 1
             self.bytes += got
         short = Shortfall(start, span, got) if is_short(start, span, got, self.reader.size) else None
-        return Chunk(first, count, *sides, unlanded, short)
+        return Chunk(first, count, sides[0], sides[1], unlanded, short)

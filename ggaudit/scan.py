@@ -301,7 +301,8 @@ def _workers(workers: int | None, total: int) -> int:
 
 
 def _plans(selected: Sequence[Tensor], fp8: set[str], deep: bool) -> tuple[list[Plan], list[str]]:
-    plans, undecodable = [], {}
+    plans: list[Plan] = []
+    undecodable: dict[str, int] = {}
     for index, t in enumerate(selected):
         layout = FP8_E4M3_ELEMENTS if t.name in fp8 else layout_of(t.ggml_type)
         if layout.is_integer:

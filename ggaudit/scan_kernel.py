@@ -69,7 +69,7 @@ def _ue4m3_ranks() -> tuple[np.ndarray, np.ndarray]:
     return rank.astype(np.uint16), uniq
 
 
-def _key_values(codec: Codec, keys: np.ndarray) -> np.ndarray:
+def _key_values(codec: Codec, keys: np.ndarray | int) -> np.ndarray:
     """|x| of each key as float64."""
     if codec.encoding is Encoding.UE4M3:
         return _ue4m3_ranks()[1][np.asarray(keys, dtype=np.int64)]

@@ -171,7 +171,7 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
         try:
             path = ollama_blob_path(manifest.store, layer.digest)
         except ManifestError as err:     # a blob linking out of the store: reported, not followed
-            out.mismatches.append(Mismatch("link", os.fspath(err.path), layer.media_type or layer.field,
+            out.mismatches.append(Mismatch("link", os.fspath(err.path or ""), layer.media_type or layer.field,
                                            detail=err.message))
             continue
         _check_digest(path, layer.media_type or layer.field, layer.digest, out,

@@ -98,7 +98,7 @@ def emit_outcomes(outcomes: Sequence[Outcome[R]], *, as_json: bool, to_json: Cal
     if len(outcomes) == 1 and outcomes[0].error is not None:
         fail(str(outcomes[0].error))
     if len(outcomes) == 1:
-        result = outcomes[0].result
+        result = _result(outcomes[0])
         if as_json:
             emit_json(to_json(result))
         else:
@@ -108,16 +108,22 @@ def emit_outcomes(outcomes: Sequence[Outcome[R]], *, as_json: bool, to_json: Cal
     if as_json:
         emit_json({"status": ("ok", "findings", "error")[status], "models": [
             {"model": o.model, "status": status_word(o, has_findings),
-             **({"error": error_to_json(o.error)} if o.error is not None else {"report": to_json(o.result)})}
+             **({"error": error_to_json(o.error)} if o.error is not None else {"report": to_json(_result(o))})}
             for o in outcomes]})
         return status
     for o in outcomes:
         if o.error is not None:
             click.echo(f"ggaudit: error: {o.error}", err=True)
         else:
-            for line in render(o.result):
+            for line in render(_result(o)):
                 click.echo(line)
     return status
+
+
+def _result(outcome: Outcome[R]) -> R:
+    """The result of an outcome that holds no error (an outcome holds one or the other)."""
+    assert outcome.result is not None, outcome
+    return outcome.result
 
 
 def expand_models(specs: Iterable[str], store: str | None) -> list[str]:

@@ -8,7 +8,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import ManifestError
 
@@ -49,6 +49,6 @@ def load_json(path: Path, what: str) -> Any:
         raise ManifestError(path, f"{what} nests too deeply") from None
 
 
-def is_count(value: object, minimum: int = 0) -> bool:
+def is_count(value: object, minimum: int = 0) -> TypeGuard[int]:
     """A JSON integer (not a bool, which Python counts as one) of at least ``minimum``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum

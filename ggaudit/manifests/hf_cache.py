@@ -108,7 +108,7 @@ def _hf_commit(repo_dir: Path, revision: str) -> str:
 
 def _walk(folder: Path) -> list[Path]:
     """Every non-directory entry below ``folder`` (links included, not followed into folders)."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         found.extend(Path(dirpath) / n for n in filenames)
         # os.walk lists links to folders among dirnames without descending; a snapshot has none.

@@ -94,7 +94,8 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
 
 def build_tensor_manifest(model: Model, group_bytes: int = DEFAULT_GROUP_BYTES) -> TensorManifest:
     """The tensor manifest of a model (a file or a split set), each file read once."""
-    files, tensors = [], []
+    files: list[FileDigest] = []
+    tensors: list[TensorDigest] = []
     for gguf_file in model.files:
         file_digest, tensor_digests = digest_gguf_file(gguf_file, group_bytes)
         files.append(file_digest)
@@ -159,13 +160,15 @@ class _Checker:
 
     def count(self, obj: dict[str, Any], key: str, where: str, positive: bool = False) -> int:
         value = obj.get(key)
-        ok = is_count(value, 1 if positive else 0)
-        self.that(ok, f"{where}{key}", f"{value!r} is not a {'positive' if positive else 'non-negative'} integer")
+        if not is_count(value, 1 if positive else 0):
+            raise ManifestError(self.path, f"{value!r} is not a {'positive' if positive else 'non-negative'} "
+                                "integer", field=f"{where}{key}")
         return value
 
     def text(self, obj: dict[str, Any], key: str, where: str) -> str:
         value = obj.get(key)
-        self.that(isinstance(value, str), f"{where}{key}", "is not a string")
+        if not isinstance(value, str):
+            raise ManifestError(self.path, "is not a string", field=f"{where}{key}")
         return value
 
     def hexdigest(self, obj: dict[str, Any], key: str, where: str, digits: int) -> str:
@@ -178,7 +181,8 @@ class _Checker:
 
     def list(self, obj: dict[str, Any], key: str, where: str = "") -> list[Any]:
         value = obj.get(key)
-        self.that(isinstance(value, list), f"{where}{key}", "is not a list")
+        if not isinstance(value, list):
+            raise ManifestError(self.path, "is not a list", field=f"{where}{key}")
         return value
 
     def obj(self, value: object, field: str) -> dict[str, Any]:
