@@ -15,6 +15,7 @@ from gguf import GGMLQuantizationType as T
 
 from ggaudit.build import TensorSpec, gguf_bytes
 from ggaudit.cli import main
+from ggaudit.layout import open_model
 from ggaudit.errors import ManifestError
 from ggaudit.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
 from ggaudit.verify import verify_ollama
@@ -208,9 +209,21 @@ def test_manifest_and_diff_accept_ollama_names(store: Store, tmp_path: Path) -> 
     out = tmp_path / "tiny.json"
     written = runner.invoke(main, ["manifest", "ollama:tiny", "--store", str(store.root), "-o", str(out)])
     assert written.exit_code == 0, written.output
-    assert json.loads(out.read_text())["files"][0]["name"] == store.blob("tiny.model").name
-    assert runner.invoke(main, ["verify", "ollama:tiny", "--manifest", str(out), "--store", str(store.root)]
-                         ).exit_code == 0
+    # The model layer and its projector, both holding a tensor named token_embd.weight.
+    doc = json.loads(out.read_text())
+    assert [f["name"] for f in doc["files"]] == [store.blob("tiny.model").name, store.blob("tiny.projector").name]
+    assert [(t["file"], t["name"]) for t in doc["tensors"]] == [(f["name"], "token_embd.weight") for f in doc["files"]]
+    verify = ["verify", "ollama:tiny", "--manifest", str(out), "--store", str(store.root)]
+    assert runner.invoke(main, verify).exit_code == 0
+    projector = store.blob("tiny.projector")
+    offset = open_model(projector).tensor("token_embd.weight").offset + 2 * 64  # row 2 of 8 (64-byte rows)
+    with open(projector, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff")
+    damaged = runner.invoke(main, [*verify, "--json"])
+    assert damaged.exit_code == 1
+    kinds = [(m["kind"], m["path"], m.get("rows")) for m in json.loads(damaged.output)["mismatches"]]
+    assert kinds == [("sha256", str(projector), None), ("tensor-data", str(projector), [0, 7])]
     differ = runner.invoke(main, ["diff", "ollama:tiny", "ollama:acme/vis:q4", "--store", str(store.root)])
     assert differ.exit_code == 1
     assert "DIFFER tensor token_embd.weight (F16 [32, 8]): 8 of 8 rows differ" in differ.output.splitlines()

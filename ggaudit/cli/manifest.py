@@ -23,10 +23,11 @@ from .common import EXIT_CLEAN, emit_json, handle_errors
 def manifest(model: str, output: str, group_bytes: int, store: str | None, as_json: bool) -> None:
     """Write MODEL's tensor manifest to OUTPUT, reading each file once.
 
-    MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model layer).
+    MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model layer and, if it has one,
+    its projector).
     Check it later with `ggaudit verify MODEL --manifest OUTPUT`.
     """
-    built = build_tensor_manifest(open_model(resolve_model(model, store=store)[0]), group_bytes)
+    built = build_tensor_manifest([open_model(path) for path in resolve_model(model, store=store)], group_bytes)
     write_tensor_manifest(built, output)
     if as_json:
         emit_json(tensor_manifest_to_json(built))

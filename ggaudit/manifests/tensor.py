@@ -92,11 +92,18 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
     return FileDigest(name, gguf_file.size, sha.hexdigest()), digests
 
 
-def build_tensor_manifest(model: Model, group_bytes: int = DEFAULT_GROUP_BYTES) -> TensorManifest:
-    """The tensor manifest of a model (a file or a split set), each file read once."""
+def build_tensor_manifest(model: Model | Sequence[Model], group_bytes: int = DEFAULT_GROUP_BYTES
+                          ) -> TensorManifest:
+    """The tensor manifest of a model (a file or a split set), each file read once.
+
+    Several models (an Ollama model and its projector, say) make one manifest of all their files; tensors
+    are matched per file, so the same tensor name in two files is fine.
+    """
     files: list[FileDigest] = []
     tensors: list[TensorDigest] = []
-    for gguf_file in model.files:
+    for gguf_file in (f for m in ([model] if isinstance(model, Model) else model) for f in m.files):
+        if any(f.name == os.path.basename(gguf_file.path) for f in files):
+            continue  # the same file given twice is listed once
         file_digest, tensor_digests = digest_gguf_file(gguf_file, group_bytes)
         files.append(file_digest)
         tensors.extend(tensor_digests)
