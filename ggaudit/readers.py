@@ -19,7 +19,7 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Self
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -192,6 +192,9 @@ def _open_fd(path: str, extra_flags: int = 0) -> tuple[int, int]:
     return fd, st.st_size
 
 
+_R = TypeVar("_R", bound="Reader")
+
+
 class Reader:
     """One read path over one file, opened read-only. Subclasses set *mode* and implement read_into."""
 
@@ -219,7 +222,7 @@ class Reader:
     def close(self) -> None:
         """Release the file."""
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _R) -> _R:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -91,7 +91,8 @@ def llama_cpp_models(version: str, into: Path) -> list[Path]:
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.isfile() and m.name.endswith(".gguf")
                    and "/vendor/llama.cpp/models/" in m.name]
-        tar.extractall(into, members=members, filter="data")
+        # The "data" filter (no links or paths out of *into*) exists from Python 3.10.12 and 3.11.4 on.
+        tar.extractall(into, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return sorted(into.joinpath(m.name) for m in members)
 
 
