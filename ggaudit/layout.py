@@ -43,6 +43,13 @@ MAX_KEPT_TEXT = 24 << 20
 #: Most arrays one header may hold (nested ones included): each is walked in Python, so a header of
 #: millions of tiny nested arrays would take minutes. Real files hold a few dozen.
 MAX_ARRAYS = 1 << 16
+#: Most metadata pairs one file may hold. Real models hold a few dozen; each pair is parsed in Python
+#: and kept, so two million tiny ones (a 42 MB file) took 30 s and 400 MiB.
+MAX_METADATA = 1 << 16
+#: Most strings all the arrays of one header may hold together. A big vocabulary and its merges are
+#: under a million; each string is walked in Python (0.2 us), so a 1 GB header of empty strings
+#: would take half a minute.
+MAX_ARRAY_STRINGS = 1 << 22
 #: Most tensors one file may describe. Real models hold a few thousand at most (experts are merged
 #: into 3-D tensors); each entry is parsed in Python, so millions of tiny entries would take seconds.
 MAX_TENSORS = 1 << 16
@@ -218,6 +225,7 @@ class _Cursor:
         self.pos = 0
         self.kept = 0
         self.arrays = 0
+        self.strings = 0
 
     def error(self, field: str, message: str, offset: int | None = None) -> FormatError:
         return FormatError(self.path, message, offset=self.pos if offset is None else offset, field=field)
@@ -321,6 +329,10 @@ def _read_array(cur: _Cursor, field: str, depth: int) -> ArrayValue:
     if count > (cur.size - cur.pos) // min_size:
         raise cur.error(field, f"array of {count} elements cannot fit in the {cur.size - cur.pos} bytes left",
                         count_at)
+    if et is GGUFValueType.STRING:
+        cur.strings += count
+        if cur.strings > MAX_ARRAY_STRINGS:
+            raise cur.error(field, f"the header's arrays hold more than {MAX_ARRAY_STRINGS} strings", count_at)
     head_n = min(count, ARRAY_HEAD) if depth <= HEAD_DEPTH else 0
     head = tuple(_read_value(cur, etype, f"{field}[{i}]", depth) for i in range(head_n))
     rest = count - head_n
@@ -431,6 +443,9 @@ def _parse(cur: _Cursor) -> tuple[int, int, int, dict[str, MetaValue], list[_Raw
         raise cur.error("tensor_count", f"{n_tensors} tensors cannot fit in {remaining} bytes", 8)
     if n_tensors > MAX_TENSORS:
         raise cur.error("tensor_count", f"{n_tensors} tensors is more than ggaudit reads (limit {MAX_TENSORS})", 8)
+    if n_kv > MAX_METADATA:
+        raise cur.error("metadata_kv_count", f"{n_kv} metadata pairs is more than ggaudit reads (limit "
+                        f"{MAX_METADATA})", 16)
     metadata = _read_metadata(cur, n_kv)
     alignment = _alignment(cur, metadata)
     if n_tensors > (cur.size - cur.pos) // _MIN_TENSOR_INFO_BYTES:

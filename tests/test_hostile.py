@@ -92,10 +92,11 @@ CASES = [
          "tensor[t].ne[1]", "overflow"),
     Case("tensor-offset-2^64-32", head(1, 0) + tensor_info(b"t", [32], 0, (1 << 64) - 32), 64 * MiB,
          _TENSOR_AT + 9 + 4 + 8 + 4, "tensor[t].offset", "past the end"),
-    # All zeros: key "" of type u8 = 0, then the same key again (a tensor count within the cap, so the
-    # metadata is parsed).
-    Case("zero-filled-64MiB", head(layout.MAX_TENSORS, 1 << 20), 64 * MiB, _STR_AT + 8 + 4 + 1, "metadata[]",
-         "duplicate metadata key"),
+    # All zeros: key "" of type u8 = 0, then the same key again (tensor and pair counts within the caps,
+    # so the metadata is parsed).
+    Case("zero-filled-64MiB", head(layout.MAX_TENSORS, layout.MAX_METADATA), 64 * MiB, _STR_AT + 8 + 4 + 1,
+         "metadata[]", "duplicate metadata key"),
+    Case("metadata-count-2^20", head(0, 1 << 20), 64 * MiB, 16, "metadata_kv_count", "more than ggaudit reads"),
 ]
 
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ggaudit.build import Typed, encode_kv, encode_string, encode_tensor_info, gguf_bytes, TensorSpec
 from ggaudit.errors import FormatError, ReadError
-from ggaudit.layout import (MAX_ARRAY_DEPTH, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_STRING, MAX_TENSORS, open_gguf,
-                            open_model)
+from ggaudit.layout import (MAX_ARRAY_DEPTH, MAX_ARRAY_STRINGS, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_METADATA, MAX_STRING,
+                            MAX_TENSORS, open_gguf, open_model)
 
 from reliability_support import load_script
 
@@ -562,3 +562,24 @@ def test_more_tensors_than_the_limit_fail_before_any_is_parsed(tmp_path: Path) -
     err = fails(path, 8, "tensor_count")
     assert time.perf_counter() - start < 0.5
     assert err.message == f"{MAX_TENSORS + 1} tensors is more than ggaudit reads (limit {MAX_TENSORS})"
+
+
+def test_more_metadata_pairs_than_the_limit_fail_before_any_is_parsed(tmp_path: Path) -> None:
+    # Room for every claimed pair, so only the cap can refuse it: two million tiny pairs took 30 s.
+    path = write(tmp_path, head(0, MAX_METADATA + 1) + bytes(13 * (MAX_METADATA + 1)))
+    start = time.perf_counter()
+    err = fails(path, 16, "metadata_kv_count")
+    assert time.perf_counter() - start < 0.5
+    assert err.message == f"{MAX_METADATA + 1} metadata pairs is more than ggaudit reads (limit {MAX_METADATA})"
+
+
+def test_more_array_strings_than_the_limit_fail_before_they_are_walked(tmp_path: Path) -> None:
+    small = encode_string("a") + struct.pack("<IIQ", V.ARRAY, V.STRING, 3) + encode_string("x") * 3
+    count = MAX_ARRAY_STRINGS - 3 + 1  # with the first array's 3, one string too many
+    big = encode_string("b") + struct.pack("<IIQ", V.ARRAY, V.STRING, count)
+    data = head(0, 2) + small + big
+    path = write(tmp_path, data + bytes(8 * count))  # room for every claimed (empty) string
+    start = time.perf_counter()
+    err = fails(path, len(data) - 8, "metadata[b]")
+    assert time.perf_counter() - start < 0.5
+    assert err.message == f"the header's arrays hold more than {MAX_ARRAY_STRINGS} strings"
