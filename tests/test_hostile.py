@@ -9,6 +9,7 @@ field, and the time and traced memory it took. Big files here are sparse: holes 
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 import tracemalloc
@@ -23,6 +24,8 @@ from ggaudit.build import write_gguf
 from ggaudit.errors import FormatError, ManifestError
 from ggaudit.manifests import (MAX_MANIFEST_BYTES, parse_ollama_name, read_ollama_manifest, read_sums,
                                read_tensor_manifest)
+from ggaudit.manifests._common import MAX_JSON_CONTAINERS, MAX_JSON_STRINGS
+from ggaudit.manifests.sums import MAX_SUMS_LINES
 from ggaudit.layout import open_gguf
 
 from reliability_support import RICH_METADATA, all_types_specs, assert_one_line_error, run_cli, walk_header
@@ -239,20 +242,50 @@ def test_truthful_tensor_count_costs_time_linear_in_the_header(tmp_path: Path) -
     assert t_big < max(8 * 4 * t_small, 0.5), (t_small, t_big)   # 8x the work: far from quadratic
 
 
+def _manifest_reader(kind: str, folder: Path) -> tuple[Path, Callable[[], object]]:
+    """Where a file of *kind* goes in *folder*, and the call that reads it."""
+    if kind == "ollama-manifest":
+        path = parse_ollama_name("m:latest").manifest_path(folder)
+        path.parent.mkdir(parents=True)
+        return path, lambda: read_ollama_manifest("m:latest", folder)
+    path = folder / "manifest.txt"
+    return path, (lambda: read_sums(path)) if kind == "sums" else (lambda: read_tensor_manifest(path))
+
+
 @pytest.mark.parametrize("kind", ["sums", "tensor-manifest", "ollama-manifest"])
 def test_huge_manifest_or_sums_file_is_refused_before_reading(kind: str, tmp_path: Path) -> None:
-    if kind == "ollama-manifest":
-        path = parse_ollama_name("m:latest").manifest_path(tmp_path)
-        path.parent.mkdir(parents=True)
-        call = lambda: read_ollama_manifest("m:latest", tmp_path)  # noqa: E731
-    else:
-        path = tmp_path / "big.txt"
-        call = (lambda: read_sums(path)) if kind == "sums" else (lambda: read_tensor_manifest(path))  # noqa: E731
+    path, call = _manifest_reader(kind, tmp_path)
     _write(path, b"0" * 64 + b"  x\n", 1 << 30)         # 1 GiB, sparse
     err, elapsed, peak = _measure(call)
     assert isinstance(err, ManifestError), repr(err)
     assert f"larger than {MAX_MANIFEST_BYTES} bytes" in err.message and err.path == str(path)
     assert peak < 1 * MiB, peak
+    assert elapsed < TIME_BOUND
+
+
+_CONTAINERS = ("{}," * MAX_JSON_CONTAINERS).encode()    # with the brackets around: one too many
+_STRINGS = ('"",' * (MAX_JSON_STRINGS + 1)).encode()
+
+
+@pytest.mark.parametrize("kind, body, message", [
+    ("sums", b"# x\n" * (MAX_SUMS_LINES + 1), f"checksum file has more than {MAX_SUMS_LINES} lines"),
+    ("sums", b"\n" * (MAX_SUMS_LINES + 1), f"checksum file has more than {MAX_SUMS_LINES} lines"),
+    ("tensor-manifest", b"[" + _CONTAINERS + b"[]]",
+     f"tensor manifest holds more than {MAX_JSON_CONTAINERS} objects and arrays"),
+    ("ollama-manifest", b"[" + _CONTAINERS + b"[]]",
+     f"manifest holds more than {MAX_JSON_CONTAINERS} objects and arrays"),
+    ("tensor-manifest", b"[" + _STRINGS + b'""]', f"tensor manifest holds more than {MAX_JSON_STRINGS} strings"),
+], ids=["sums-comments", "sums-blank", "tensor-manifest-objects", "ollama-manifest-objects", "tensor-manifest-strings"])
+def test_manifest_or_sums_file_of_many_tiny_items_is_refused_before_it_is_parsed(
+        kind: str, body: bytes, message: str, tmp_path: Path) -> None:
+    """Small enough to be read, but parsing every item would cost far more memory than the file: 60 MiB
+    of newlines made a 600 MB list, a 64 MiB file of "{}," would parse into 1.6 GB."""
+    path, call = _manifest_reader(kind, tmp_path)
+    path.write_bytes(body)
+    err, elapsed, peak = _measure(call)
+    assert isinstance(err, ManifestError), repr(err)
+    assert err.message == message and err.path == str(path)
+    assert peak < 3 * len(body) + MiB, (peak, len(body))   # the text, decoded once: nothing per item
     assert elapsed < TIME_BOUND
 
 
@@ -291,3 +324,22 @@ def test_every_count_length_dim_and_offset_of_a_real_header_survives_hostile_val
     assert rejected > 0.9 * len(fields) * len(VALUES)
     assert slowest < TIME_BOUND, slowest
     assert worst_peak < 4 * MiB, worst_peak
+
+
+def test_a_manifest_that_grows_while_it_is_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the size found before reading is read, so a file growing meanwhile is said to have changed
+    instead of being parsed cut short."""
+    path = tmp_path / "SHA256SUMS"
+    path.write_text("0" * 64 + "  a.gguf\n" + "1" * 64 + "  b.gguf\n")
+    real_fstat = os.fstat
+
+    def fstat_before_growth(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid,
+                               st.st_size - 20, int(st.st_atime), int(st.st_mtime), int(st.st_ctime)))
+
+    monkeypatch.setattr(os, "fstat", fstat_before_growth)
+    with pytest.raises(ManifestError) as err:
+        read_sums(path)
+    assert err.value.message == "checksum file grew while being read (changed while reading?)"
+    assert err.value.path == str(path)

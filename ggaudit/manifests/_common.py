@@ -17,6 +17,12 @@ log = logging.getLogger(__name__)
 MAX_MANIFEST_BYTES = 64 << 20
 """Refuse manifest and checksum files larger than this: they are small text, never model-sized."""
 
+#: Most objects and arrays, and most strings, a JSON manifest may hold. Parsed, each costs 50 to 200 bytes,
+#: so a 64 MiB file of "{}," would take 1.6 GB; a tensor manifest of a 1 TB model holds about a million
+#: strings (one per row group) and a few objects per tensor.
+MAX_JSON_CONTAINERS = 1 << 20
+MAX_JSON_STRINGS = 1 << 22
+
 HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -30,9 +36,9 @@ def read_text(path: Path, what: str) -> str:
             raise ManifestError(path, f"{what} is not a regular file")
         if st.st_size > MAX_MANIFEST_BYTES:     # refuse before reading: no 64 MiB buffer for nothing
             raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
-        data = f.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
+        data = f.read(st.st_size + 1)  # not MAX_MANIFEST_BYTES + 1: read() allocates what it is asked for
+    if len(data) > st.st_size:
+        raise ManifestError(path, f"{what} grew while being read (changed while reading?)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -41,6 +47,12 @@ def read_text(path: Path, what: str) -> str:
 
 def load_json(path: Path, what: str) -> Any:
     text = read_text(path, what)
+    # Counted on the text (brackets and quotes inside strings count too: an upper bound), so a hostile
+    # file is refused before the parser allocates anything for it.
+    if text.count("{") + text.count("[") > MAX_JSON_CONTAINERS:
+        raise ManifestError(path, f"{what} holds more than {MAX_JSON_CONTAINERS} objects and arrays")
+    if text.count('"') > 2 * MAX_JSON_STRINGS:
+        raise ManifestError(path, f"{what} holds more than {MAX_JSON_STRINGS} strings")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

@@ -13,6 +13,8 @@ from ._common import read_text
 
 log = logging.getLogger(__name__)
 
+#: Most lines a checksum file may have (a model repository's lists a few dozen files).
+MAX_SUMS_LINES = 1 << 16
 _GNU_LINE = re.compile(r"(?P<hex>[0-9a-fA-F]+) [ *](?P<name>.+)")
 _TAG_LINE = re.compile(r"(?P<algo>[A-Za-z0-9-]+) ?\((?P<name>.+)\) ?= (?P<hex>[0-9a-fA-F]+)")
 _SHA256_TAGS = {"SHA256", "SHA2-256", "SHA-256"}
@@ -37,7 +39,11 @@ def read_sums(path: str | os.PathLike[str]) -> tuple[SumsEntry, ...]:
     sums = Path(path)
     folder = sums.parent.resolve()
     entries = []
-    for number, raw in enumerate(read_text(sums, "checksum file").split("\n"), start=1):
+    text = read_text(sums, "checksum file")
+    # Refused before the lines are split: 60 MiB of newlines made a 600 MB list of empty lines.
+    if text.count("\n") > MAX_SUMS_LINES:
+        raise ManifestError(sums, f"checksum file has more than {MAX_SUMS_LINES} lines")
+    for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.rstrip("\r")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
