@@ -29,12 +29,12 @@ from .layout import Model, Tensor, open_model
 from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
 from .rows_gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Sweep, through_cache,
                           uniform)
-from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows, load_capture,
-                          parse_ids, row_chunks, select_rows)
+from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows,
+                          crossing_rows_of, load_capture, parse_ids, select_rows)
 
 __all__ = [
     "CaptureResult", "Classifier", "Geometry", "KINDS", "Mismatch", "PathStats", "RowCache", "RowTable",
-    "RowsReport", "Selection", "ShortRead", "check_rows", "crosses", "crossing_rows", "geometry_of",
+    "RowsReport", "Selection", "ShortRead", "check_rows", "crosses", "crossing_rows", "crossing_rows_of", "geometry_of",
     "load_capture", "parse_ids", "pick_tensor", "select_rows", "table_geometry",
 ]
 
@@ -251,9 +251,17 @@ def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
 
 
 def table_geometry(table: RowTable) -> Geometry:
+    """Counted from the boundaries, not the rows: a 54 GB table of 90-byte rows has 600M rows."""
+    return Geometry(table.n_rows, *(sum(hit.size for hit in crossing_rows_of(table.tensor.offset, table.row_bytes,
+                                                                             table.n_rows, b))
+                                    for _, b in BOUNDARIES))
+
+
+def rows_geometry(table: RowTable, rows: np.ndarray, chunk: int = 1 << 20) -> Geometry:
+    """geometry_of the given rows, a chunk at a time (no offsets array as long as the selection)."""
     total = Geometry()
-    for rows in row_chunks(table.n_rows):
-        total = total + geometry_of(table.tensor.offset + rows * table.row_bytes, table.row_bytes)
+    for i in range(0, rows.size, chunk):
+        total = total + geometry_of(table.tensor.offset + rows[i:i + chunk] * table.row_bytes, table.row_bytes)
     return total
 
 
@@ -425,14 +433,14 @@ class _Replay:
                 if self.findings.stop:
                     return
 
-    def run_path(self, reader: Reader, rows: Sequence[int]) -> None:
+    def run_path(self, reader: Reader, rows: Sequence[int] | np.ndarray) -> None:
         gatherer = Gatherer(reader, self.table.tensor.offset, self.table.row_bytes, self.workers,
                             pool_factory=self.pool_factory)
         caches: dict[str, RowCache] = {}
         started = time.perf_counter()
         try:
             for i in range(0, len(rows), self.batch):
-                self._batch(gatherer, caches, rows[i:i + self.batch])
+                self._batch(gatherer, caches, _ints(rows[i:i + self.batch]))
                 if self.progress is not None:
                     self.progress(reader.mode, min(len(rows), i + self.batch), len(rows))
                 if self.findings.stop:
@@ -468,14 +476,14 @@ class _Replay:
         for order in (rows, rows[::-1]):
             self.check(through_cache(gather("cache-pressure"), small, order), ref, path, "cache-pressure")
 
-    def prefetch(self, reader: Reader, rows: Sequence[int]) -> None:
+    def prefetch(self, reader: Reader, rows: Sequence[int] | np.ndarray) -> None:
         """Gather batch k+1 in the background while batch k's rows are still views into their read buffers,
         and compare batch k only once k+1 has landed, as an engine consumes a batch while prefetching the
         next. A buffer of batch k reused by k+1 too early then shows k+1's bytes: the row is reported
         misplaced, naming the row of k+1 it holds. Two batches of buffers are out of the pool at a time."""
         t, path = self.table, reader.mode
         gatherer = Gatherer(reader, t.tensor.offset, t.row_bytes, self.workers, pool_factory=self.pool_factory)
-        batches = [rows[i:i + self.batch] for i in range(0, len(rows), self.batch)]
+        batches = [_ints(rows[i:i + self.batch]) for i in range(0, len(rows), self.batch)]
         started = time.perf_counter()
         held: Held | None = None
         try:
@@ -538,6 +546,11 @@ class _Replay:
                                                             expected[i * rb:(i + 1) * rb], path, "sweep"))
             if self.findings.stop:
                 return
+
+
+def _ints(rows: Sequence[int] | np.ndarray) -> list[int]:
+    """A batch of row IDs as Python ints: offsets worked out from them stay Python ints."""
+    return rows.tolist() if isinstance(rows, np.ndarray) else list(rows)
 
 
 def _cache_counts(caches: dict[str, RowCache]) -> tuple[int, int, int]:
@@ -679,8 +692,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
                 break
             _run_mode(replay, factory, mode, selection, warnings, prefetch)
     _check_unchanged(m, t)
-    geometry = table_geometry(table) if selection.rows is None else \
-        geometry_of([table.row_offset(r) for r in selection.rows], table.row_bytes)
+    geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
     bad_geometry = geometry_of([table.row_offset(r) for r in sorted(findings.rows)], table.row_bytes)
     by_kind = tuple((k, findings.kinds[k]) for k in (*KINDS, UNCLASSIFIED) if findings.kinds[k])
     return RowsReport(t.path, t.name, t.ggml_type.name, t.n_cols, t.row_bytes, t.n_rows, t.offset,
@@ -702,9 +714,9 @@ def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Sel
         if selection.rows is None:
             replay.sweep(reader)
         else:
-            replay.run_path(reader, list(selection.rows))
+            replay.run_path(reader, selection.rows)
             if prefetch and not replay.findings.stop:
-                replay.prefetch(reader, list(selection.rows))
+                replay.prefetch(reader, selection.rows)
 
 
 def _check_args(t: Tensor, modes: Sequence[str], workers: int, batch: int, cache_rows: int, fp8: bool) -> None:
