@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from ggaudit.errors import ReadError, UsageError
 from ggaudit.layout import open_model
 from ggaudit.readers import BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
 from ggaudit.rows_gather import WAVE_BYTES, Gatherer, Sample, plan_reads
+from ggaudit.rows_select import sample_rows
 from test_rows_support import PLE, Table, crossing, make_table
 
 
@@ -319,3 +321,29 @@ def test_crossing_rows_from_the_boundaries_match_the_rows_one_by_one(base: int, 
         got = np.concatenate(pieces).tolist() if pieces else []
         want = rows[R.crossing_mask(base + rows * row_bytes, row_bytes, boundary)].tolist()
         assert got == want, (boundary, got[:8], want[:8])
+
+
+def test_random_rows_of_a_huge_table_in_memory_of_the_sample() -> None:
+    """1M of 50M rows: numpy's own sampler would shuffle all 50M (400 MB; 4.8 GB for 16M of 600M)."""
+    n_rows, n = 50_000_000, 1_000_000
+    tracemalloc.start()
+    try:
+        rows = sample_rows(np.random.default_rng(7), n_rows, n)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    ranked = np.sort(rows)
+    assert rows.dtype == np.int64 and rows.size == n and (ranked[1:] > ranked[:-1]).all()  # n distinct rows
+    assert 0 <= ranked[0] and ranked[-1] < n_rows
+    assert not (rows[1:] > rows[:-1]).all()  # in random order, not sorted
+    assert peak < 40 * n, peak / n
+    assert np.array_equal(rows, sample_rows(np.random.default_rng(7), n_rows, n))  # the seed decides
+    # Spread over the whole table: each tenth of it holds about a tenth of the sample.
+    counts = np.bincount(rows // (n_rows // 10), minlength=10)
+    assert (abs(counts - n // 10) < n // 100).all(), counts
+
+
+def test_a_row_chosen_twice_is_replayed_once_where_first_chosen(ple) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    sel = R.select_rows(table, ids="9,3,9,1-3,7")
+    assert sel.rows.tolist() == [9, 3, 1, 2, 7]
