@@ -200,6 +200,10 @@ class Capture:
     kind: str  # raw | decoded
 
 
+#: Largest array read from a .npz capture (numpy reads them whole; .npy captures are mapped instead).
+MAX_NPZ_BYTES = 1 << 30
+
+
 def load_capture(path: str, table: RowTable) -> Capture:
     """An engine's gathered rows: .npz with `ids` and one data array, or a structured .npy (ids, rows)."""
     try:
@@ -223,7 +227,26 @@ def _capture_arrays(path: str, loaded: Any) -> tuple[np.ndarray, np.ndarray]:
         if "ids" not in keys or len(others) != 1:
             raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array (found {keys})",
                              field="arrays")
+        for name in ("ids", others[0]):
+            _check_npz_member(path, loaded, name)
         return loaded["ids"], loaded[others[0]]
+
+
+def _check_npz_member(path: str, loaded: Any, name: str) -> None:
+    """Refuse, from its header, an array of a .npz that would not fit comfortably in memory: numpy reads a
+    .npz member whole (and may inflate it from a few bytes), where a .npy is mapped."""
+    try:
+        with loaded.zip.open(f"{name}.npy") as f:
+            version = np.lib.format.read_magic(f)
+            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, _, dtype = reader(f)
+    except (OSError, ValueError, KeyError) as err:
+        raise UsageError(path, f"cannot read the header of `{name}`: {err}", field=name) from None
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if nbytes > MAX_NPZ_BYTES:
+        raise UsageError(path, f"`{name}` would take {nbytes} bytes in memory (more than {MAX_NPZ_BYTES}); "
+                               "save the capture as a structured .npy, which is read memory-mapped", field=name)
 
 
 def _check_capture(path: str, table: RowTable, ids: np.ndarray, data: np.ndarray) -> Capture:

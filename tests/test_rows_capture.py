@@ -3,6 +3,8 @@ a corrupted row is pinned to its row, block and column with expected and actual 
 
 from __future__ import annotations
 
+import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ from gguf import quants
 
 from ggaudit import rows as R
 from ggaudit.errors import UsageError
+from ggaudit.rows_select import MAX_NPZ_BYTES
 from test_rows_support import Table, make_table
 
 IDS = [5, 77, 4162, 4163, 4999]
@@ -151,3 +154,21 @@ def test_unreadable_and_ambiguous_captures(ple: Table, tmp_path: Path) -> None:
     np.save(tmp_path / "plain.npy", np.zeros((1, 90), np.uint8))
     with pytest.raises(UsageError, match="structured array"):
         R.check_rows(ple.path, against=str(tmp_path / "plain.npy"), modes=())
+
+
+def test_an_npz_capture_too_big_for_memory_is_refused_from_its_header(ple, tmp_path: Path) -> None:
+    """A .npz member is read whole, and a few compressed bytes may inflate to gigabytes: its header says
+    how big it is before numpy reads it. This one claims 2^40 rows and holds none."""
+    path = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, shape in (("ids", (3,)), ("rows", (1 << 40, ple.tensor.row_bytes))):
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, {"descr": "|u1" if name == "rows" else "<i8",
+                                                          "fortran_order": False, "shape": shape})
+            z.writestr(f"{name}.npy", header.getvalue() + (bytes(24) if name == "ids" else b""))
+    with pytest.raises(UsageError) as err:
+        R.check_rows(ple.path, against=str(path))
+    assert err.value.field == "rows"
+    assert str(err.value) == (f"{path}: rows: `rows` would take {(1 << 40) * ple.tensor.row_bytes} bytes in memory "
+                              f"(more than {MAX_NPZ_BYTES}); save the capture as a structured .npy, which is read "
+                              "memory-mapped")
