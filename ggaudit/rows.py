@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -564,7 +564,7 @@ def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader
     classifier = Classifier(table, reference)
     bad, worst = 0, None
     previous: bytes | None = None  # the file's bytes of the row captured just before
-    for i, row in enumerate(capture.ids.tolist()):
+    for i, row in _indexed_ids(capture.ids):
         expected = reference.read_exact(table.row_offset(row), table.row_bytes)
         got = np.asarray(capture.data[i])
         if capture.kind == "raw":
@@ -583,6 +583,13 @@ def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader
         if findings.stop:
             break
     return CaptureResult(capture.path, capture.kind, str(capture.data.dtype), len(capture.ids), bad, worst)
+
+
+def _indexed_ids(ids: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, int]]:
+    """(index, row) of each captured ID as Python ints, a chunk at a time: a mapped capture of 100M
+    rows is not turned into a list of 100M ints."""
+    for start in range(0, len(ids), chunk):
+        yield from enumerate(ids[start:start + chunk].tolist(), start)
 
 
 class _DecodedRow:
@@ -677,7 +684,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     table = RowTable(t, os.path.getsize(t.path), fp8)
     capture = load_capture(against, table) if against is not None else None
     no_selector = ids is None and ids_file is None and random is None and not page_crossing and not all_rows
-    extra = capture.ids.tolist() if capture is not None and no_selector else ()
+    extra = capture.ids if capture is not None and no_selector else ()
     selection = select_rows(table, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random, seed=seed,
                             page_crossing=page_crossing, extra=extra)
     findings = _Findings(fail_fast)

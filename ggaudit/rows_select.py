@@ -110,7 +110,7 @@ class Selection:
 
 def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None = None, all_rows: bool = False,
                 random: int | None = None, seed: int | None = None, page_crossing: bool = False,
-                extra: Iterable[int] = ()) -> Selection:
+                extra: Iterable[int] | np.ndarray = ()) -> Selection:
     """Combine the selectors (union, first appearance order); --all excludes the others."""
     chosen = [s for s, on in (("--ids", ids is not None), ("--ids-file", ids_file is not None),
                               ("--random", random is not None), ("--page-crossing", page_crossing)) if on]
@@ -118,7 +118,7 @@ def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None
         if chosen:
             raise UsageError(None, f"--all sweeps the whole table; drop {', '.join(chosen)}")
         return Selection(None, f"all {table.n_rows} rows")
-    picked = [np.asarray(list(extra), dtype=np.int64)]
+    picked = [np.asarray(extra if isinstance(extra, np.ndarray) else list(extra), dtype=np.int64)]
     parts = []
     if ids is not None:
         picked.append(parse_ids(ids, table.n_rows))
