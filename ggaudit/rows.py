@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import time
+from array import array
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, Di
 from .rows_gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Sweep, through_cache,
                           uniform)
 from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows,
-                          crossing_rows_of, load_capture, parse_ids, select_rows)
+                          crossing_rows_of, distinct, load_capture, parse_ids, select_rows)
 
 __all__ = [
     "CaptureResult", "Classifier", "Geometry", "KINDS", "Mismatch", "PathStats", "RowCache", "RowTable",
@@ -366,14 +367,16 @@ class _Findings:
         self.kept: list[Mismatch] = []
         self.count = 0
         self.kinds: Counter[str] = Counter()
-        self.rows: set[int] = set()
+        # Every mismatched row as 8 bytes (a set of Python ints costs ten times that), the first
+        # MAX_SELECTED times one is found; repeats (one row wrong on several paths) are removed at the end.
+        self.rows = array("q")
         self.short_reads: list[ShortRead] = []
         self.short_count = 0
 
     def add(self, row: int, make: Callable[[], Mismatch]) -> None:
         self.count += 1
         if len(self.rows) < MAX_SELECTED:
-            self.rows.add(row)
+            self.rows.append(row)
         if len(self.kept) < MAX_REPORTED:
             m = make()
             self.kept.append(m)
@@ -700,7 +703,7 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
             _run_mode(replay, factory, mode, selection, warnings, prefetch)
     _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
-    bad_geometry = geometry_of([table.row_offset(r) for r in sorted(findings.rows)], table.row_bytes)
+    bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
     by_kind = tuple((k, findings.kinds[k]) for k in (*KINDS, UNCLASSIFIED) if findings.kinds[k])
     return RowsReport(t.path, t.name, t.ggml_type.name, t.n_cols, t.row_bytes, t.n_rows, t.offset,
                       selection.description, selection.seed, modes,

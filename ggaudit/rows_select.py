@@ -141,6 +141,12 @@ def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None
     return Selection(rows, " + ".join(parts) or "capture IDs", seed)
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending: np.unique of numpy 2.4 took 20 s for 16M integers here, this 0.3 s."""
+    ranked = np.sort(values)
+    return ranked[np.concatenate(([True], ranked[1:] != ranked[:-1]))] if ranked.size else ranked
+
+
 def _first_occurrences(rows: np.ndarray) -> np.ndarray:
     """Each row once, in the order it was first chosen (a dict of 13M Python ints took a gigabyte)."""
     if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
@@ -185,8 +191,7 @@ def sample_rows(rng: np.random.Generator, n_rows: int, n: int) -> np.ndarray:
     while picked.size < n:
         short = n - picked.size
         draw = rng.integers(0, n_rows, size=short + short * n // n_rows + 64, dtype=np.int64)
-        picked = np.sort(np.concatenate((picked, draw)))  # (np.unique is ten times slower here)
-        picked = picked[np.concatenate(([True], picked[1:] != picked[:-1]))]
+        picked = distinct(np.concatenate((picked, draw)))
     return rng.permutation(picked)[:n]
 
 
