@@ -11,6 +11,7 @@ from ..locate import resolve_model
 from ..text import escape
 from .common import emit_outcomes, expand_models, handle_errors, show_value
 
+
 @click.command()
 @click.argument("models", metavar="MODEL...", nargs=-1, required=True)
 @click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
