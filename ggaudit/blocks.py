@@ -174,8 +174,11 @@ def decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
     """Decode field bits (as returned by :func:`field_bits`) to float64 values."""
     # Widening a signalling NaN raises FE_INVALID, which numpy turns into a RuntimeWarning on stderr;
     # the value is still NaN, which is what the caller wants to see.
+    # numpy 1.x cannot reinterpret a 0-d array as a dtype of another width: decode a 1-d view, then
+    # give the caller back the shape it passed.
+    bits = np.asarray(bits)
     with np.errstate(invalid="ignore"):
-        return _decode_bits(encoding, np.asarray(bits))
+        return _decode_bits(encoding, bits.reshape(-1)).reshape(bits.shape)
 
 
 def _decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:

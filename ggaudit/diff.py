@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import io
 from .diff_meta import MetadataChange, diff_metadata
-from .digests import pread_exact
 from .layout import Model, Tensor, open_model
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,8 @@ class _Files:
     def read_into(self, path: str, buf: memoryview, offset: int) -> None:
         fd = self._fds.get(path)
         if fd is None:
-            fd = self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        pread_exact(fd, path, buf, offset)
+            fd = self._fds[path] = io.open_fd(path)
+        io.pread_exact(fd, path, buf, offset)
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         buf = bytearray(length)

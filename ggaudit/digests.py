@@ -3,7 +3,7 @@
 The unit of reuse is the *chunk consumer*: any object with ``update(offset, data)``. A consumer is
 handed the bytes of a file in order, chunk after chunk, each chunk as a read-only ``memoryview`` and
 the absolute file ``offset`` of its first byte. ``read_through`` is the driver: it reads the file once
-with ``os.preadv`` into a small ring of reused buffers and gives every chunk to every consumer, so a
+with positioned reads (:mod:`ggaudit.io`) into a small ring of reused buffers and gives every chunk to every consumer, so a
 sha256 of the file, per-tensor xxh3 digests and a NaN scan can all share one read::
 
     sha = Sha256()
@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import xxhash
 
+from . import io
 from .errors import ReadError, UsageError
 
 log = logging.getLogger(__name__)
@@ -224,13 +225,13 @@ def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer
     lies past its end) or a read fails; OSError from opening propagates for the caller to report.
     With ``threaded=False`` everything runs in the calling thread (simpler to debug, slower).
     """
-    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = io.open_fd(path)
     try:
         if end is None:
             end = os.fstat(fd).st_size
         if not 0 <= start <= end:
             raise ValueError(f"bad range [{start}, {end})")
-        _advise_sequential(fd, start, end)
+        io.advise(fd, start, end - start, "sequential")
         reader = _ChunkReader(fd, os.fspath(path), start, end, chunk_size)
         if threaded and consumers:
             _run_threaded(reader, consumers, depth)
@@ -252,15 +253,6 @@ def hash_file(path: str | os.PathLike[str], algorithms: Sequence[str] = ("sha256
     return {name: h.hexdigest() for name, h in zip(algorithms, hashers)}
 
 
-def _advise_sequential(fd: int, start: int, end: int) -> None:
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        try:
-            advise(fd, start, end - start, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:     # only a hint; some file systems refuse it
-            pass
-
-
 class _ChunkReader:
     """Fills caller-owned buffers with consecutive chunks of ``[start, end)``."""
 
@@ -275,25 +267,10 @@ class _ChunkReader:
         if self.pos >= self.end:
             return None
         want = min(len(buf), self.end - self.pos)
-        pread_exact(self.fd, self.path, memoryview(buf)[:want], self.pos)
+        io.pread_exact(self.fd, self.path, memoryview(buf)[:want], self.pos)
         offset = self.pos
         self.pos += want
         return offset, want
-
-
-def pread_exact(fd: int, path: str, view: memoryview, offset: int) -> None:
-    """Fill ``view`` with the bytes at ``offset``; ReadError naming the offset if the file ends first
-    (it shrank or was replaced under us) or a read fails."""
-    got = 0
-    while got < len(view):
-        try:
-            n = os.preadv(fd, [view[got:]], offset + got)
-        except OSError as err:
-            raise ReadError(path, f"read failed: {err.strerror or err}", offset=offset + got) from err
-        if n == 0:
-            raise ReadError(path, f"file ended early: expected at least {offset + len(view)} bytes, "
-                            "it shrank or was replaced while being read", offset=offset + got)
-        got += n
 
 
 def _run_inline(reader: _ChunkReader, consumers: Sequence[ChunkConsumer]) -> None:

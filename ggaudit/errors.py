@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Union
 
-from .text import escape
+from .text import escape, escape_path
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -28,7 +28,7 @@ class GGAuditError(Exception):
     def __str__(self) -> str:
         parts = []
         if self.path is not None:
-            parts.append(escape(self.path))
+            parts.append(escape_path(self.path))
         if self.offset is not None:
             parts.append(f"offset {self.offset}")
         if self.field is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import stat
 import struct
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,7 +19,9 @@ from typing import Any, Mapping
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from .blocks import known_type, layout_of
+from . import io
 from .errors import FormatError, ReadError, UsageError
+from .io import FileIdentity
 
 log = logging.getLogger(__name__)
 
@@ -92,36 +93,6 @@ class MetaValue:
     value: Any
     offset: int
     nbytes: int = field(default=0, compare=False)  # of the value's encoding in the file, from offset
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """What tells us a file was replaced or resized between opening and reading it."""
-
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> FileIdentity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-    @classmethod
-    def now(cls, path: str | os.PathLike[str], when: str) -> FileIdentity:
-        """The identity of *path* now; a file gone since is a ReadError "file changed *when*"."""
-        try:
-            return cls.of(os.stat(path))
-        except OSError as err:
-            raise ReadError(path, f"file changed {when}: {err.strerror}") from None
-
-    def check(self, path: str | os.PathLike[str], when: str) -> None:
-        """Raise ReadError if *path* is no longer this file: an answer about bytes that are no longer
-        there would be silently wrong, so callers check before reporting what they read."""
-        now = FileIdentity.now(path, when)
-        if now != self:
-            raise ReadError(path, f"file changed {when} (replaced, resized or rewritten: size {self.size} -> "
-                            f"{now.size}, mtime {self.mtime_ns} -> {now.mtime_ns})")
 
 
 @dataclass(frozen=True)
@@ -239,7 +210,7 @@ class _Cursor:
             return
         want = max(n, _CHUNK)
         try:
-            data = os.pread(self.fd, min(want, remaining), self.pos)
+            data = io.pread(self.fd, min(want, remaining), self.pos)
         except OSError as err:
             raise ReadError(self.path, f"read failed: {err.strerror}", offset=self.pos) from None
         if len(data) < n:
@@ -477,25 +448,10 @@ def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tup
         for t in raw)
 
 
-def _open_readonly(path: str) -> tuple[int, os.stat_result]:
-    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; it changes
-    # nothing for a regular file, and anything else is refused below.
-    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        raise ReadError(path, f"cannot open: {err.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise ReadError(path, "not a regular file" if not stat.S_ISDIR(st.st_mode) else "is a directory")
-    return fd, st
-
-
 def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """Open one GGUF file read-only and return its validated layout; FormatError if malformed."""
     path = os.fspath(path)
-    fd, st = _open_readonly(path)
+    fd, st = io.open_readonly(path)
     try:
         cur = _Cursor(fd, path, st.st_size)
         version, alignment, data_offset, metadata, raw = _parse(cur)

@@ -14,7 +14,6 @@ import logging
 import mmap
 import os
 import platform
-import stat
 import struct
 import sys
 import threading
@@ -23,7 +22,9 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from . import io
 from .errors import ReadError
+from .io import address_of
 
 log = logging.getLogger(__name__)
 
@@ -101,15 +102,6 @@ def vm_read() -> Any:
     return _VM_READ or None
 
 
-def buffer_address(view: memoryview) -> int:
-    """The memory address of a writable buffer (to check alignment and to hand to kernel32)."""
-    anchor = ctypes.c_char.from_buffer(view)
-    try:
-        return ctypes.addressof(anchor)
-    finally:
-        del anchor
-
-
 class Buffer:
     """A writable buffer a reader may read into; page-aligned (mmap) unless a platform allocator is used."""
 
@@ -127,7 +119,7 @@ class Buffer:
 
     @property
     def address(self) -> int:
-        return buffer_address(self.view) if self.size else 0
+        return address_of(self.view) if self.size else 0
 
     def poison(self, n: int) -> None:
         self.view[:n] = self._poison[:n]
@@ -162,7 +154,7 @@ def same_bytes(a: memoryview, b: memoryview) -> bool:
         return False
     if len(a) < 4096:
         return bytes(a) == bytes(b)
-    return _memcmp()(buffer_address(a), buffer_address(b), len(a)) == 0
+    return _memcmp()(address_of(a), address_of(b), len(a)) == 0
 
 
 _POISON_CACHE: dict[int, memoryview] = {}
@@ -177,19 +169,14 @@ def _poison_bytes(n: int) -> memoryview:
 
 
 def _open_fd(path: str, extra_flags: int = 0) -> tuple[int, int]:
-    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0) | extra_flags
     try:
-        fd = os.open(path, flags)
+        fd = io.open_fd(path, extra_flags)
     except OSError as err:
         if extra_flags and err.errno == errno.EINVAL:
             raise DirectIOUnavailable(path, "the filesystem refuses direct I/O (open with O_DIRECT: "
                                             "EINVAL)") from None
-        raise ReadError(path, f"cannot open: {err.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise ReadError(path, "not a regular file")
-    return fd, st.st_size
+        raise io.open_error(path, err) from None
+    return fd, io.require_regular(fd, path).st_size
 
 
 _R = TypeVar("_R", bound="Reader")
@@ -234,7 +221,8 @@ class Reader:
 
 
 class BufferedReader(Reader):
-    """Plain positioned reads through the page cache: ``os.preadv``, one request per call."""
+    """Plain positioned reads through the page cache (``pread``; ``ReadFile`` at an offset on Windows),
+    one request per call."""
 
     mode = "buffered"
 
@@ -245,14 +233,14 @@ class BufferedReader(Reader):
 
     def read_into(self, view: memoryview, offset: int) -> int:
         try:
-            return os.preadv(self.fd, [view], offset)
+            return io.pread_into(self.fd, view, offset)
         except OSError as err:
             raise self._failed(err, offset, len(view)) from err
 
     def read_exact(self, offset: int, length: int) -> bytes:
         """The reference read: loop over short reads; a file that ends early is a ReadError."""
         try:
-            data = os.pread(self.fd, length, offset)
+            data = io.pread(self.fd, length, offset)
         except OSError as err:
             raise self._failed(err, offset, length) from err
         if len(data) == length:
@@ -267,8 +255,7 @@ class BufferedReader(Reader):
     def will_need(self, offset: int, length: int) -> None:
         """Ask the kernel to start reading [offset, offset + length) into the page cache in the background,
         where it can (Linux, BSD): a later read of the range then overlaps whatever ran meanwhile."""
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(self.fd, offset, length, os.POSIX_FADV_WILLNEED)
+        io.advise(self.fd, offset, length, "willneed")
 
     def read_exact_into(self, view: memoryview, offset: int) -> None:
         """read_exact into a caller's buffer (no allocation): loops over short reads, ReadError at EOF."""
@@ -276,7 +263,7 @@ class BufferedReader(Reader):
         while done < len(view):
             part = view[done:]
             try:
-                n = os.preadv(self.fd, [part], offset + done)
+                n = io.pread_into(self.fd, part, offset + done)
             except OSError as err:
                 raise self._failed(err, offset + done, len(part)) from err
             finally:
@@ -338,7 +325,7 @@ class MmapReader(Reader):
                 local, remote = self._iovecs.pair
             except AttributeError:  # this thread's first read: its own pair, reused by every later read
                 local, remote = self._iovecs.pair = (_IOVec(), _IOVec())
-            local.base, local.len = buffer_address(view), n
+            local.base, local.len = address_of(view), n
             remote.base, remote.len = self._base + offset, n
             got = self._vm_read(_PID[0], ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
             if got != n:
@@ -429,7 +416,7 @@ class LinuxDirectReader(BufferedReader):
         for align in dict.fromkeys((self.alignment.offset, FALLBACK_DIO_ALIGN)):
             buf = Buffer(align)
             try:
-                os.preadv(self.fd, [buf.view], 0)
+                io.pread_into(self.fd, buf.view, 0)
             except OSError as err:
                 if err.errno != errno.EINVAL:
                     raise self._failed(err, 0, align) from err
@@ -444,13 +431,13 @@ class LinuxDirectReader(BufferedReader):
 
     def read_into(self, view: memoryview, offset: int) -> int:
         try:
-            return os.preadv(self.fd, [view], offset)
+            return io.pread_into(self.fd, view, offset)
         except OSError as err:
             if err.errno == errno.EINVAL:
                 a = self.alignment
                 raise ReadError(self.path, f"direct read of {len(view)} bytes failed: EINVAL (offset and "
                                            f"length must be multiples of {a.offset}, the buffer address of "
-                                           f"{a.memory}; buffer at 0x{buffer_address(view):x})",
+                                           f"{a.memory}; buffer at 0x{address_of(view):x})",
                                 offset=offset) from err
             raise self._failed(err, offset, len(view)) from err
 
@@ -486,7 +473,6 @@ OPEN_EXISTING = 3
 FILE_FLAG_NO_BUFFERING = 0x20000000
 FILE_STORAGE_INFO_CLASS = 16  # FILE_INFO_BY_HANDLE_CLASS.FileStorageInfo
 MEM_COMMIT, MEM_RESERVE, MEM_RELEASE, PAGE_READWRITE = 0x1000, 0x2000, 0x8000, 0x04
-ERROR_HANDLE_EOF = 38
 ERROR_INVALID_PARAMETER = 87
 INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
 
@@ -498,31 +484,6 @@ class FILE_STORAGE_INFO(ctypes.Structure):
         "ByteOffsetForPartitionAlignment")]
 
 
-class OVERLAPPED(ctypes.Structure):
-    _fields_ = [("Internal", ctypes.c_size_t), ("InternalHigh", ctypes.c_size_t),
-                ("Offset", ctypes.c_uint32), ("OffsetHigh", ctypes.c_uint32), ("hEvent", ctypes.c_void_p)]
-
-
-def _real_kernel32() -> Any:
-    """kernel32 with the prototypes this module uses, and GetLastError from ctypes' saved copy."""
-    lib = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-    vp, u32, p = ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER
-    protos = {
-        "CreateFileW": (vp, [ctypes.c_wchar_p, u32, u32, vp, u32, u32, vp]),
-        "GetFileSizeEx": (ctypes.c_int, [vp, p(ctypes.c_int64)]),
-        "GetFileInformationByHandleEx": (ctypes.c_int, [vp, ctypes.c_int, vp, u32]),
-        "VirtualAlloc": (vp, [vp, ctypes.c_size_t, u32, u32]),
-        "VirtualFree": (ctypes.c_int, [vp, ctypes.c_size_t, u32]),
-        "ReadFile": (ctypes.c_int, [vp, vp, u32, p(u32), p(OVERLAPPED)]),
-        "CloseHandle": (ctypes.c_int, [vp]),
-    }
-    for name, (res, args) in protos.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    lib.GetLastError = ctypes.get_last_error  # type: ignore[attr-defined]
-    return lib
-
-
 class WindowsDirectReader(Reader):
     """CreateFileW + FILE_FLAG_NO_BUFFERING: offset and length in whole sectors, buffers from VirtualAlloc.
 
@@ -532,7 +493,7 @@ class WindowsDirectReader(Reader):
     mode = "direct"
 
     def __init__(self, path: str, kernel32: Any = None) -> None:
-        self.k = kernel32 if kernel32 is not None else _real_kernel32()
+        self.k = kernel32 if kernel32 is not None else io.kernel32()
         handle = self.k.CreateFileW(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, None,
                                     OPEN_EXISTING, FILE_FLAG_NO_BUFFERING, None)
         if handle is None or handle in (-1, INVALID_HANDLE_VALUE):
@@ -566,14 +527,13 @@ class WindowsDirectReader(Reader):
         return Buffer(size, view, lambda: self.k.VirtualFree(addr, 0, MEM_RELEASE))
 
     def read_into(self, view: memoryview, offset: int) -> int:
-        ov = OVERLAPPED()
-        ov.Offset, ov.OffsetHigh = offset & 0xFFFFFFFF, offset >> 32
         got = ctypes.c_uint32(0)
-        ok = self.k.ReadFile(self.handle, buffer_address(view), len(view), ctypes.pointer(got), ctypes.pointer(ov))
+        ok = self.k.ReadFile(self.handle, address_of(view), len(view), ctypes.pointer(got),
+                             ctypes.pointer(io.overlapped_at(offset)))
         if ok:
             return got.value  # TRUE with 0 bytes is the other documented end-of-file answer
         err = self.k.GetLastError()
-        if err == ERROR_HANDLE_EOF:
+        if err == io.ERROR_HANDLE_EOF:
             return 0
         why = f"Windows error {err}"
         if err == ERROR_INVALID_PARAMETER:
@@ -599,6 +559,8 @@ def open_reader(path: str, mode: str, *, system: str | None = None, kernel32: An
         return MmapReader(path)
     if mode != "direct":
         raise ValueError(f"unknown read path {mode!r}")
+    if os.path.isdir(path):  # O_DIRECT says EINVAL and CreateFileW "access denied" for a folder
+        raise ReadError(path, "is a directory")
     if system.startswith("linux"):
         if not hasattr(os, "O_DIRECT"):
             raise DirectIOUnavailable(path, "this Python has no O_DIRECT")

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .text import escape
+from .text import escape, escape_path
 
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier")
@@ -50,7 +50,7 @@ def format_value(value: float | None) -> str:
 def location(path: str, offset: int, length: int, *, tensor: str | None = None, row: int | None = None,
              block: int | None = None, column: int | None = None, width: int | None = None) -> str:
     """Where a finding is, fio style: file, absolute offset and length first, then the tensor position."""
-    parts = [f"file {escape(path)} offset {offset}, length {length}"]
+    parts = [f"file {escape_path(path)} offset {offset}, length {length}"]
     where = []
     if tensor is not None:
         where.append(f"tensor {escape(tensor)}")
@@ -224,11 +224,11 @@ def counts_text(counts: Mapping[str, int]) -> str:
 def render_text(report: ScanReport) -> Iterator[str]:
     """The report as lines for a terminal; names are escaped, offsets decimal, bits hex."""
     total_bytes = report.stats.bytes
-    yield (f"model {escape(report.model)}: {_count(len(report.tensors), 'tensor')}, {total_bytes} bytes of "
+    yield (f"model {escape_path(report.model)}: {_count(len(report.tensors), 'tensor')}, {total_bytes} bytes of "
            f"tensor data scanned in {_count(len(report.files), 'file')}")
     for d in report.digests:
         for algorithm, digest in d.digests.items():
-            yield f"{algorithm}  {digest}  {escape(d.path)}"
+            yield f"{algorithm}  {digest}  {escape_path(d.path)}"
     not_applicable = []
     for t in report.tensors:
         if t.check == CHECK_NONE:

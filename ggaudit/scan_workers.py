@@ -22,7 +22,9 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .errors import ReadError
-from .layout import FileIdentity, GGUFFile
+from . import io
+from .io import FileIdentity
+from .layout import GGUFFile
 from .scan_kernel import Acc, Options, Plan, by_file, scan_units
 
 log = logging.getLogger(__name__)
@@ -98,10 +100,10 @@ def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
     Float elements are mapped too: reading them into a buffer (a copy) measured dearer here than the
     mapping's page faults.
     """
-    fd = os.open(task.path, os.O_RDONLY)
+    fd = io.open_fd(task.path)
     try:
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (task.identity.device, task.identity.inode) or st.st_size < task.end:
+        if not task.identity.same_file(st) or st.st_size < task.end:
             raise ReadError(task.path, f"file changed during scan (now {st.st_size} bytes, expected "
                             f"{task.identity.size})", offset=task.end)
         base = task.start - task.start % mmap.ALLOCATIONGRANULARITY

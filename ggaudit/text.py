@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 _SAFE_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -22,3 +24,11 @@ def escape(text: str) -> str:
     if text.isprintable() and "\\" not in text:
         return text
     return "".join(_escape_char(ch) for ch in text)
+
+
+def escape_path(path: str, sep: str = os.sep) -> str:
+    """*path* escaped for a terminal. Where the separator is a backslash (Windows), it cannot be part of a
+    name, so it is shown as it is, once: ``fixtures\\all_types.gguf``, not doubled."""
+    if sep != "\\":
+        return escape(path)
+    return sep.join(escape(part) for part in path.split(sep))

@@ -15,7 +15,7 @@ import pytest
 from fake_kernel32 import FILE_FLAG_NO_BUFFERING, FakeKernel32
 from ggaudit import readers
 from ggaudit.errors import ReadError
-from ggaudit.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
+from ggaudit.readers import (MODES, POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
                              MacNoCacheReader, MmapReader, WindowsDirectReader, dio_alignment,
                              is_short, map_view, open_reader, same_bytes)
 
@@ -240,9 +240,18 @@ def test_mmap_reads_of_a_shrunk_file_name_the_first_missing_byte(blob: tuple[str
         buf.close()
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_directory_is_refused_as_one(tmp_path: Path, mode: str) -> None:
+    # Windows refuses to open a folder with EACCES; the message says what it is on every OS.
+    with pytest.raises(ReadError, match=": is a directory$"):
+        open_reader(str(tmp_path), mode).close()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX-only")
 def test_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
     with pytest.raises(ReadError, match="not a regular file"):
-        BufferedReader(str(tmp_path))
+        BufferedReader(str(tmp_path / "fifo"))
 
 
 def test_unknown_platform_has_no_direct_path(blob: tuple[str, bytes]) -> None:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
 import ggaudit.scan as scan_module
+from ggaudit import io
 from ggaudit.blocks import LAYOUTS
 from ggaudit.build import TensorSpec, write_gguf
 from ggaudit.cli import main
@@ -53,31 +54,28 @@ def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture()
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
-    """Every (path, offset, bytes read) of os.preadv and os.pread from the moment it is requested."""
-    log: list[tuple[str, int, int]] = []
-    real_preadv, real_pread = os.preadv, os.pread
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[os.stat_result, int, int]]:
+    """Every (file's stat, offset, bytes read) of ggaudit's positioned reads from the moment it is requested."""
+    log: list[tuple[os.stat_result, int, int]] = []
+    real_pread_into, real_pread = io.pread_into, io.pread
 
-    def name(fd: int) -> str:
-        return os.readlink(f"/proc/self/fd/{fd}")
-
-    def preadv(fd: int, buffers: Any, offset: int, *args: Any) -> int:
-        n = real_preadv(fd, buffers, offset, *args)
-        log.append((name(fd), offset, n))
+    def pread_into(fd: int, view: memoryview, offset: int) -> int:
+        n = real_pread_into(fd, view, offset)
+        log.append((os.fstat(fd), offset, n))
         return n
 
     def pread(fd: int, n: int, offset: int) -> bytes:
         data = real_pread(fd, n, offset)
-        log.append((name(fd), offset, len(data)))
+        log.append((os.fstat(fd), offset, len(data)))
         return data
 
-    monkeypatch.setattr(os, "preadv", preadv)
-    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(io, "pread_into", pread_into)
+    monkeypatch.setattr(io, "pread", pread)
     return log
 
 
-def _assert_read_once(log: list[tuple[str, int, int]], path: Path) -> None:
-    mine = sorted((offset, n) for p, offset, n in log if os.path.samefile(p, path))
+def _assert_read_once(log: list[tuple[os.stat_result, int, int]], path: Path) -> None:
+    mine = sorted((offset, n) for st, offset, n in log if os.path.samestat(st, path.stat()))
     pos = 0
     for offset, n in mine:
         assert offset == pos, f"byte {pos} of {path} read {'twice' if offset < pos else 'never'}"
@@ -87,7 +85,7 @@ def _assert_read_once(log: list[tuple[str, int, int]], path: Path) -> None:
 
 @pytest.mark.parametrize("chunk", [4097, 8 << 20])
 def test_one_read_gives_sha256_and_the_same_findings(tmp_path: Path, chunk: int,
-                                                     reads: list[tuple[str, int, int]],
+                                                     reads: list[tuple[os.stat_result, int, int]],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.gguf"
     offsets = _model(path)
@@ -113,7 +111,7 @@ def test_one_read_gives_sha256_and_the_same_findings(tmp_path: Path, chunk: int,
 
 
 def test_split_set_gets_one_sha256_per_shard_each_read_once(tmp_path: Path,
-                                                            reads: list[tuple[str, int, int]]) -> None:
+                                                            reads: list[tuple[os.stat_result, int, int]]) -> None:
     shards = write_split_set(tmp_path)
     model = open_model(shards[1])
     reads.clear()

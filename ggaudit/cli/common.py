@@ -14,7 +14,7 @@ from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overal
 from ..errors import GGAuditError
 from ..layout import ArrayValue
 from ..locate import resolve_model
-from ..text import escape
+from ..text import escape, escape_path
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
@@ -34,7 +34,8 @@ class OneLineErrorsGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as err:
             where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
-            fail(escape(err.format_message()) + where)
+            # The message quotes the paths the user typed: shown as paths (Windows' separator once).
+            fail(escape_path(err.format_message()) + where)
 
 
 def handle_errors(func: F) -> F:
@@ -55,7 +56,7 @@ def handle_errors(func: F) -> F:
 
 
 def _describe_os_error(err: OSError) -> str:
-    where = escape(str(err.filename)) + ": " if err.filename is not None else ""
+    where = escape_path(str(err.filename)) + ": " if err.filename is not None else ""
     return f"{where}{err.strerror or err}"
 
 

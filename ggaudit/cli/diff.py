@@ -11,7 +11,7 @@ from ..diff import DiffReport, TensorDataDiff, diff_paths
 from ..diff_meta import MetadataChange
 from ..info import value_to_json
 from ..locate import resolve_model
-from ..text import escape
+from ..text import escape, escape_path
 from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, show_value
 
 
@@ -82,15 +82,15 @@ def describe_data_diff(d: TensorDataDiff) -> list[str]:
         f"DIFFER tensor {escape(d.name)} ({d.ggml_type} {_shape(d.shape)}): {d.rows_differing} of {d.n_rows} "
         f"rows differ",
         f"  first at row {f.row}, block {f.block}, {cols}, byte {f.byte_in_block} of the {f.block_bytes}-byte block",
-        f"  a: file {escape(d.path_a)}, offset {f.offset_a}, length {f.block_bytes}",
-        f"  b: file {escape(d.path_b)}, offset {f.offset_b}, length {f.block_bytes}",
+        f"  a: file {escape_path(d.path_a)}, offset {f.offset_a}, length {f.block_bytes}",
+        f"  b: file {escape_path(d.path_b)}, offset {f.offset_b}, length {f.block_bytes}",
         f"  expected (a): {f.raw_a.hex()}",
         f"  actual   (b): {f.raw_b.hex()}",
     ]
 
 
 def render_diff(report: DiffReport) -> list[str]:
-    lines = [f"diff a: {escape(report.a)}", f"diff b: {escape(report.b)}"]
+    lines = [f"diff a: {escape_path(report.a)}", f"diff b: {escape_path(report.b)}"]
     lines.extend(describe_metadata_change(c) for c in report.metadata)
     lines.extend(f"ONLY-IN-A tensor {escape(name)}" for name in report.only_in_a)
     lines.extend(f"ONLY-IN-B tensor {escape(name)}" for name in report.only_in_b)

@@ -8,7 +8,7 @@ from ..info import bytes_per_type, model_to_json
 from ..batch import run_models
 from ..layout import MetaValue, Model, open_model
 from ..locate import resolve_model
-from ..text import escape
+from ..text import escape, escape_path
 from .common import emit_outcomes, expand_models, handle_errors, show_value
 
 
@@ -34,9 +34,9 @@ def _meta_line(key: str, entry: MetaValue) -> str:
 
 
 def render_info(model: Model) -> list[str]:
-    lines = [f"model: {escape(model.source)}"]
+    lines = [f"model: {escape_path(model.source)}"]
     for f in model.files:
-        lines.append(f"file: {escape(f.path)}: GGUF v{f.version}, {f.size} bytes, alignment {f.alignment}, "
+        lines.append(f"file: {escape_path(f.path)}: GGUF v{f.version}, {f.size} bytes, alignment {f.alignment}, "
                      f"data at offset {f.data_offset}, {len(f.tensors)} tensors, {len(f.metadata)} metadata keys")
     lines.append(f"architecture: {escape(model.architecture or '(none)')}")
     lines.append(f"tensors: {len(model.tensors)}")

@@ -8,7 +8,7 @@ from ..layout import open_model
 from ..locate import resolve_model
 from ..manifests.tensor import (DEFAULT_GROUP_BYTES, build_tensor_manifest, tensor_manifest_to_json,
                                write_tensor_manifest)
-from ..text import escape
+from ..text import escape, escape_path
 from .common import EXIT_CLEAN, emit_json, handle_errors
 
 
@@ -33,7 +33,7 @@ def manifest(model: str, output: str, group_bytes: int, store: str | None, as_js
         emit_json(tensor_manifest_to_json(built))
     else:
         groups = sum(len(t.groups) for t in built.tensors)
-        click.echo(f"wrote {escape(output)}: {len(built.files)} file(s), {len(built.tensors)} tensors, "
+        click.echo(f"wrote {escape_path(output)}: {len(built.files)} file(s), {len(built.tensors)} tensors, "
                    f"{groups} row groups")
         for f in built.files:
             click.echo(f"  {escape(f.name)}: {f.size} bytes, sha256 {f.sha256}")

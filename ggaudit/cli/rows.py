@@ -7,7 +7,7 @@ import click
 from ..errors import UsageError
 from ..readers import MODES
 from ..rows import Geometry, Mismatch, RowsReport, ShortRead, check_rows
-from ..text import escape
+from ..text import escape, escape_path
 from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, stderr_is_tty
 
 
@@ -88,7 +88,7 @@ def render_mismatch(m: Mismatch) -> list[str]:
     other = f" (row {m.other_row})" if m.other_row is not None else ""
     lines = [
         f"mismatch: {m.path} row {m.row} [{m.kind}{other}] ({m.stage})",
-        f"  file {escape(m.file)}, offset {m.row_offset} (0x{m.row_offset:x}), length {m.length}",
+        f"  file {escape_path(m.file)}, offset {m.row_offset} (0x{m.row_offset:x}), length {m.length}",
         f"  tensor {escape(m.tensor)}, row {m.row}, block {m.block}, column {m.column} "
         f"(byte {m.byte} of the row, offset {m.offset} (0x{m.offset:x}))",
         f"  expected: {m.expected}",
@@ -103,13 +103,13 @@ def render_mismatch(m: Mismatch) -> list[str]:
 
 
 def render_short(s: ShortRead) -> str:
-    return (f"short read: {s.path} ({s.stage}) file {escape(s.file)}, offset {s.offset} (0x{s.offset:x}), "
+    return (f"short read: {s.path} ({s.stage}) file {escape_path(s.file)}, offset {s.offset} (0x{s.offset:x}), "
             f"asked {s.requested} bytes, got {s.returned}, not at end of file")
 
 
 def render(report: RowsReport) -> list[str]:
     r = report
-    lines = [f"file {escape(r.file)}",
+    lines = [f"file {escape_path(r.file)}",
              f"tensor {escape(r.tensor)}: {r.ggml_type}, {r.n_cols} columns, {r.row_bytes}-byte rows, "
              f"{r.n_rows} rows at offset {r.table_offset}",
              f"rows: {r.rows_checked} ({escape(r.selection)}); crossing: {_geometry(r.geometry)}"]
@@ -124,7 +124,7 @@ def render(report: RowsReport) -> list[str]:
     if r.capture is not None:
         c = r.capture
         diff = f", max abs diff {c.max_abs_diff:g}" if c.max_abs_diff is not None else ""
-        lines.append(f"capture {escape(c.file)}: {c.rows} {c.kind} rows ({c.dtype}), "
+        lines.append(f"capture {escape_path(c.file)}: {c.rows} {c.kind} rows ({c.dtype}), "
                      f"{c.mismatched_rows} differ{diff}")
     for m in r.mismatches:
         lines.extend(render_mismatch(m))

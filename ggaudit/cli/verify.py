@@ -11,7 +11,7 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..locate import OLLAMA_PREFIX, resolve_model
-from ..text import escape
+from ..text import escape, escape_path
 from ..verify import (Mismatch, VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
                       verify_tensor_manifest)
 from .common import emit_outcomes, handle_errors, hint
@@ -82,7 +82,7 @@ def report_to_json(report: VerifyReport) -> dict[str, Any]:
 
 def describe_mismatch(m: Mismatch) -> list[str]:
     """fio style: where (file, offset, length; tensor, rows), what, then expected before actual."""
-    where = [f"file {escape(m.path)}"]
+    where = [f"file {escape_path(m.path)}"]
     if m.offset is not None:
         where.append(f"offset {m.offset}")
     if m.length is not None:
@@ -102,10 +102,10 @@ def describe_mismatch(m: Mismatch) -> list[str]:
 
 
 def render_report(report: VerifyReport) -> list[str]:
-    lines = [f"verify {report.kind}: {escape(report.source)}"]
+    lines = [f"verify {report.kind}: {escape_path(report.source)}"]
     for item in report.checked:
         if item.ok:
-            lines.append(f"ok {item.algorithm} {item.digest}: file {escape(item.path)}, {item.size} bytes "
+            lines.append(f"ok {item.algorithm} {item.digest}: file {escape_path(item.path)}, {item.size} bytes "
                          f"({escape(item.subject)})")
     for m in report.mismatches:
         lines.extend(describe_mismatch(m))

@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from .. import io
 from ..errors import ManifestError
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,8 @@ HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 def read_text(path: Path, what: str) -> str:
     """Read a small text file, refusing huge ones and reporting undecodable bytes with their offset."""
-    # O_NONBLOCK so a FIFO cannot hang the open; only regular files are read.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0))
+    # Opened without blocking, so a FIFO cannot hang the open; only regular files are read.
+    fd = io.open_fd(path)
     with open(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

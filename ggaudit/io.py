@@ -1,0 +1,226 @@
+"""The one place that opens files read-only and reads at an offset, on every platform.
+
+POSIX: ``os.open`` with ``O_RDONLY | O_CLOEXEC | O_NONBLOCK`` (so a FIFO cannot hang the open; it changes
+nothing for a regular file) and ``os.pread``/``os.preadv``. Windows CPython has neither: there a read is
+``ReadFile`` on the descriptor's handle with the offset in an ``OVERLAPPED``, so threads sharing one
+descriptor never race on a file pointer, and ``ERROR_HANDLE_EOF`` (38) is the end of the file.
+
+Every module that reads a file opens it here (``open_readonly``) and reads it here (``pread``,
+``pread_into``, ``pread_exact``); the read paths in :mod:`ggaudit.readers` that need more of the OS
+(O_DIRECT, FILE_FLAG_NO_BUFFERING, F_NOCACHE) still open their descriptors through :func:`open_fd`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import ReadError
+
+WINDOWS = sys.platform == "win32"
+
+#: Flags every read-only open uses. O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+#: writer forever. O_BINARY: Windows' C runtime would otherwise translate line ends.
+READ_FLAGS = (os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+              | getattr(os, "O_NOINHERIT", 0) | getattr(os, "O_NONBLOCK", 0))
+
+#: Largest single Windows request: ReadFile counts bytes in a DWORD. Linux caps one read a little
+#: under 2 GiB too, so callers already loop (pread_exact) or treat the count as one request's answer.
+_MAX_REQUEST = 1 << 30
+
+ERROR_HANDLE_EOF = 38
+
+
+def open_fd(path: str | os.PathLike[str], extra_flags: int = 0) -> int:
+    """A read-only descriptor of *path* (``extra_flags`` such as ``O_DIRECT`` added); OSError as raised."""
+    return os.open(path, READ_FLAGS | extra_flags)
+
+
+def open_error(path: str | os.PathLike[str], err: OSError) -> ReadError:
+    """The one-line error for a failed open. Windows refuses to open a folder with EACCES: say what it is."""
+    if isinstance(err, PermissionError) and os.path.isdir(path):
+        return ReadError(path, "is a directory")
+    return ReadError(path, f"cannot open: {err.strerror or err}")
+
+
+def require_regular(fd: int, path: str | os.PathLike[str]) -> os.stat_result:
+    """The stat of *fd* if it is a regular file; otherwise close it and raise ReadError saying what it is."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ReadError(path, "is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    return st
+
+
+def open_readonly(path: str | os.PathLike[str], extra_flags: int = 0) -> tuple[int, os.stat_result]:
+    """Open a regular file read-only; returns (descriptor, its stat). ReadError for anything else."""
+    try:
+        fd = open_fd(path, extra_flags)
+    except OSError as err:
+        raise open_error(path, err) from None
+    return fd, require_regular(fd, path)
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What tells us a file was replaced or resized between opening and reading it."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def now(cls, path: str | os.PathLike[str], when: str) -> FileIdentity:
+        """The identity of *path* now; a file gone since is a ReadError "file changed *when*"."""
+        try:
+            return cls.of(os.stat(path))
+        except OSError as err:
+            raise ReadError(path, f"file changed {when}: {err.strerror}") from None
+
+    def same_file(self, st: os.stat_result) -> bool:
+        return (st.st_dev, st.st_ino) == (self.device, self.inode)
+
+    def check(self, path: str | os.PathLike[str], when: str) -> None:
+        """Raise ReadError if *path* is no longer this file: an answer about bytes that are no longer
+        there would be silently wrong, so callers check before reporting what they read."""
+        now = FileIdentity.now(path, when)
+        if now != self:
+            raise ReadError(path, f"file changed {when} (replaced, resized or rewritten: size {self.size} -> "
+                            f"{now.size}, mtime {self.mtime_ns} -> {now.mtime_ns})")
+
+
+# --- positioned reads ------------------------------------------------------------------------------
+
+class OVERLAPPED(ctypes.Structure):
+    _fields_ = [("Internal", ctypes.c_size_t), ("InternalHigh", ctypes.c_size_t),
+                ("Offset", ctypes.c_uint32), ("OffsetHigh", ctypes.c_uint32), ("hEvent", ctypes.c_void_p)]
+
+
+def overlapped_at(offset: int) -> OVERLAPPED:
+    """An OVERLAPPED that positions a synchronous ReadFile at *offset*."""
+    ov = OVERLAPPED()
+    ov.Offset, ov.OffsetHigh = offset & 0xFFFFFFFF, offset >> 32
+    return ov
+
+
+_KERNEL32: Any = None
+
+
+def kernel32() -> Any:
+    """kernel32 with the prototypes ggaudit uses, and GetLastError from ctypes' saved copy (Windows only)."""
+    global _KERNEL32
+    if _KERNEL32 is None:
+        lib = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        vp, u32, p = ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER
+        protos = {
+            "CreateFileW": (vp, [ctypes.c_wchar_p, u32, u32, vp, u32, u32, vp]),
+            "GetFileSizeEx": (ctypes.c_int, [vp, p(ctypes.c_int64)]),
+            "GetFileInformationByHandleEx": (ctypes.c_int, [vp, ctypes.c_int, vp, u32]),
+            "VirtualAlloc": (vp, [vp, ctypes.c_size_t, u32, u32]),
+            "VirtualFree": (ctypes.c_int, [vp, ctypes.c_size_t, u32]),
+            "ReadFile": (ctypes.c_int, [vp, vp, u32, p(u32), p(OVERLAPPED)]),
+            "CloseHandle": (ctypes.c_int, [vp]),
+        }
+        for name, (res, args) in protos.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        lib.GetLastError = ctypes.get_last_error  # type: ignore[attr-defined]
+        _KERNEL32 = lib
+    return _KERNEL32
+
+
+def address_of(view: memoryview) -> int:
+    """The memory address of a writable buffer (to hand to the OS, or to check its alignment)."""
+    anchor = ctypes.c_char.from_buffer(view)
+    try:
+        return ctypes.addressof(anchor)
+    finally:
+        del anchor
+
+
+def _win_read(fd: int, address: int, length: int, offset: int) -> int:
+    import msvcrt
+    k = kernel32()
+    got = ctypes.c_uint32(0)
+    ov = overlapped_at(offset)
+    if k.ReadFile(msvcrt.get_osfhandle(fd), address, min(length, _MAX_REQUEST), ctypes.byref(got),
+                  ctypes.byref(ov)):
+        return got.value
+    code = k.GetLastError()
+    if code == ERROR_HANDLE_EOF:
+        return 0
+    raise ctypes.WinError(code)  # type: ignore[attr-defined]
+
+
+def _win_pread_into(fd: int, view: memoryview, offset: int) -> int:
+    if not len(view):
+        return 0
+    return _win_read(fd, address_of(view), len(view), offset)
+
+
+def _win_pread(fd: int, length: int, offset: int) -> bytes:
+    if length <= 0:
+        return b""
+    buf = ctypes.create_string_buffer(min(length, _MAX_REQUEST))
+    got = _win_read(fd, ctypes.addressof(buf), len(buf), offset)
+    return buf.raw if got == len(buf) else ctypes.string_at(buf, got)
+
+
+def _posix_pread(fd: int, length: int, offset: int) -> bytes:
+    return os.pread(fd, length, offset)
+
+
+def _posix_pread_into(fd: int, view: memoryview, offset: int) -> int:
+    return os.preadv(fd, [view], offset)
+
+
+#: ``pread(fd, length, offset)``: up to *length* bytes at *offset* in one request, b"" at the end of the file.
+#: ``pread_into(fd, view, offset)``: one request into *view*; how many bytes arrived (0 at the end).
+#: Bound once here rather than dispatched per call: the row gather makes millions of these calls.
+pread: Callable[[int, int, int], bytes]
+pread_into: Callable[[int, memoryview, int], int]
+if WINDOWS:
+    pread, pread_into = _win_pread, _win_pread_into
+else:
+    pread, pread_into = _posix_pread, _posix_pread_into
+
+
+def pread_exact(fd: int, path: str | os.PathLike[str], view: memoryview, offset: int) -> None:
+    """Fill ``view`` with the bytes at ``offset``; ReadError naming the offset if the file ends first
+    (it shrank or was replaced under us) or a read fails."""
+    got = 0
+    while got < len(view):
+        part = view[got:]
+        try:
+            n = pread_into(fd, part, offset + got)
+        except OSError as err:
+            raise ReadError(path, f"read failed: {err.strerror or err}", offset=offset + got) from err
+        finally:
+            part.release()
+        if n == 0:
+            raise ReadError(path, f"file ended early: expected at least {offset + len(view)} bytes, "
+                            "it shrank or was replaced while being read", offset=offset + got)
+        got += n
+
+
+# --- hints ------------------------------------------------------------------------------------------
+
+def advise(fd: int, offset: int, length: int, advice: str) -> None:
+    """posix_fadvise(*advice*: "sequential" or "willneed") where the OS has it; only a hint, so a refusal
+    and a platform without it (Windows, macOS) change nothing."""
+    fn = getattr(os, "posix_fadvise", None)
+    if fn is None:
+        return
+    try:
+        fn(fd, offset, length, os.POSIX_FADV_SEQUENTIAL if advice == "sequential" else os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass

@@ -1,0 +1,163 @@
+"""The platform module (ggaudit.io) and what Windows users see: positioned reads on every OS, folders
+refused as folders, paths shown once-escaped, default stores from Windows-style environments.
+
+These run on both lanes; the ones marked ``windows`` hold only there (the Windows lane runs them under
+Wine with python.org's CPython) and are skipped on POSIX with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ggaudit import io
+from ggaudit.cli import main
+from ggaudit.errors import ReadError
+from ggaudit.manifests import default_hf_cache, default_ollama_store
+from ggaudit.readers import MmapReader
+from ggaudit.text import escape_path
+
+WINDOWS = sys.platform == "win32"
+windows = pytest.mark.skipif(not WINDOWS, reason="checks Windows' own paths and semantics")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture
+def pattern(tmp_path: Path) -> tuple[Path, bytes]:
+    data = bytes((i * 7 + i // 251) & 0xFF for i in range(200_000))
+    path = tmp_path / "pattern.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+def test_positioned_reads_deliver_the_bytes_at_the_offset(pattern: tuple[Path, bytes]) -> None:
+    path, data = pattern
+    fd, st = io.open_readonly(path)
+    try:
+        assert st.st_size == len(data)
+        assert io.pread(fd, 1000, 12345) == data[12345:13345]
+        assert io.pread(fd, 1000, len(data) - 10) == data[-10:]     # stops at the end of the file
+        assert io.pread(fd, 10, len(data)) == b""                   # at the end: nothing, no error
+        buf = bytearray(4096)
+        assert io.pread_into(fd, memoryview(buf), 65535) == 4096
+        assert bytes(buf) == data[65535:65535 + 4096]
+        assert io.pread_into(fd, memoryview(buf), len(data) + 5) == 0
+        io.pread_exact(fd, path, memoryview(buf)[:100], 7)
+        assert bytes(buf[:100]) == data[7:107]
+        with pytest.raises(ReadError, match="file ended early") as err:
+            io.pread_exact(fd, path, memoryview(buf), len(data) - 100)
+        assert err.value.offset == len(data)
+    finally:
+        os.close(fd)
+
+
+def test_threads_sharing_one_descriptor_never_race(pattern: tuple[Path, bytes]) -> None:
+    # Positioned reads carry their own offset (pread; ReadFile with an OVERLAPPED): no shared file pointer.
+    path, data = pattern
+    fd, _ = io.open_readonly(path)
+    wrong: list[int] = []
+
+    def worker(seed: int) -> None:
+        buf = bytearray(333)
+        for k in range(300):
+            offset = (seed * 7919 + k * 104729) % (len(data) - 333)
+            if io.pread_into(fd, memoryview(buf), offset) != 333 or bytes(buf) != data[offset:offset + 333]:
+                wrong.append(offset)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        os.close(fd)
+    assert wrong == []
+
+
+def test_offsets_past_4_gib_reach_the_right_bytes(tmp_path: Path) -> None:
+    # The high half of the offset travels separately on Windows (OVERLAPPED.OffsetHigh).
+    path = tmp_path / "sparse.bin"
+    far = (4 << 30) + 123
+    with open(path, "wb") as f:
+        f.seek(far)
+        f.write(b"far bytes")
+    fd, _ = io.open_readonly(path)
+    try:
+        assert io.pread(fd, 9, far) == b"far bytes"
+        buf = bytearray(9)
+        assert io.pread_into(fd, memoryview(buf), far) == 9 and bytes(buf) == b"far bytes"
+        assert io.pread(fd, 3, 123) == b"\0\0\0"
+    finally:
+        os.close(fd)
+
+
+def test_a_folder_is_refused_as_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(ReadError, match=": is a directory$"):
+        io.open_readonly(tmp_path)
+
+
+def test_cli_says_a_folder_is_a_directory(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["info", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.rstrip("\n").endswith(": is a directory"), result.stderr
+
+
+def test_a_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ReadError, match="cannot open: No such file or directory"):
+        io.open_readonly(tmp_path / "absent.gguf")
+
+
+@pytest.mark.parametrize(("path", "sep", "shown"), [
+    ("fixtures\\all_types.gguf", "\\", "fixtures\\all_types.gguf"),      # Windows: the separator once
+    ("C:\\m\\bad\x1bname.gguf", "\\", "C:\\m\\bad\\x1bname.gguf"),       # controls still escaped
+    ("C:\\m\\\u202egnp.gguf", "\\", "C:\\m\\\\u202egnp.gguf"),
+    ("dir/a\\b.gguf", "/", "dir/a\\\\b.gguf"),     # POSIX: a backslash is part of a name, so it is escaped
+    ("dir/new\nline", "/", "dir/new\\nline"),
+])
+def test_paths_are_escaped_but_the_separator_is_not(path: str, sep: str, shown: str) -> None:
+    assert escape_path(path, sep) == shown
+
+
+@windows
+def test_windows_paths_print_with_single_backslashes() -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["scan", "fixtures\\all_types-q4_k-inf.gguf"])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[0].startswith("model fixtures\\all_types-q4_k-inf.gguf: ")
+    assert "\\\\" not in result.stdout
+    result = runner.invoke(main, ["info", "fixtures\\absent.gguf"])
+    assert result.exit_code == 2
+    assert "fixtures\\absent.gguf" in result.stderr and "\\\\" not in result.stderr
+
+
+@windows
+def test_default_stores_from_a_windows_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = "C:\\Users\\Ann Lee"
+    assert str(default_ollama_store({"USERPROFILE": profile}, "win32")) == \
+        "C:\\Users\\Ann Lee\\.ollama\\models"
+    assert str(default_ollama_store({"OLLAMA_MODELS": "D:\\models", "USERPROFILE": profile})) == "D:\\models"
+    monkeypatch.setenv("USERPROFILE", profile)
+    monkeypatch.delenv("HOME", raising=False)
+    assert str(default_hf_cache({})) == "C:\\Users\\Ann Lee\\.cache\\huggingface\\hub"
+    assert str(default_hf_cache({"HF_HOME": "E:\\hf"})) == "E:\\hf\\hub"
+    assert str(default_hf_cache({"HF_HUB_CACHE": "E:\\hub", "HF_HOME": "E:\\hf"})) == "E:\\hub"
+
+
+@windows
+def test_windows_refuses_to_truncate_a_mapped_file(pattern: tuple[Path, bytes]) -> None:
+    # Why the mmap read path has no SIGBUS to guard against on Windows: while the map is open, the file
+    # cannot shrink (ERROR_USER_MAPPED_FILE), so every byte the reader copies is still the file's.
+    path, data = pattern
+    with MmapReader(str(path)) as reader:
+        with pytest.raises(OSError):
+            os.truncate(path, 100)
+        buf = bytearray(5000)
+        assert reader.read_into(memoryview(buf), 150_000) == 5000
+        assert bytes(buf) == data[150_000:155_000]
+    assert path.stat().st_size == len(data)
