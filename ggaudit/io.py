@@ -152,8 +152,8 @@ def _win_read(fd: int, address: int, length: int, offset: int) -> int:
     k = kernel32()
     got = ctypes.c_uint32(0)
     ov = overlapped_at(offset)
-    if k.ReadFile(msvcrt.get_osfhandle(fd), address, min(length, _MAX_REQUEST), ctypes.byref(got),
-                  ctypes.byref(ov)):
+    handle = msvcrt.get_osfhandle(fd)  # type: ignore[attr-defined]
+    if k.ReadFile(handle, address, min(length, _MAX_REQUEST), ctypes.byref(got), ctypes.byref(ov)):
         return got.value
     code = k.GetLastError()
     if code == ERROR_HANDLE_EOF:

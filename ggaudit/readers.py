@@ -375,6 +375,8 @@ def dio_alignment(path: str) -> Alignment | None:
 
     Returns Alignment(0, 0, "statx") when the kernel says this file does not support direct I/O.
     """
+    if not sys.platform.startswith("linux"):
+        return None
     nr = _SYS_STATX.get(platform.machine())
     try:
         libc = ctypes.CDLL(None, use_errno=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import threading
 from dataclasses import dataclass, field
 
 ERROR_INVALID_HANDLE = 6
@@ -43,6 +44,7 @@ class FakeKernel32:
     allocations: dict[int, mmap.mmap] = field(default_factory=dict)
     reads: list[tuple[int, int]] = field(default_factory=list)
     _next: int = 0x100
+    _seek_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def GetLastError(self) -> int:
         return self.last_error
@@ -54,7 +56,7 @@ class FakeKernel32:
     def CreateFileW(self, path: str, access: int, share: int, security: object, disposition: int,
                     flags: int, template: object) -> int:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError:
             self.last_error = 2  # ERROR_FILE_NOT_FOUND
             return INVALID_HANDLE_VALUE
@@ -108,7 +110,9 @@ class FakeKernel32:
         size = os.fstat(h.fd).st_size
         if offset >= size:
             return 1 if self.eof == "zero" else self._fail(ERROR_HANDLE_EOF)
-        data = os.pread(h.fd, length, offset)
+        with self._seek_lock:   # seek + read, not pread: the stand-in runs on Windows too, which has none
+            os.lseek(h.fd, offset, os.SEEK_SET)
+            data = os.read(h.fd, length)
         ctypes.memmove(buffer, data, len(data))
         read_ptr.contents.value = len(data)  # type: ignore[attr-defined]
         self.reads.append((offset, length))

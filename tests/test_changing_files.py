@@ -30,6 +30,7 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.build import TensorSpec, write_gguf
 
 import changing_driver
+from platforms import needs_fork
 from reliability_support import run_cli, tensor_payload
 
 MiB = 1 << 20
@@ -137,6 +138,7 @@ def _setup(case: Case, sources: dict[str, Path], tmp_path: Path) -> tuple[Path, 
     return (blob if case.target_is_blob else model), [fill.get(a, a) for a in case.command]
 
 
+@needs_fork
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_file_changed_mid_run_is_exit_2_with_one_clear_line(case: Case, sources: dict[str, Path],
                                                             tmp_path: Path) -> None:
@@ -153,6 +155,7 @@ def test_file_changed_mid_run_is_exit_2_with_one_clear_line(case: Case, sources:
     assert not (tmp_path / "out.json").exists(), "a manifest of a changing file was written"
 
 
+@needs_fork
 @pytest.mark.parametrize("command", [("scan", "{model}"), ("rows", "{model}", "--all"),
                                      ("verify", "{model}", "--manifest", "{manifest}")])
 def test_the_driver_itself_changes_nothing_when_told_not_to(command: tuple[str, ...], sources: dict[str, Path],

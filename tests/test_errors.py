@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
+from platforms import IS_ROOT, needs_fifo, needs_mode_bits, needs_unix_socket
 from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
 
 HANG_GUARD = 20.0
@@ -92,6 +93,7 @@ def test_directory_given_as_model(command: str, manifest_file: Path, tmp_path: P
     assert_one_line_error(result, str(folder), "directory")
 
 
+@needs_fifo
 @pytest.mark.parametrize("command", COMMANDS)
 def test_fifo_given_as_model_does_not_hang(command: str, manifest_file: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.gguf"
@@ -101,9 +103,14 @@ def test_fifo_given_as_model_does_not_hang(command: str, manifest_file: Path, tm
 
 
 @pytest.mark.parametrize("command", ["info", "scan", "rows"])
-def test_device_and_socket_given_as_model(command: str, manifest_file: Path, tmp_path: Path) -> None:
+def test_device_given_as_model(command: str, manifest_file: Path, tmp_path: Path) -> None:
     assert_one_line_error(_run_guarded(_commands(Path(os.devnull), manifest_file, tmp_path)[command]),
                           os.devnull, "not a regular file")
+
+
+@needs_unix_socket
+@pytest.mark.parametrize("command", ["info", "scan", "rows"])
+def test_socket_given_as_model(command: str, manifest_file: Path, tmp_path: Path) -> None:
     sock_path = tmp_path / "sock.gguf"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(os.fspath(sock_path))
@@ -111,12 +118,17 @@ def test_device_and_socket_given_as_model(command: str, manifest_file: Path, tmp
                               str(sock_path))
 
 
+@needs_fifo
 @pytest.mark.parametrize("option", ["--sums", "--manifest"])
-def test_fifo_or_missing_manifest_or_sums_file(option: str, good: Path, tmp_path: Path) -> None:
+def test_fifo_manifest_or_sums_file(option: str, good: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
     args: list[object] = ["verify", "--sums", fifo] if option == "--sums" else ["verify", good, "--manifest", fifo]
     assert_one_line_error(_run_guarded(args, unblock=fifo), str(fifo))
+
+
+@pytest.mark.parametrize("option", ["--sums", "--manifest"])
+def test_missing_manifest_or_sums_file(option: str, good: Path, tmp_path: Path) -> None:
     missing = tmp_path / "missing.txt"
     args = ["verify", "--sums", missing] if option == "--sums" else ["verify", good, "--manifest", missing]
     assert_one_line_error(run_cli(args), str(missing))
@@ -138,14 +150,13 @@ _DROP = "-dac_override,-dac_read_search"
 def _run_unprivileged(args: list[object]) -> subprocess.CompletedProcess[str]:
     """Run ``python -m ggaudit ARGS`` as a process the kernel holds to file permissions."""
     cmd = [sys.executable, "-m", "ggaudit", *map(str, args)]
-    if os.geteuid() == 0:
+    if IS_ROOT:
         cmd = [_SETPRIV or "setpriv", f"--bounding-set={_DROP}", f"--inh-caps={_DROP}", *cmd]
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
-needs_drop = pytest.mark.skipif(os.geteuid() == 0 and _SETPRIV is None,
-                                reason="running as root without setpriv: cannot make a file unreadable")
+needs_drop = needs_mode_bits
 
 
 def _assert_denied(proc: subprocess.CompletedProcess[str], path: Path) -> None:
@@ -162,7 +173,7 @@ def test_the_unprivileged_runner_really_cannot_read(tmp_path: Path) -> None:
     secret.write_text("x")
     secret.chmod(0)
     proc = subprocess.run([*([_SETPRIV, f"--bounding-set={_DROP}", f"--inh-caps={_DROP}"]
-                             if os.geteuid() == 0 else []), sys.executable, "-c", f"open({str(secret)!r})"],
+                             if IS_ROOT else []), sys.executable, "-c", f"open({str(secret)!r})"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "PermissionError" in proc.stderr
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fake_kernel32 import FILE_FLAG_NO_BUFFERING, FakeKernel32
+from platforms import mapped_files_can_shrink, needs_fifo, needs_linux
 from ggaudit import readers
 from ggaudit.errors import ReadError
 from ggaudit.readers import (MODES, POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
@@ -56,6 +57,7 @@ def test_every_path_reads_the_files_bytes(blob: tuple[str, bytes], mode: str) ->
             assert read_row(r, off, n) == data[off:off + n], (mode, off, n)
 
 
+@needs_linux
 def test_direct_alignment_comes_from_statx(blob: tuple[str, bytes]) -> None:
     path, _ = blob
     found = dio_alignment(path)
@@ -67,6 +69,7 @@ def test_direct_alignment_comes_from_statx(blob: tuple[str, bytes]) -> None:
             assert found.offset > 0 and found.offset & (found.offset - 1) == 0
 
 
+@needs_linux
 def test_direct_span_covers_the_row_with_aligned_ends(blob: tuple[str, bytes]) -> None:
     with LinuxDirectReader(blob[0]) as r:
         a = r.alignment.offset
@@ -77,6 +80,7 @@ def test_direct_span_covers_the_row_with_aligned_ends(blob: tuple[str, bytes]) -
         buf.close()
 
 
+@needs_linux
 def test_direct_misaligned_offset_and_length_fail_with_einval(blob: tuple[str, bytes]) -> None:
     # The buffer address is not tested here: this machine's kernel (6.18, virtio disk) accepts any buffer
     # address although statx reports dio_mem_align 512. ggaudit aligns its buffers anyway.
@@ -97,6 +101,7 @@ def test_direct_misaligned_offset_and_length_fail_with_einval(blob: tuple[str, b
             buf.close()
 
 
+@needs_linux
 def test_direct_read_at_eof_is_short_but_not_a_finding(blob: tuple[str, bytes]) -> None:
     path, data = blob
     with LinuxDirectReader(path) as r:
@@ -214,6 +219,7 @@ def test_mmap_reads_survive_a_truncate_during_the_copy(ddir: Path) -> None:
         proc.stdout.rstrip().endswith("file shrank to 4096 bytes while mapped (changed while reading?)"), proc.stdout
 
 
+@mapped_files_can_shrink
 def test_mmap_reads_without_process_vm_readv_check_the_size_first(blob: tuple[str, bytes]) -> None:
     path, _ = blob
     with MmapReader(path) as r:
@@ -227,6 +233,7 @@ def test_mmap_reads_without_process_vm_readv_check_the_size_first(blob: tuple[st
         buf.close()
 
 
+@mapped_files_can_shrink
 def test_mmap_reads_of_a_shrunk_file_name_the_first_missing_byte(blob: tuple[str, bytes]) -> None:
     path, data = blob
     with MmapReader(path) as r:
@@ -247,7 +254,7 @@ def test_a_directory_is_refused_as_one(tmp_path: Path, mode: str) -> None:
         open_reader(str(tmp_path), mode).close()
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX-only")
+@needs_fifo
 def test_not_a_regular_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(ReadError, match="not a regular file"):

@@ -14,6 +14,7 @@ import hashlib
 import json
 import mmap
 import os
+import sys
 import shutil
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,18 @@ def open_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> OpenLog:
 
     class RecordingMmap(real_mmap):  # type: ignore[misc, valid-type]
         def __new__(cls, fileno: int, length: int, *args: Any, **kwargs: Any) -> Any:
-            # Unix signature: mmap(fileno, length, flags=MAP_SHARED, prot=PROT_WRITE|PROT_READ, access=...)
-            flags = kwargs.get("flags", args[0] if args else mmap.MAP_SHARED)
-            prot = kwargs.get("prot", args[1] if len(args) > 1 else mmap.PROT_READ | mmap.PROT_WRITE)
-            access = kwargs.get("access", args[2] if len(args) > 2 else mmap.ACCESS_DEFAULT)
-            writable = access == mmap.ACCESS_WRITE or (
-                access == mmap.ACCESS_DEFAULT and bool(prot & mmap.PROT_WRITE) and bool(flags & mmap.MAP_SHARED))
+            if sys.platform == "win32":
+                # Windows signature: mmap(fileno, length, tagname=None, access=ACCESS_DEFAULT (write), offset=0)
+                access = kwargs.get("access", args[1] if len(args) > 1 else mmap.ACCESS_DEFAULT)
+                writable = access in (mmap.ACCESS_WRITE, mmap.ACCESS_DEFAULT)
+            else:
+                # Unix signature: mmap(fileno, length, flags=MAP_SHARED, prot=PROT_WRITE|PROT_READ, access=...)
+                flags = kwargs.get("flags", args[0] if args else mmap.MAP_SHARED)
+                prot = kwargs.get("prot", args[1] if len(args) > 1 else mmap.PROT_READ | mmap.PROT_WRITE)
+                access = kwargs.get("access", args[2] if len(args) > 2 else mmap.ACCESS_DEFAULT)
+                writable = access == mmap.ACCESS_WRITE or (access == mmap.ACCESS_DEFAULT
+                                                          and bool(prot & mmap.PROT_WRITE)
+                                                          and bool(flags & mmap.MAP_SHARED))
             if fileno != -1:
                 log.note(fd_paths.get(fileno, ""), f"mmap access={access}", writable)
             return super().__new__(cls, fileno, length, *args, **kwargs)
@@ -149,6 +156,8 @@ def test_no_command_writes_to_or_opens_for_writing_what_it_audits(audited: dict[
     for args in _commands(audited):
         result = run_cli(args)
         assert result.exit_code in (0, 1), (args, result.output, result.stderr, result.exception)
+        # Exit 1 is also what an uncaught exception gives: the recording wrappers must not have raised.
+        assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
         (root / "out.json").unlink(missing_ok=True)
         after = _fingerprint(root)
         changed = [p for p in before if before[p] != after.get(p)]

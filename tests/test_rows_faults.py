@@ -6,7 +6,6 @@ The expected outcome of every fault is computed here from the file's bytes and t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -16,7 +15,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 
 from ggaudit import rows as R
-from ggaudit.readers import POISON, Buffer, Reader, align_down, align_up, open_reader
+from ggaudit.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
 from ggaudit.rows_gather import BufferPool
 from test_rows_support import Table, crossing, make_table
 
@@ -80,15 +79,14 @@ class ShiftedOffset(Wrapped):
     def __init__(self, inner: Reader, shift: int) -> None:
         super().__init__(inner)
         self.shift = shift
-        self.fd = os.open(inner.path, os.O_RDONLY)
+        self.shifted = BufferedReader(inner.path)
 
     def read_into(self, view: memoryview, offset: int) -> int:
-        data = os.pread(self.fd, len(view), offset + self.shift)
-        view[:len(data)] = data
+        self.shifted.read_into(view, offset + self.shift)
         return len(view)
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.shifted.close()
         super().close()
 
 

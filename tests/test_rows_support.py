@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,13 +17,33 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.blocks import Encoding, layout_of
 from ggaudit.build import TensorSpec, write_gguf
 from ggaudit.layout import Tensor, open_model
+from ggaudit.readers import DirectIOUnavailable, open_reader
 
 PLE = "per_layer_token_embd.weight"
 
 
 def supports_direct(folder: Path) -> bool:
+    """Whether direct reads work in *folder*: O_DIRECT on Linux (tested with the kernel, not ggaudit);
+    elsewhere ggaudit's own direct path (Windows FILE_FLAG_NO_BUFFERING, macOS F_NOCACHE)."""
     probe = folder / ".odirect-probe"
     probe.write_bytes(b"\0" * 8192)
+    try:
+        if sys.platform.startswith("linux"):
+            return _o_direct_works(probe)
+        try:
+            with open_reader(str(probe), "direct") as reader:
+                buf = reader.alloc(4096)
+                try:
+                    return reader.read_into(buf.view, 0) == 4096
+                finally:
+                    buf.close()
+        except DirectIOUnavailable:
+            return False
+    finally:
+        probe.unlink()
+
+
+def _o_direct_works(probe: Path) -> bool:
     try:
         fd = os.open(probe, os.O_RDONLY | os.O_DIRECT)
     except OSError as err:
@@ -34,7 +55,6 @@ def supports_direct(folder: Path) -> bool:
         return os.preadv(fd, [buf], 0) == 4096
     finally:
         os.close(fd)
-        probe.unlink()
 
 
 @dataclass(frozen=True)

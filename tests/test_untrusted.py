@@ -24,6 +24,7 @@ from ggaudit.errors import ManifestError, UsageError
 from ggaudit.manifests import parse_ollama_name, read_sums, read_tensor_manifest
 from ggaudit.text import escape
 
+from platforms import WINDOWS, needs_symlinks
 from reliability_support import assert_one_line_error, run_cli, tensor_payload
 
 CLEAR = "\x1b[2J"
@@ -116,11 +117,12 @@ def test_manifest_and_diff_output_is_escaped(evil_model: Path, tmp_path: Path) -
 # --- checksum files ------------------------------------------------------------------------------------
 
 def test_verify_sums_escapes_names_and_json_keeps_them(tmp_path: Path) -> None:
-    name = f"m{CLEAR}\x07.gguf"
+    # Windows file names cannot hold control characters; a bidi override is allowed and just as deceptive.
+    name = f"m{CLEAR}\x07.gguf" if not WINDOWS else "m\u202egnp.gguf"
     (tmp_path / name).write_bytes(b"model bytes")
     good = hashlib.sha256(b"model bytes").hexdigest()
     sums = tmp_path / "SHA256SUMS"
-    sums.write_text(f"{'0' * 64}  {name}\nSHA256 ({name}) = {good}\n")
+    sums.write_text(f"{'0' * 64}  {name}\nSHA256 ({name}) = {good}\n", encoding="utf-8")
     text = run_cli(["verify", "--sums", sums])
     assert text.exit_code == 1, text.output
     _terminal_safe(text.stdout)
@@ -145,6 +147,7 @@ def test_sums_names_leaving_the_folder_are_refused(line: str, tmp_path: Path) ->
     assert "outside" in line_out or "leaves" in line_out
 
 
+@needs_symlinks
 def test_sums_symlink_pointing_out_is_refused_not_followed(tmp_path: Path) -> None:
     folder = tmp_path / "sums"
     folder.mkdir()
@@ -223,6 +226,7 @@ def test_ollama_media_type_is_escaped_in_text(tmp_path: Path) -> None:
     assert doc["mismatches"][0]["subject"] == media
 
 
+@needs_symlinks
 def test_ollama_blob_symlink_out_of_the_store_is_reported_not_followed(tmp_path: Path) -> None:
     data = b"weights outside the store"
     digest = hashlib.sha256(data).hexdigest()
@@ -239,6 +243,7 @@ def test_ollama_blob_symlink_out_of_the_store_is_reported_not_followed(tmp_path:
     assert_one_line_error(scan, f"sha256-{digest}", "outside the store")
 
 
+@needs_symlinks
 def test_ollama_blob_symlink_inside_the_store_is_fine(tmp_path: Path) -> None:
     data = b"weights"
     digest = hashlib.sha256(data).hexdigest()
@@ -250,6 +255,7 @@ def test_ollama_blob_symlink_inside_the_store_is_fine(tmp_path: Path) -> None:
     assert text.exit_code == 0, text.output + text.stderr
 
 
+@needs_symlinks
 def test_ollama_manifest_symlink_out_of_the_store_is_refused_not_followed(tmp_path: Path) -> None:
     data = b"weights"
     digest = hashlib.sha256(data).hexdigest()
@@ -274,6 +280,7 @@ def test_ollama_manifest_symlink_out_of_the_store_is_refused_not_followed(tmp_pa
 
 # --- the Hugging Face cache ---------------------------------------------------------------------------
 
+@needs_symlinks
 def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:
     repo = tmp_path / "hub" / "models--org--name"
     commit = "0123456789abcdef0123456789abcdef01234567"

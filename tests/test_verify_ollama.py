@@ -20,6 +20,9 @@ from ggaudit.errors import ManifestError
 from ggaudit.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
 from ggaudit.verify import verify_ollama
 
+from platforms import needs_symlinks
+
+
 CONFIG = "application/vnd.docker.container.image.v1+json"
 PARAMS = "application/vnd.ollama.image.params"
 TEMPLATE = "application/vnd.ollama.image.template"
@@ -245,6 +248,7 @@ def test_several_targets_are_reported_in_order(store: Store) -> None:
     assert [m["status"] for m in doc["models"]] == ["ok", "findings", "error"]
 
 
+@needs_symlinks
 def test_blob_linked_out_of_the_store_is_reported_not_followed(store: Store, tmp_path: Path) -> None:
     params = store.blob("tiny.params")
     outside = tmp_path / "elsewhere"
@@ -257,6 +261,7 @@ def test_blob_linked_out_of_the_store_is_reported_not_followed(store: Store, tmp
     assert os.fspath(params) not in {c.path for c in report.checked}
 
 
+@needs_symlinks
 def test_blobs_folder_moved_to_another_disk_by_a_link_is_fine(store: Store, tmp_path: Path) -> None:
     moved = tmp_path / "big-disk-blobs"
     (store.root / "blobs").rename(moved)

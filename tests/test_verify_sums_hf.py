@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from ggaudit.cli import main
 from ggaudit.verify import verify_hf, verify_sums
 
+from platforms import needs_symlinks
+
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -102,6 +104,7 @@ def hf_cache(tmp_path: Path) -> Path:
     return cache
 
 
+@needs_symlinks
 def test_hf_snapshot_verifies_clean_offline(hf_cache: Path) -> None:
     report = verify_hf("org/tiny", hf_cache)
     assert report.ok
@@ -110,6 +113,7 @@ def test_hf_snapshot_verifies_clean_offline(hf_cache: Path) -> None:
         ("README.md", "git-sha1"), ("config.json", "git-sha1"), ("gguf/tiny.gguf", "sha256")]
 
 
+@needs_symlinks
 def test_hf_reports_corrupt_blob_broken_link_and_leftovers(hf_cache: Path) -> None:
     repo = hf_cache / "models--org--tiny"
     weights = repo / "blobs" / _sha(b"GGUF" + bytes(1000))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .. import __version__
@@ -18,6 +20,16 @@ from .verify import verify
 @click.version_option(__version__, prog_name="ggaudit")
 def main() -> None:
     """Audit GGUF model files: is the data intact, and does every read path deliver the same bytes?"""
+    _never_fail_on_encoding()
+
+
+def _never_fail_on_encoding() -> None:
+    # Windows pipes and legacy consoles write in the ANSI code page (cp1252, ...): a name it cannot encode
+    # is shown as a \uXXXX escape instead of ending the run in UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 for _command in (info, scan, verify, manifest, diff, rows):

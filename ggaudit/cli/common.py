@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -36,6 +37,24 @@ class OneLineErrorsGroup(click.Group):
             where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
             # The message quotes the paths the user typed: shown as paths (Windows' separator once).
             fail(escape_path(err.format_message()) + where)
+
+
+class PathParam(click.ParamType):
+    """A path option or argument, checked only for being a folder or not. click.Path quotes the path with
+    repr(), which doubles every Windows backslash; this says it as ``PATH: is a directory``."""
+
+    name = "path"
+
+    def __init__(self, *, file_okay: bool = True, dir_okay: bool = True) -> None:
+        self.file_okay, self.dir_okay = file_okay, dir_okay
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = os.fsdecode(value)
+        if not self.dir_okay and os.path.isdir(path):
+            self.fail(f"{path}: is a directory", param, ctx)
+        if not self.file_okay and os.path.exists(path) and not os.path.isdir(path):
+            self.fail(f"{path}: is not a directory", param, ctx)
+        return path
 
 
 def handle_errors(func: F) -> F:

@@ -12,13 +12,13 @@ from ..diff_meta import MetadataChange
 from ..info import value_to_json
 from ..locate import resolve_model
 from ..text import escape, escape_path
-from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, show_value
+from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, handle_errors, show_value
 
 
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first tensor whose data differ.")
 @handle_errors

@@ -9,12 +9,12 @@ from ..batch import run_models
 from ..layout import MetaValue, Model, open_model
 from ..locate import resolve_model
 from ..text import escape, escape_path
-from .common import emit_outcomes, expand_models, handle_errors, show_value
+from .common import PathParam, emit_outcomes, expand_models, handle_errors, show_value
 
 
 @click.command()
 @click.argument("models", metavar="MODEL...", nargs=-1, required=True)
-@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON object instead of text.")
 @handle_errors
 def info(models: tuple[str, ...], store: str | None, as_json: bool) -> None:

@@ -9,15 +9,15 @@ from ..locate import resolve_model
 from ..manifests.tensor import (DEFAULT_GROUP_BYTES, build_tensor_manifest, tensor_manifest_to_json,
                                write_tensor_manifest)
 from ..text import escape, escape_path
-from .common import EXIT_CLEAN, emit_json, handle_errors
+from .common import EXIT_CLEAN, PathParam, emit_json, handle_errors
 
 
 @click.command()
 @click.argument("model")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Manifest file to write.")
+@click.option("-o", "--output", required=True, type=PathParam(dir_okay=False), help="Manifest file to write.")
 @click.option("--group-bytes", type=click.IntRange(min=1), default=DEFAULT_GROUP_BYTES, show_default=True,
               help="Target size of a row group (whole rows, at least one).")
-@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Also print the manifest as JSON on stdout.")
 @handle_errors
 def manifest(model: str, output: str, group_bytes: int, store: str | None, as_json: bool) -> None:

@@ -8,7 +8,7 @@ from ..errors import UsageError
 from ..readers import MODES
 from ..rows import Geometry, Mismatch, RowsReport, ShortRead, check_rows
 from ..text import escape, escape_path
-from .common import EXIT_CLEAN, EXIT_FINDINGS, emit_json, handle_errors, stderr_is_tty
+from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, handle_errors, stderr_is_tty
 
 
 def _modes(text: str | None) -> tuple[str, ...] | None:
@@ -21,11 +21,11 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 
 
 @click.command()
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=PathParam(dir_okay=False))
 @click.option("--tensor", metavar="NAME",
               help="Table to replay [default: per_layer_token_embd.weight, else token_embd.weight].")
 @click.option("--ids", metavar="LIST", help='Row IDs and ranges, e.g. "4162,4170-4200".')
-@click.option("--ids-file", type=click.Path(dir_okay=False), help="File of row IDs/ranges ('#' comments).")
+@click.option("--ids-file", type=PathParam(dir_okay=False), help="File of row IDs/ranges ('#' comments).")
 @click.option("--all", "all_rows", is_flag=True, help="Sweep the whole table in large sequential aligned reads.")
 @click.option("--random", "random_n", type=int, metavar="N", help="Also pick N distinct random rows.")
 @click.option("--seed", type=int, metavar="S", help="Seed for --random (printed when chosen for you).")
@@ -40,7 +40,7 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 @click.option("--prefetch", is_flag=True,
               help="Also gather each batch while the previous one is still held in its read buffers, and "
                    "compare that one only then (buffers reused too early); holds two batches of buffers.")
-@click.option("--against", type=click.Path(dir_okay=False), metavar="CAPTURE",
+@click.option("--against", type=PathParam(dir_okay=False), metavar="CAPTURE",
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")

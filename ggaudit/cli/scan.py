@@ -14,7 +14,7 @@ from ..locate import resolve_model
 from ..report import FP8_E4M3, ScanReport, render_text
 from ..scan import scan as scan_model
 from ..text import escape
-from .common import emit_outcomes, expand_models, handle_errors, hint, stderr_is_tty
+from .common import PathParam, emit_outcomes, expand_models, handle_errors, hint, stderr_is_tty
 
 
 @click.command()
@@ -28,7 +28,7 @@ from .common import emit_outcomes, expand_models, handle_errors, hint, stderr_is
 @click.option("--limit", type=click.IntRange(min=0), default=16, show_default=True,
               help="Findings listed per tensor (all are counted).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first finding.")
-@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
 @click.option("--sha256", is_flag=True,
               help="Also print each file's sha256, computed from the same single read as the scan.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Models scanned at once.")

@@ -14,7 +14,7 @@ from ..locate import OLLAMA_PREFIX, resolve_model
 from ..text import escape, escape_path
 from ..verify import (Mismatch, VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
                       verify_tensor_manifest)
-from .common import emit_outcomes, handle_errors, hint
+from .common import PathParam, emit_outcomes, handle_errors, hint
 
 HF_PREFIX = "hf:"
 
@@ -22,10 +22,10 @@ HF_PREFIX = "hf:"
 @click.command()
 @click.argument("targets", nargs=-1)
 @click.option("--ollama", "ollama_name", metavar="NAME", help="Verify an Ollama model (same as ollama:NAME).")
-@click.option("--store", type=click.Path(file_okay=False), help="Ollama store root (default: $OLLAMA_MODELS "
+@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root (default: $OLLAMA_MODELS "
               "or the platform default).")
-@click.option("--sums", type=click.Path(dir_okay=False), help="Verify the files a sha256 checksum file names.")
-@click.option("--manifest", "manifest_file", type=click.Path(dir_okay=False),
+@click.option("--sums", type=PathParam(dir_okay=False), help="Verify the files a sha256 checksum file names.")
+@click.option("--manifest", "manifest_file", type=PathParam(dir_okay=False),
               help="Verify TARGET against a tensor manifest written by `ggaudit manifest`.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Verify this many TARGETs at once.")

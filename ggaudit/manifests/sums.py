@@ -91,7 +91,8 @@ def _unescape(name: str, sums: Path, field: str) -> str:
 
 def _confined(folder: Path, name: str, sums: Path, number: int) -> Path:
     candidate = Path(name)
-    if "\0" in name or candidate.is_absolute() or candidate.drive or ".." in candidate.parts:
+    # root as well as drive: on Windows "/etc/passwd" is not absolute (no drive) but starts at the root.
+    if "\0" in name or candidate.is_absolute() or candidate.drive or candidate.root or ".." in candidate.parts:
         raise ManifestError(sums, f"name {name!r} leaves the checksum file's folder",
                             field=f"line {number}")
     resolved = (folder / candidate).resolve()
