@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
-from .errors import UsageError
+from . import io as fileio
+from .errors import ReadError, UsageError
 from .readers import PAGE
 
 if TYPE_CHECKING:
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 
 #: Selections larger than this must use --all (which streams) rather than a list of IDs.
 MAX_SELECTED = 1 << 24
+
+#: Largest --ids-file read: a list of IDs or ranges, never model-sized.
+MAX_IDS_FILE_BYTES = 64 << 20
 
 
 # --- row selection -------------------------------------------------------------------------------
@@ -159,13 +163,18 @@ def _first_occurrences(rows: np.ndarray) -> np.ndarray:
 
 
 def _read_ids_file(path: str) -> str:
+    # Opened as every input is (ggaudit.io): regular files only, so a FIFO cannot hang the run nor a
+    # device such as /dev/zero feed it without end.
     try:
-        if os.path.getsize(path) > 64 << 20:
-            raise UsageError(path, "ID file is larger than 64 MiB; use --all or ranges")
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as err:
-        raise UsageError(path, f"cannot read ID file: {err.strerror}") from None
+        fd, st = fileio.open_readonly(path)
+    except ReadError as err:
+        raise UsageError(path, f"cannot read ID file: {err.message}") from None
+    with open(fd, "rb") as f:
+        if st.st_size > MAX_IDS_FILE_BYTES:
+            raise UsageError(path, f"ID file is larger than {MAX_IDS_FILE_BYTES >> 20} MiB; use --all or ranges")
+        data = f.read(st.st_size)
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise UsageError(path, "ID file is not text", offset=err.start) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from fake_kernel32 import FakeKernel32
+from platforms import needs_fifo
 from ggaudit import rows as R
 from ggaudit.errors import ReadError, UsageError
 from ggaudit.layout import open_model
@@ -95,6 +97,16 @@ def test_selection_rules(ple, tmp_path: Path) -> None:
         R.select_rows(table, random=5001)
     with pytest.raises(UsageError, match="cannot read ID file"):
         R.select_rows(table, ids_file=str(tmp_path / "missing"))
+    with pytest.raises(UsageError, match=r": cannot read ID file: is a directory$"):
+        R.select_rows(table, ids_file=str(tmp_path))
+
+
+@needs_fifo
+def test_an_ids_file_that_is_a_fifo_is_refused_without_waiting(ple, tmp_path: Path) -> None:
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    os.mkfifo(tmp_path / "ids")     # no writer: reading it would wait forever
+    with pytest.raises(UsageError, match=r": cannot read ID file: not a regular file$"):
+        R.select_rows(table, ids_file=str(tmp_path / "ids"))
 
 
 def test_geometry_counts_match_brute_force(ple) -> None:
