@@ -220,3 +220,22 @@ def test_names_a_legacy_code_page_cannot_encode_do_not_crash(tmp_path: Path) -> 
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert b"  \\u5c42.\\ufffd.weight  F32 " in proc.stdout
+
+
+def test_hf_snapshot_names_are_slash_joined_on_every_os(tmp_path: Path) -> None:
+    # Copies, not links: what huggingface_hub leaves on a Windows without symlinks. The names are the
+    # repository's paths, so "gguf/sub/m.gguf" on every OS, never "gguf\\sub\\m.gguf".
+    from ggaudit.manifests import read_hf_snapshot
+    commit = "2" * 40
+    repo = tmp_path / "models--org--m"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    snap = repo / "snapshots" / commit
+    (snap / "gguf" / "sub").mkdir(parents=True)
+    (snap / "gguf" / "sub" / "m.gguf").write_bytes(b"GGUF")
+    (snap / "README.md").write_text("# m")
+    shot = read_hf_snapshot("org/m", tmp_path)
+    assert [(f.name, f.problem) for f in shot.files] == [
+        ("README.md", "not a link to a blob (cannot check a copy)"),
+        ("gguf/sub/m.gguf", "not a link to a blob (cannot check a copy)")]

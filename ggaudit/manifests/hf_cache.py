@@ -89,7 +89,8 @@ def read_hf_snapshot(spec: str | HFSpec, cache: str | os.PathLike[str] | None = 
     if not snapshot.is_dir():
         raise ManifestError(snapshot, f"revision {parsed.revision} ({commit}) has no snapshot")
     blobs = (repo_dir / "blobs").resolve()
-    files = tuple(_hf_file(snapshot, link, blobs) for link in _walk(snapshot))
+    # Ordered by the repository path, not by Path (which ignores case on Windows): the same order everywhere.
+    files = tuple(sorted((_hf_file(snapshot, link, blobs) for link in _walk(snapshot)), key=lambda f: f.name))
     incomplete = tuple(sorted(p for p in (repo_dir / "blobs").glob("*.incomplete")))
     return HFSnapshot(parsed, repo_dir, commit, files, incomplete)
 
@@ -113,7 +114,7 @@ def _walk(folder: Path) -> list[Path]:
         found.extend(Path(dirpath) / n for n in filenames)
         # os.walk lists links to folders among dirnames without descending; a snapshot has none.
         found.extend(Path(dirpath) / n for n in dirnames if (Path(dirpath) / n).is_symlink())
-    return sorted(found)
+    return found
 
 
 def _hf_file(snapshot: Path, link: Path, blobs: Path) -> HFFile:
