@@ -2,6 +2,12 @@
 
 Each error renders as one line naming the file, and where it is known the byte offset and the field,
 so the CLI can print ``str(err)`` and exit 2 without a traceback.
+
+Escaping, one rule: ``path``, ``field`` and ``message`` hold text as it is, and ``str(err)`` makes each part
+safe for a terminal once. The path and the field are untrusted names, escaped in full (backslashes
+doubled, see :func:`ggaudit.text.escape`); the message is prose that may already quote names with
+``repr()`` or ``escape()``, so it is escaped with :func:`ggaudit.text.escape_message`, which leaves
+backslashes alone and changes nothing twice, yet lets no control, invisible or bidi character through.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Union
 
-from .text import escape, escape_path
+from .text import escape, escape_message, escape_path
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -33,7 +39,7 @@ class GGAuditError(Exception):
             parts.append(f"offset {self.offset}")
         if self.field is not None:
             parts.append(escape(self.field))
-        parts.append(self.message)
+        parts.append(escape_message(self.message))
         return ": ".join(parts)
 
     def __reduce__(self):  # keep errors picklable across worker processes
@@ -59,3 +65,15 @@ class ReadError(GGAuditError):
 
 class UsageError(GGAuditError):
     """The caller asked for something that cannot be done (unknown tensor, bad row IDs, ...)."""
+
+
+def check_arg(name: str, value: object, kinds: type | tuple[type, ...], wanted: str) -> None:
+    """UsageError naming the argument *name* unless *value* is one of *kinds*: a library call given the wrong
+    type of argument says so, instead of failing later with AttributeError or TypeError. A bool is never
+    accepted as an int."""
+    if not isinstance(value, kinds) or (isinstance(value, bool) and not _accepts_bool(kinds)):
+        raise UsageError(None, f"must be {wanted}, not {type(value).__name__}", field=name)
+
+
+def _accepts_bool(kinds: type | tuple[type, ...]) -> bool:
+    return bool in (kinds if isinstance(kinds, tuple) else (kinds,))

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import ReadError
+from .errors import ReadError, UsageError
 
 WINDOWS = sys.platform == "win32"
 
@@ -35,9 +35,24 @@ _MAX_REQUEST = 1 << 30
 ERROR_HANDLE_EOF = 38
 
 
+def fs_path(path: object) -> str:
+    """*path* as text: UsageError for anything but a str or ``os.PathLike[str]`` (bytes included: names are
+    reported as text), ReadError for a NUL byte, which no OS accepts in a path."""
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise UsageError(None, f"must be a str or os.PathLike[str], not {type(path).__name__}", field="path")
+    if "\0" in text:
+        raise ReadError(text, "path holds a NUL byte")
+    return text
+
+
 def open_fd(path: str | os.PathLike[str], extra_flags: int = 0) -> int:
-    """A read-only descriptor of *path* (``extra_flags`` such as ``O_DIRECT`` added); OSError as raised."""
-    return os.open(path, READ_FLAGS | extra_flags)
+    """A read-only descriptor of *path* (``extra_flags`` such as ``O_DIRECT`` added); OSError as raised,
+    and the errors of :func:`fs_path` for a path that is not one."""
+    return os.open(fs_path(path), READ_FLAGS | extra_flags)
 
 
 def open_error(path: str | os.PathLike[str], err: OSError) -> ReadError:
@@ -224,3 +239,25 @@ def advise(fd: int, offset: int, length: int, advice: str) -> None:
         fn(fd, offset, length, os.POSIX_FADV_SEQUENTIAL if advice == "sequential" else os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
+
+
+# --- processes --------------------------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent (``parent_pid``) dies: Linux's
+    ``prctl(PR_SET_PDEATHSIG)``. Elsewhere, or if the call fails, nothing: callers also watch the
+    parent themselves (``multiprocessing.parent_process().sentinel``), which works everywhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    import signal
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0))
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:      # the parent died before the request took hold
+        os._exit(1)

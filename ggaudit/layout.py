@@ -22,6 +22,7 @@ from .blocks import known_type, layout_of
 from . import io
 from .errors import FormatError, ReadError, UsageError
 from .io import FileIdentity
+from .untrusted import OUTSIDE, confine, sibling_roots
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,9 @@ class _Cursor:
         self.require(n, field)
         off = self.pos - self.base
         self.pos += n
-        return self.buf[off:off + n].decode("utf-8", errors="backslashreplace")
+        # surrogateescape keeps an invalid byte distinct from the same text spelled out (b"\xff" is not
+        # b"\\xff"): duplicate checks compare what the file holds, and escape() shows the byte as \xff.
+        return self.buf[off:off + n].decode("utf-8", errors="surrogateescape")
 
     def kept_string(self, field: str) -> str:
         """A string the caller keeps: counted against MAX_KEPT_TEXT."""
@@ -450,7 +453,7 @@ def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tup
 
 def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """Open one GGUF file read-only and return its validated layout; FormatError if malformed."""
-    path = os.fspath(path)
+    path = io.fs_path(path)     # UsageError, not AttributeError later, for bytes or a non-path
     fd, st = io.open_readonly(path)
     try:
         cur = _Cursor(fd, path, st.st_size)
@@ -464,7 +467,7 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
 
 def open_model(source: str | os.PathLike[str]) -> Model:
     """Open a GGUF file, or a whole split set given any of its shards, as one model."""
-    path = os.fspath(source)
+    path = io.fs_path(source)
     first = open_gguf(path)
     count = first.meta("split.count")
     if not isinstance(count, int) or count <= 1:
@@ -488,10 +491,18 @@ def shard_paths(f: GGUFFile, count: int) -> list[str]:
 
 def _open_split(path: str, given: GGUFFile, count: int) -> Model:
     files = []
+    roots = sibling_roots(path)
     for k, shard in enumerate(shard_paths(given, count)):
+        is_given = os.path.abspath(shard) == os.path.abspath(path)
+        # A shard found by name is only opened if it stays in the folder (its first bytes would be
+        # quoted in an error otherwise); the shard the user named is theirs to name.
+        problem = None if is_given else confine(shard, roots)
+        if problem is not None:
+            said = f"{OUTSIDE} the folder (a link pointing out): not opened" if problem == OUTSIDE else problem
+            raise FormatError(shard, f"shard {k + 1} of {count} {said}", field="split")
         if not os.path.exists(shard):
             raise FormatError(shard, f"shard {k + 1} of {count} is missing", field="split")
-        f = given if os.path.abspath(shard) == os.path.abspath(path) else open_gguf(shard)
+        f = given if is_given else open_gguf(shard)
         _check_shard(f, k, count, given)
         files.append(f)
     tensors = tuple(t for f in files for t in f.tensors)

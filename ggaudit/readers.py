@@ -23,7 +23,7 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from . import io
-from .errors import ReadError
+from .errors import ReadError, UsageError
 from .io import address_of
 
 log = logging.getLogger(__name__)
@@ -554,13 +554,13 @@ def open_reader(path: str, mode: str, *, system: str | None = None, kernel32: An
 
     Raises DirectIOUnavailable when direct I/O is impossible here, so the caller can say so once.
     """
+    if mode not in ("buffered", "mmap", "direct"):
+        raise UsageError(None, f"unknown read path {mode!r}; choose from buffered, mmap, direct", field="mode")
     system = system or sys.platform
     if mode == "buffered":
         return BufferedReader(path)
     if mode == "mmap":
         return MmapReader(path)
-    if mode != "direct":
-        raise ValueError(f"unknown read path {mode!r}")
     if os.path.isdir(path):  # O_DIRECT says EINVAL and CreateFileW "access denied" for a folder
         raise ReadError(path, "is a directory")
     if system.startswith("linux"):

@@ -25,16 +25,18 @@ from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
 
 from .blocks import Encoding, decode_bits
-from .errors import UsageError
+from .errors import UsageError, check_arg
 from .layout import Model, Tensor, open_model
 from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
 from .rows_gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Sweep, through_cache,
                           uniform)
-from .rows_select import (MAX_SELECTED, Capture, Selection, crosses, crossing_mask, crossing_rows,
+from .rows_finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
+from .rows_select import (MAX_SELECTED, Capture, IdsFiles, Selection, crosses, crossing_mask, crossing_rows,
                           crossing_rows_of, distinct, load_capture, parse_ids, select_rows)
 
 __all__ = [
-    "CaptureResult", "Classifier", "Geometry", "KINDS", "Mismatch", "PathStats", "RowCache", "RowTable",
+    "CaptureResult", "Classifier", "Geometry", "KINDS", "Mismatch", "NonFiniteValue", "PathStats", "RowCache",
+    "RowTable",
     "RowsReport", "Selection", "ShortRead", "check_rows", "crosses", "crossing_rows", "crossing_rows_of", "geometry_of",
     "load_capture", "parse_ids", "pick_tensor", "select_rows", "table_geometry",
 ]
@@ -234,14 +236,31 @@ class RowsReport:
     capture: CaptureResult | None
     stats: tuple[PathStats, ...]
     warnings: tuple[str, ...]
+    #: Selected rows holding a NaN or Inf in the file itself (every path may deliver them faithfully).
+    nonfinite_rows: int = 0
+    first_nonfinite: NonFiniteValue | None = None
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """What was compared with the file: each read path that ran, then "capture"."""
+        ran = tuple(dict.fromkeys(s.path for s in self.stats))
+        return ran + (("capture",) if self.capture is not None else ())
+
+    @property
+    def delivered(self) -> bool:
+        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read."""
+        return not self.mismatch_count and not self.short_read_count
 
     @property
     def clean(self) -> bool:
-        return not self.mismatch_count and not self.short_read_count
+        """The bytes were delivered and the selected rows hold only finite values."""
+        return self.delivered and not self.nonfinite_rows
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["by_kind"] = dict(self.by_kind)
+        out["compared"] = list(self.compared)
+        out["delivered"] = self.delivered
         out["clean"] = self.clean
         return out
 
@@ -663,7 +682,7 @@ def _uint_of(dtype: np.dtype) -> type:
 # --- the library call ----------------------------------------------------------------------------
 
 def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = None, ids: str | None = None,
-               ids_file: str | None = None, all_rows: bool = False, random: int | None = None,
+               ids_file: IdsFiles | None = None, all_rows: bool = False, random: int | None = None,
                seed: int | None = None, page_crossing: bool = False,
                modes: Sequence[str] | None = MODES, workers: int = 4, batch: int = 256,
                cache_rows: int = 0, prefetch: bool = False, against: str | None = None, fp8: bool = False,
@@ -674,6 +693,16 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
 
     With *prefetch*, each path's gather is followed by a prefetch stage (see _Replay.prefetch).
     """
+    for name, text in (("tensor", tensor), ("ids", ids), ("against", against)):
+        check_arg(name, text, (str, type(None)), "a string or None")
+    for name, number in (("random", random), ("seed", seed)):
+        check_arg(name, number, (int, type(None)), "an integer or None")
+    for name, count in (("workers", workers), ("batch", batch), ("cache_rows", cache_rows)):
+        check_arg(name, count, int, "an integer")
+    if isinstance(modes, (str, bytes)):     # one name would be taken apart into letters
+        raise UsageError(None, f"must be a list of read paths, not {type(modes).__name__}", field="modes")
+    if seed is not None and seed < 0:   # numpy's generator refuses it with a ValueError
+        raise UsageError(None, f"must be a non-negative integer, not {seed}", field="--seed")
     modes = tuple(modes or ())
     m = model if isinstance(model, Model) else open_model(model)
     t = pick_tensor(m, tensor)
@@ -684,6 +713,8 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
     if all_rows and prefetch:
         raise UsageError(None, "--all sweeps in large chunks, not in prefetched batches; drop --prefetch or "
                          "choose rows with --ids, --random or --page-crossing")
+    if not modes and against is None:
+        raise UsageError(None, "no read path and no --against capture: nothing to compare the file with")
     table = RowTable(t, os.path.getsize(t.path), fp8)
     capture = load_capture(against, table) if against is not None else None
     no_selector = ids is None and ids_file is None and random is None and not page_crossing and not all_rows
@@ -701,6 +732,8 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
             if findings.stop:
                 break
             _run_mode(replay, factory, mode, selection, warnings, prefetch)
+        # Bytes delivered faithfully can still be NaN: the file's own values of the rows selected.
+        nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(table, reference, selection.rows)
     _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
     bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
@@ -709,7 +742,8 @@ def check_rows(model: str | os.PathLike[str] | Model, *, tensor: str | None = No
                       selection.description, selection.seed, modes,
                       table.n_rows if selection.rows is None else len(selection.rows), geometry, bad_geometry,
                       findings.count, by_kind, tuple(findings.kept), tuple(findings.short_reads),
-                      findings.short_count, capture_result, tuple(replay.stats), tuple(warnings))
+                      findings.short_count, capture_result, tuple(replay.stats), tuple(warnings),
+                      nonfinite.rows, nonfinite.first)
 
 
 def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import io
 import os
+import struct
+import zipfile
+import zlib
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence, Union
 
 import numpy as np
 
 from . import io as fileio
 from .errors import ReadError, UsageError
+from .untrusted import quote, shorten
 from .readers import PAGE
 
 if TYPE_CHECKING:
@@ -20,6 +24,9 @@ if TYPE_CHECKING:
 
 #: Selections larger than this must use --all (which streams) rather than a list of IDs.
 MAX_SELECTED = 1 << 24
+
+#: One --ids-file, or several (their IDs are joined).
+IdsFiles = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
 #: Largest --ids-file read: a list of IDs or ranges, never model-sized.
 MAX_IDS_FILE_BYTES = 64 << 20
@@ -112,11 +119,13 @@ class Selection:
     seed: int | None = None
 
 
-def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None = None, all_rows: bool = False,
-                random: int | None = None, seed: int | None = None, page_crossing: bool = False,
-                extra: Iterable[int] | np.ndarray = ()) -> Selection:
-    """Combine the selectors (union, first appearance order); --all excludes the others."""
-    chosen = [s for s, on in (("--ids", ids is not None), ("--ids-file", ids_file is not None),
+def select_rows(table: RowTable, *, ids: str | None = None, ids_file: IdsFiles | None = None,
+                all_rows: bool = False, random: int | None = None, seed: int | None = None,
+                page_crossing: bool = False, extra: Iterable[int] | np.ndarray = ()) -> Selection:
+    """Combine the selectors (union, first appearance order); --all excludes the others. *ids_file* is
+    one file or several (each read in turn). Selectors that name no row are an error: nothing would be
+    checked."""
+    chosen = [s for s, on in (("--ids", ids is not None), ("--ids-file", bool(id_files(ids_file))),
                               ("--random", random is not None), ("--page-crossing", page_crossing)) if on]
     if all_rows:
         if chosen:
@@ -126,10 +135,10 @@ def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None
     parts = []
     if ids is not None:
         picked.append(parse_ids(ids, table.n_rows))
-        parts.append(f"--ids {ids if len(ids) <= 60 else ids[:57] + '...'}")
-    if ids_file is not None:
-        picked.append(parse_ids(_read_ids_file(ids_file), table.n_rows, ids_file))
-        parts.append(f"--ids-file {ids_file}")
+        parts.append(f"--ids {(ids if len(ids) <= 60 else ids[:57] + '...') or repr(ids)}")
+    for name in id_files(ids_file):
+        picked.append(parse_ids(_read_ids_file(name), table.n_rows, name))
+        parts.append(f"--ids-file {name}")
     if random is not None:
         seed, sample = _random_rows(table, random, seed)
         picked.append(sample)
@@ -140,9 +149,20 @@ def select_rows(table: RowTable, *, ids: str | None = None, ids_file: str | None
     rows = _first_occurrences(np.concatenate(picked))
     if not rows.size and not parts:
         raise UsageError(None, "choose rows: --ids, --ids-file, --random N, --page-crossing or --all")
+    if not rows.size:
+        raise UsageError(None, f"no rows selected by {' + '.join(parts)}; nothing was checked")
     if rows.size > MAX_SELECTED:
         raise UsageError(None, f"{rows.size} rows selected, more than {MAX_SELECTED}; use --all to sweep the table")
     return Selection(rows, " + ".join(parts) or "capture IDs", seed)
+
+
+def id_files(ids_file: IdsFiles | None) -> list[str]:
+    """The --ids-file paths: none, one, or several (repeated --ids-file)."""
+    if ids_file is None:
+        return []
+    if isinstance(ids_file, (str, os.PathLike)):
+        return [os.fspath(ids_file)]
+    return [os.fspath(name) for name in ids_file]
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -179,9 +199,16 @@ def _read_ids_file(path: str) -> str:
         raise UsageError(path, "ID file is not text", offset=err.start) from None
 
 
+#: Largest --seed: seeds are 32-bit, as the ones chosen for you are (and as they are printed).
+MAX_SEED = (1 << 32) - 1
+
+
 def _random_rows(table: RowTable, n: int, seed: int | None) -> tuple[int, np.ndarray]:
     if n < 1 or n > min(table.n_rows, MAX_SELECTED):
         raise UsageError(None, f"--random {n}: choose 1..{min(table.n_rows, MAX_SELECTED)} rows")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        # Not the value itself: a huge int cannot even be turned into text (Python's 4300-digit limit).
+        raise UsageError(None, f"--seed must be an integer in 0..{MAX_SEED}")
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     return seed, sample_rows(np.random.default_rng(seed), table.n_rows, n)
@@ -219,31 +246,89 @@ MAX_NPZ_BYTES = 1 << 30
 
 
 def load_capture(path: str, table: RowTable) -> Capture:
-    """An engine's gathered rows: .npz with `ids` and one data array, or a structured .npy (ids, rows)."""
+    """An engine's gathered rows: .npz with `ids` and one data array, or a structured .npy (ids, rows).
+
+    Opened as every input is (ggaudit.io: regular files only, so a FIFO cannot hang the run nor a device
+    feed it without end), size-capped, and parsed from that one descriptor: numpy never opens the path.
+    Whatever is wrong with the bytes (a damaged zip, a bad CRC, a cut array, object or pickled data) is
+    one UsageError naming the capture.
+    """
     try:
-        loaded = np.load(path, allow_pickle=False, mmap_mode="r" if path.endswith(".npy") else None)
-    except (OSError, ValueError, EOFError) as err:
-        raise UsageError(path, f"cannot load the capture: {err}") from None
-    ids, data = _capture_arrays(path, loaded)
+        fd, st = fileio.open_readonly(path)
+    except ReadError as err:
+        raise UsageError(path, f"cannot read the capture: {err.message}") from None
+    with open(fd, "rb") as f:
+        limit = max_capture_bytes(table)
+        if st.st_size > limit:
+            raise UsageError(path, f"the capture is {st.st_size} bytes, more than {limit} (every row of "
+                                   f"{MAX_SELECTED} could take)")
+        try:
+            ids, data = _capture_arrays(path, f, st.st_size)
+        except _BAD_CAPTURE as err:
+            raise UsageError(path, f"cannot load the capture: {shorten(str(err) or type(err).__name__, 120)}"
+                             ) from None
     return _check_capture(path, table, ids, data)
 
 
-def _capture_arrays(path: str, loaded: Any) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(loaded, np.ndarray):
+#: What numpy and zipfile raise on damaged bytes: zip structure and CRCs, inflating, cut or unparsable
+#: array headers and data, compression methods and encryption zipfile cannot handle.
+_BAD_CAPTURE = (OSError, ValueError, EOFError, KeyError, struct.error, zipfile.BadZipFile, zipfile.LargeZipFile,
+                zlib.error, NotImplementedError, RuntimeError, OverflowError, SyntaxError)
+
+
+def max_capture_bytes(table: RowTable) -> int:
+    """Largest capture file read: MAX_SELECTED rows of the widest form (float32) with their ids, and
+    room for headers. A capture is never bigger than what it can describe."""
+    return (1 << 20) + MAX_SELECTED * (8 + max(table.row_bytes, 4 * table.tensor.n_cols))
+
+
+def _capture_arrays(path: str, f: BinaryIO, size: int) -> tuple[np.ndarray, np.ndarray]:
+    if f.read(len(_NPY_MAGIC)) == _NPY_MAGIC:
+        f.seek(0)
+        loaded: Any = _map_npy(f, size)
         names = loaded.dtype.names or ()
         if "ids" not in names or len(names) != 2:
             raise UsageError(path, "a .npy capture must be a structured array with fields `ids` and the rows",
                              field="dtype")
         return loaded["ids"], loaded[[n for n in names if n != "ids"][0]]
+    f.seek(0)
+    loaded = np.load(f, allow_pickle=False)     # not a .npy: a zip (.npz), or refused (pickles)
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise UsageError(path, "the capture is neither a .npz nor a .npy file")
     with loaded:
         keys = list(loaded.keys())
         others = [k for k in keys if k != "ids"]
         if "ids" not in keys or len(others) != 1:
-            raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array (found {keys})",
-                             field="arrays")
+            raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array (found "
+                                   f"{shorten(', '.join(map(quote, keys)), 120)})", field="arrays")
         for name in ("ids", others[0]):
             _check_npz_member(path, loaded, name)
         return loaded["ids"], loaded[others[0]]
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _read_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype from a .npy header at *f*'s position; object dtypes refused."""
+    version = np.lib.format.read_magic(f)
+    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = reader(f)
+    if dtype.hasobject:
+        raise ValueError("holds Python objects, which are refused (they load through pickle)")
+    return shape, fortran, dtype
+
+
+def _map_npy(f: BinaryIO, size: int) -> np.ndarray:
+    """A .npy capture mapped read-only from the open file (numpy's own mapping would open the path again)."""
+    shape, fortran, dtype = _read_header(f)
+    offset = f.tell()
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if offset + nbytes > size:
+        raise ValueError(f"EOF: the header promises {nbytes} bytes of array data, the file holds {size - offset}")
+    if nbytes == 0:     # nothing to map (an empty mapping is an error)
+        return np.zeros(shape, dtype=dtype, order="F" if fortran else "C")
+    return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
 
 
 def _check_npz_member(path: str, loaded: Any, name: str) -> None:
@@ -251,16 +336,15 @@ def _check_npz_member(path: str, loaded: Any, name: str) -> None:
     .npz member whole (and may inflate it from a few bytes), where a .npy is mapped."""
     try:
         with loaded.zip.open(f"{name}.npy") as f:
-            version = np.lib.format.read_magic(f)
-            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, _, dtype = reader(f)
-    except (OSError, ValueError, KeyError) as err:
-        raise UsageError(path, f"cannot read the header of `{name}`: {err}", field=name) from None
+            shape, _, dtype = _read_header(f)
+    except _BAD_CAPTURE as err:
+        raise UsageError(path, f"cannot read the header of `{shorten(name)}`: "
+                               f"{shorten(str(err) or type(err).__name__, 120)}", field=shorten(name)) from None
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if nbytes > MAX_NPZ_BYTES:
-        raise UsageError(path, f"`{name}` would take {nbytes} bytes in memory (more than {MAX_NPZ_BYTES}); "
-                               "save the capture as a structured .npy, which is read memory-mapped", field=name)
+        raise UsageError(path, f"`{shorten(name)}` would take {nbytes} bytes in memory (more than {MAX_NPZ_BYTES}); "
+                               "save the capture as a structured .npy, which is read memory-mapped",
+                         field=shorten(name))
 
 
 def _check_capture(path: str, table: RowTable, ids: np.ndarray, data: np.ndarray) -> Capture:

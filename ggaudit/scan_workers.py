@@ -4,6 +4,13 @@ A mapping of a file that shrinks under it raises SIGBUS when touched past the ne
 process: here that process is a worker, and the parent turns the broken pool into
 ``ReadError("file changed during scan")``. Each task maps its own window (64 MiB) and unmaps it, so
 resident memory does not grow with the file.
+
+Workers never outlive the scan, however it ends. Each worker dies with its parent: on Linux the kernel
+kills it (``PR_SET_PDEATHSIG``), and everywhere a thread in it waits on the parent's sentinel and exits
+when the parent is gone (even after SIGKILL, which runs nothing in the parent). Workers ignore SIGINT
+(Ctrl-C reaches the whole process group; the parent decides). While workers run in the main thread,
+Ctrl-C, SIGTERM and SIGHUP kill them at once: Ctrl-C then ends the scan in ``KeyboardInterrupt``, and
+SIGTERM or SIGHUP end the process by that same signal, as if no handler had been installed.
 """
 
 from __future__ import annotations
@@ -12,12 +19,16 @@ import faulthandler
 import logging
 import mmap
 import multiprocessing
+import multiprocessing.connection
 import os
+import signal
+import threading
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from types import FrameType
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -35,6 +46,11 @@ TASK_BYTES = 64 << 20
 _QUEUE_PER_WORKER = 2
 #: Tasks submitted but not yet merged, per worker: bounds memory when one worker stalls.
 _MAX_UNMERGED_PER_WORKER = 8
+#: Longest wait for a task before the parent looks again whether it was interrupted. Waits that the OS
+#: cannot interrupt (a lock on Windows) still end this often; a task takes far less on a healthy disk.
+_POLL_SECONDS = 0.25
+#: Signals that ask a process to end (SIGHUP is POSIX-only).
+_TERMINATION_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @dataclass(frozen=True)
@@ -140,10 +156,38 @@ def scan_pieces(task: Task, opts: Options, mm: mmap.mmap, base: int) -> list[tup
     return out
 
 
-def _worker_init() -> None:
+def _worker_init(parent_pid: int) -> None:
     # A worker killed by SIGBUS is expected (the file shrank) and reported by the parent as a
     # ReadError; a fault handler inherited from the parent would only add a stack dump to stderr.
     faulthandler.disable()
+    # Ctrl-C goes to the whole process group: the parent decides, and kills the workers. A forked
+    # worker also inherited the parent's handlers for SIGTERM and SIGHUP: back to the default.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in _TERMINATION_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    io.die_with_parent(parent_pid)
+    _watch_parent()
+
+
+def _watch_parent() -> None:
+    """Exit this worker as soon as its parent is gone, on every OS and however the parent died.
+
+    The parent's sentinel (a pipe whose write end only the parent and workers started after this one
+    hold, or on Windows the parent's process handle) becomes ready when the parent ends.
+    """
+    parent = multiprocessing.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+    if sentinel is None:
+        return
+
+    def watch() -> None:
+        try:
+            multiprocessing.connection.wait([sentinel])
+        except OSError:          # cannot watch: the kernel's PR_SET_PDEATHSIG (Linux) still holds
+            return
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ggaudit-parent-watch", daemon=True).start()
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -157,6 +201,26 @@ def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], 
                progress: Callable[[int], None]) -> dict[int, Acc]:
     """Scan ``plans`` in ``workers`` processes; results are merged in file order.
 
+    However this ends (done, an error, Ctrl-C, SIGTERM), no worker is left running: on any exception
+    the workers are killed, not waited for, before the exception goes on.
+    """
+    pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
+                               initargs=(os.getpid(),))
+    with _StopOnSignals(pool) as guard:
+        try:
+            accs = _drive(pool, plans, opts, files, workers, progress, guard)
+        except BaseException:
+            _kill_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return accs
+
+
+def _drive(pool: ProcessPoolExecutor, plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile],
+           workers: int, progress: Callable[[int], None], guard: _StopOnSignals) -> dict[int, Acc]:
+    """Submit the tasks and merge their results in file order.
+
     A new task is submitted whenever any worker finishes, not only when the oldest task does: on a
     busy machine one worker can stall, and the other must not idle behind it. Finished results wait
     (they are small) until everything before them has been merged.
@@ -165,34 +229,104 @@ def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], 
     tasks = make_tasks(plans, identities, TASK_BYTES)
     accs: dict[int, Acc] = {}
     pending: deque[tuple[Task, Future[list[tuple[int, Acc]]]]] = deque()
-    pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init)
     current: Task | None = None
     try:
         while True:
+            guard.check()
             running = sum(1 for _, f in pending if not f.done())
             while (running < workers * _QUEUE_PER_WORKER and len(pending) < workers * _MAX_UNMERGED_PER_WORKER
                    and (task := next(tasks, None)) is not None):
                 pending.append((task, pool.submit(run_task, task, opts)))
                 running += 1
             if not pending:
-                break
+                return accs
             if not pending[0][1].done():
                 # Only futures still running: a finished one queued behind the head would make wait()
                 # return at once, and this loop would spin on the core the workers need.
-                wait([f for _, f in pending if not f.done()], return_when=FIRST_COMPLETED)
+                wait([f for _, f in pending if not f.done()], timeout=_POLL_SECONDS, return_when=FIRST_COMPLETED)
             while pending and pending[0][1].done():
+                guard.check()    # the workers killed on Ctrl-C fail their futures: say interrupted
                 current, future = pending.popleft()
                 if _merge(accs, future.result(), opts):
                     return accs
                 progress(current.nbytes)
     except BrokenProcessPool:
+        guard.check()
         path = current.path if current is not None else files[0].path
         raise ReadError(path, "file changed during scan: a reader process was killed "
                         "(SIGBUS from a mapping of a file that shrank?)",
                         offset=current.start if current is not None else None) from None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return accs
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's worker processes now, without waiting for their tasks.
+
+    ``_processes`` is the executor's own table of its workers (there is no public one); killing a dead
+    or finished worker is harmless. Safe in a signal handler: no lock is taken.
+    """
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.kill()
+        except (OSError, ValueError):    # already reaped, or its handle closed
+            pass
+
+
+class _StopOnSignals:
+    """While a pool runs in the main thread: Ctrl-C, SIGTERM and SIGHUP kill its workers at once.
+
+    Ctrl-C only sets a flag that the parent's loop turns into KeyboardInterrupt at a point of its
+    choosing: a KeyboardInterrupt raised inside concurrent.futures (between acquiring two futures'
+    locks, say) can leave a lock held and the pool's shutdown waiting forever. SIGTERM and SIGHUP end
+    the process by that same signal once the workers are killed. Handlers are installed only where
+    the defaults are in place: an embedding program's own handlers are left alone.
+    """
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self._pool = pool
+        self._owner = os.getpid()
+        self._saved: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+        self.interrupted = False
+
+    def __enter__(self) -> _StopOnSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self             # only the main thread may set handlers, and only it gets signals
+        defaults: list[tuple[int, object]] = [(signal.SIGINT, signal.default_int_handler)]
+        defaults += [(signum, signal.SIG_DFL) for signum in _TERMINATION_SIGNALS]
+        for signum, default in defaults:
+            if signal.getsignal(signum) is default:
+                self._saved[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+        if exc_type is None:
+            self.check()        # Ctrl-C during the pool's shutdown
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if Ctrl-C came."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._owner:
+            # A worker forked before its initializer replaced this inherited handler: act as the
+            # default would, and never touch the parent's pool.
+            if signum != signal.SIGINT:
+                _die_by(signum)
+            return
+        _kill_workers(self._pool)
+        if signum == signal.SIGINT:
+            self.interrupted = True
+            return
+        _die_by(signum)
+
+
+def _die_by(signum: int) -> None:
+    """End this process by ``signum`` with its default action, as if no handler had caught it."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)       # not reached where the default action ends the process
 
 
 def _merge(accs: dict[int, Acc], results: list[tuple[int, Acc]], opts: Options) -> bool:

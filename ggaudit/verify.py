@@ -23,6 +23,7 @@ from .manifests.hf_cache import read_hf_snapshot
 from .manifests.ollama import ollama_blob_path, ollama_partial_files, read_ollama_manifest
 from .manifests.sums import read_sums
 from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
+from .untrusted import OUTSIDE, confine, sibling_roots
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ class _Collector:
     warnings: list[str] = field(default_factory=list)
     bytes_hashed: int = 0
     started: float = field(default_factory=time.perf_counter)
+    #: Digests already computed, per file and algorithm: a file named by many lines (or layers) is read once.
+    digests: dict[tuple[Any, ...], str] = field(default_factory=dict)
 
     @property
     def full(self) -> bool:
@@ -150,8 +153,14 @@ def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
     if expected_size is not None and size != expected_size:
         out.mismatches.append(_size_mismatch(os.fspath(path), subject, expected_size, size))
         return
-    actual = _hash(path, GitBlobSha1(size) if algorithm == "git-sha1" else Sha256(), identity)
-    out.bytes_hashed += size
+    # The same file (device and inode, or its real path where the OS gives no inode) unchanged since.
+    where = (identity.device, identity.inode) if identity.inode else os.path.realpath(path)
+    key = (where, identity.size, identity.mtime_ns, algorithm)
+    actual = out.digests.get(key)
+    if actual is None:
+        actual = out.digests[key] = _hash(path, GitBlobSha1(size) if algorithm == "git-sha1" else Sha256(),
+                                          identity)
+        out.bytes_hashed += size
     out.checked.append(Checked(os.fspath(path), subject, algorithm, actual, size, actual == expected))
     if actual != expected:
         out.mismatches.append(_digest_mismatch(algorithm, os.fspath(path), subject, expected, actual, size))
@@ -165,14 +174,21 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
     """Check every layer and the config of an Ollama model: present, right size, right sha256."""
     manifest = read_ollama_manifest(name, store)
     out = _Collector(fail_fast)
+    # Per distinct digest: where its blob is, or why it must not be opened. Each layer is still reported,
+    # but 200k layers naming one blob cost one lookup and one read (the digest memo), not 200k.
+    located: dict[str, Path | ManifestError] = {}
     for layer in manifest.blobs:
         if out.full:
             break
-        try:
-            path = ollama_blob_path(manifest.store, layer.digest)
-        except ManifestError as err:     # a blob linking out of the store: reported, not followed
-            out.mismatches.append(Mismatch("link", os.fspath(err.path or ""), layer.media_type or layer.field,
-                                           detail=err.message))
+        if layer.digest not in located:
+            try:
+                located[layer.digest] = ollama_blob_path(manifest.store, layer.digest)
+            except ManifestError as err:     # a blob linking out of the store: reported, not followed
+                located[layer.digest] = err
+        path = located[layer.digest]
+        if isinstance(path, ManifestError):
+            out.mismatches.append(Mismatch("link", os.fspath(path.path or ""), layer.media_type or layer.field,
+                                           detail=path.message))
             continue
         _check_digest(path, layer.media_type or layer.field, layer.digest, out,
                       expected_size=layer.size)
@@ -209,7 +225,11 @@ def verify_sums(sums: str | os.PathLike[str], *, fail_fast: bool = False) -> Ver
     for entry in read_sums(sums):
         if out.full:
             break
-        _check_digest(entry.path, entry.name, entry.sha256, out)
+        if entry.problem is not None:    # a link out of the folder or a loop: one entry, never opened
+            out.mismatches.append(Mismatch("link", os.fspath(entry.path), entry.name, entry.sha256,
+                                           detail=f"line {entry.line}: {entry.problem}"))
+        else:
+            _check_digest(entry.path, entry.name, entry.sha256, out)
     return out.report(os.fspath(sums), "sums")
 
 
@@ -244,12 +264,26 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
     for file_digest, path in _locate_files(manifest, os.fspath(model_path), out):
         if out.full:
             break
-        if _absent(path):
+        problem = _leaves_folder(path, os.fspath(model_path))
+        if problem is not None:
+            out.mismatches.append(Mismatch("link", path, file_digest.name, file_digest.sha256, detail=problem))
+        elif _absent(path):
             out.mismatches.append(Mismatch("missing", path, file_digest.name, file_digest.sha256,
                                            detail="file of the manifest not found"))
         else:
             _check_model_file(manifest, file_digest, path, out)
     return out.report(os.fspath(model_path), "manifest")
+
+
+def _leaves_folder(path: str, given: str) -> str | None:
+    """Why a file the manifest names next to the model must not be opened (a link pointing out of the
+    model's folder, a loop), or None."""
+    if path == given:
+        return None
+    problem = confine(path, sibling_roots(given))
+    if problem == OUTSIDE:
+        return "resolves outside the model's folder (a link pointing out): not followed"
+    return problem
 
 
 def _absent(path: str) -> bool:
@@ -314,8 +348,13 @@ def compare_tensors(expected: Sequence[TensorDigest], actual: Sequence[TensorDig
             problems.append(Mismatch("tensor-layout", path, want.name, _geometry_text(want),
                                      _geometry_text(have), offset=have.offset, length=have.nbytes,
                                      tensor=want.name, detail="type, shape or row layout differs"))
-        elif want.xxh3_128 != have.xxh3_128:
-            problems.extend(_differing_runs(want, have, path))
+        else:
+            # Both digests count: the row groups localise a change, the whole-tensor digest still
+            # stands on its own (a manifest whose groups agree but whose tensor digest does not).
+            runs = list(_differing_runs(want, have, path))
+            if not runs and want.xxh3_128 != have.xxh3_128:
+                runs.append(_whole_tensor_mismatch(want, have, path))
+            problems.extend(runs)
     problems.extend(Mismatch("tensor-extra", path, t.name, offset=t.offset, length=t.nbytes, tensor=t.name,
                              detail="tensor in the file, not in the manifest")
                     for t in actual if t.name not in listed)
@@ -328,6 +367,12 @@ def _geometry(t: TensorDigest) -> tuple[Any, ...]:
 
 def _geometry_text(t: TensorDigest) -> str:
     return f"{t.ggml_type} {list(t.shape)}, {t.n_rows} rows of {t.row_bytes} bytes"
+
+
+def _whole_tensor_mismatch(want: TensorDigest, have: TensorDigest, path: str) -> Mismatch:
+    return Mismatch("tensor-data", path, want.name, want.xxh3_128, have.xxh3_128, offset=have.offset,
+                    length=have.nbytes, tensor=want.name, rows=(0, max(have.n_rows - 1, 0)),
+                    detail="xxh3-128 of the whole tensor differs (no row group's does)")
 
 
 def _differing_runs(want: TensorDigest, have: TensorDigest, path: str) -> Iterator[Mismatch]:

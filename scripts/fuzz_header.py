@@ -124,7 +124,7 @@ def _round_trips(path: str, model: Model) -> None:
     if not diff_models(model, model).same:
         raise Bug("diff of a file with itself found differences")
     manifest = path + ".manifest.json"
-    write_tensor_manifest(build_tensor_manifest(model), manifest)
+    write_tensor_manifest(build_tensor_manifest(model), manifest, replace=True)
     verified = verify_tensor_manifest(path, manifest)
     if not verified.ok:
         raise Bug(f"a file does not verify against its own manifest: {verified.mismatches[:2]}")

@@ -63,7 +63,9 @@ def test_json_has_the_documented_shape(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     offsets = _model(path)
     code, lines, err = _run(str(path), "--json", "--deep")
-    assert code == 1 and err == ""                 # warnings stay off a non-terminal stderr
+    # A warning says less was checked than asked: on stderr even when it is not a terminal.
+    assert code == 1 and err == ("ggaudit: warning: --deep: gguf.quants cannot decode Q8_K; 1 tensor of that "
+                                 "type checked by block fields only\n")
     doc = json.loads("\n".join(lines))
     assert doc["status"] == "findings" and doc["model"] == str(path)
     assert doc["warnings"] == ["--deep: gguf.quants cannot decode Q8_K; 1 tensor of that type checked by "
@@ -160,16 +162,18 @@ def test_fp8_override_on_the_command_line(tmp_path: Path) -> None:
     assert _run(str(path))[0] == 0
 
 
-def test_progress_and_warnings_only_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_only_on_a_terminal_warnings_always(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.gguf"
     _model(path)
+    warning = ("ggaudit: warning: --deep: gguf.quants cannot decode Q8_K; 1 tensor of that type checked by "
+               "block fields only\n")
+    code, _, err = _run(str(path), "--deep")
+    assert (code, err) == (1, warning)                  # not a terminal: the warning, no progress
     monkeypatch.setattr(importlib.import_module("ggaudit.cli.scan"), "stderr_is_tty", lambda: True)
-    monkeypatch.setattr("ggaudit.cli.common.stderr_is_tty", lambda: True)
     code, _, err = _run(str(path), "--deep")
     assert code == 1
     assert "\rscan " in err and " / " in err and "ETA" in err
-    assert err.endswith("ggaudit: warning: --deep: gguf.quants cannot decode Q8_K; 1 tensor of that type "
-                        "checked by block fields only\n")
+    assert err.endswith(warning) and err.count("ggaudit: warning:") == 1
 
 
 def test_ollama_model_scans_the_model_blob_and_the_projector(tmp_path: Path) -> None:

@@ -156,7 +156,10 @@ def test_sums_symlink_pointing_out_is_refused_not_followed(tmp_path: Path) -> No
     (folder / "link.gguf").symlink_to(outside)
     sums = folder / "SHA256SUMS"
     sums.write_text(f"{'1' * 64}  link.gguf\n")
-    assert_one_line_error(run_cli(["verify", "--sums", sums]), str(sums), "resolves outside")
+    # One reported entry (issue 11), not a refusal of the whole file; the link is never followed.
+    result = run_cli(["verify", "--sums", sums])
+    assert result.exit_code == 1 and result.stderr == "", (result.output, result.stderr)
+    assert "MISMATCH link: " in result.stdout and "line 1: resolves outside" in result.stdout
 
 
 def test_tensor_manifest_file_names_must_be_plain(tmp_path: Path, evil_model: Path) -> None:
@@ -298,3 +301,112 @@ def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:
     _terminal_safe(text.stdout)
     assert "MISMATCH link:" in text.stdout and "outside the cache" in text.stdout
     assert escape(f"model{CLEAR}.gguf") in text.stdout
+
+
+# --- every part of an error line, invisible and bidi characters, undecodable bytes (issue 11) ----------
+
+from ggaudit.errors import FormatError  # noqa: E402
+from ggaudit.layout import open_model  # noqa: E402
+from ggaudit.text import escape_message, escape_path  # noqa: E402
+
+#: Characters that show as nothing, as a space or reorder the line: each must be visible as an escape.
+INVISIBLE = [0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x180E, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F,
+             0x202A, 0x202E, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0x2066, 0x2069, 0x3164, 0xFE00, 0xFE0F,
+             0xFEFF, 0xFFA0, 0x00A0, 0x2002, 0x3000, 0xE000, 0x0378, 0xE0001, 0xE0100, 0x2028, 0x2029]
+
+
+@pytest.mark.parametrize("code", INVISIBLE, ids=lambda c: f"U+{c:04X}")
+def test_invisible_and_bidi_characters_are_shown_as_escapes(code: int) -> None:
+    shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    for escaper in (escape, escape_message, escape_path):
+        assert escaper(f"a{chr(code)}b") == f"a{shown}b"
+    # So two names that differ only by it never look the same.
+    assert escape(f"a{chr(code)}b") != escape("ab")
+
+
+def test_visible_text_of_any_script_is_left_as_it_is() -> None:
+    for text in ("token_embd.weight", "模型.权重", "вес", "é", "e\u0301", "🙂", "a b"):
+        assert escape(text) == escape_message(text) == text
+
+
+@pytest.mark.parametrize("message, shown", [
+    ("value \x1b]0;title\x07 here", "value \\x1b]0;title\\x07 here"),
+    ("ends at \u202eexe.gguf", "ends at \\u202eexe.gguf"),
+    ("two\nlines\r", "two\\nlines\\r"),
+    # Already escaped (repr, escape()) or a Windows path: the message's backslashes are kept, once.
+    (f"no tensor named {'a' + chr(27)!r}", "no tensor named 'a\\x1b'"),
+    (f"tensor {escape('a' + chr(27))} twice", "tensor a\\x1b twice"),
+    ("stored in C:\\models\\m.gguf", "stored in C:\\models\\m.gguf"),
+])
+def test_the_message_part_of_an_error_is_escaped_once(message: str, shown: str) -> None:
+    err = ManifestError("m.json", message, field=f"files[0].name{CLEAR}")
+    assert str(err) == f"m.json: files[0].name\\x1b[2J: {shown}"
+    assert escape_message(escape_message(message)) == escape_message(message) == shown
+
+
+def test_an_npz_member_name_in_an_error_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    import io
+    import zipfile
+
+    model = tmp_path / "m.gguf"
+    write_gguf(model, [TensorSpec("token_embd.weight", T.F32, (32, 4), bytes(512))])
+    capture = tmp_path / "c.npz"
+    member = "\x1b]0;title\x07"
+    with zipfile.ZipFile(capture, "w") as z:
+        ids = io.BytesIO()
+        np.save(ids, np.arange(2))
+        z.writestr("ids.npy", ids.getvalue())
+        z.writestr(f"{member}.npy", b"not an array header")
+    line = assert_one_line_error(run_cli(["rows", model, "--against", capture]), str(capture))
+    _terminal_safe(line)
+    assert "\u2028" not in line and "\\x1b]0;title\\x07" in line
+
+
+@needs_symlinks
+def test_a_link_target_quoted_in_a_message_is_escaped(tmp_path: Path) -> None:
+    from ollama_support import ollama_store
+
+    store = tmp_path / "store"
+    write_gguf(tmp_path / "m.gguf", [TensorSpec("t", T.F32, (8,), bytes(32))])
+    ollama_store(store, (tmp_path / "m.gguf").read_bytes(), b"", name="evil")
+    manifest = next(p for p in (store / "manifests").rglob("*") if p.is_file())
+    outside = tmp_path / f"out{CLEAR}\x1b]0;title\x07"
+    outside.write_text(manifest.read_text())
+    manifest.unlink()
+    manifest.symlink_to(outside)
+    line = assert_one_line_error(run_cli(["verify", "ollama:evil", "--store", store]), str(manifest))
+    _terminal_safe(line)
+    assert escape(str(outside)) in line
+
+
+def _two_names(path: Path, first: bytes, second: bytes) -> Path:
+    """A GGUF whose two tensors are named *first* and *second* exactly (invalid UTF-8 allowed)."""
+    placeholders = ["@" * len(first), "#" * len(second)]
+    write_gguf(path, [TensorSpec(name, T.F32, (8,), bytes(32)) for name in placeholders])
+    data = path.read_bytes()
+    for placeholder, raw in zip(placeholders, (first, second)):
+        data = data.replace(placeholder.encode(), raw, 1)
+    path.write_bytes(data)
+    return path
+
+
+def test_an_undecodable_byte_and_a_spelled_out_escape_look_different(tmp_path: Path) -> None:
+    path = _two_names(tmp_path / "m.gguf", b"a\\xff", b"a\xff")
+    # Two different names in the file: not a duplicate.
+    assert [t.name for t in open_model(path).tensors] == ["a\\xff", "a\udcff"]
+    result = run_cli(["info", path])
+    assert result.exit_code == 0, result.stderr
+    rows = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("  a")]
+    assert rows == ["a\\\\xff", "a\\xff"]
+    names = [t["name"] for t in json.loads(run_cli(["info", "--json", path]).stdout)["tensors"]]
+    assert names == ["a\\xff", "a\udcff"]       # exact: the byte is U+DCFF, as surrogateescape decodes it
+
+
+@pytest.mark.parametrize("raw", [b"a\xff", b"\xc3", b"t\xed\xa0\x80"])
+def test_the_same_undecodable_name_twice_is_still_a_duplicate(tmp_path: Path, raw: bytes) -> None:
+    path = _two_names(tmp_path / "m.gguf", raw, raw)
+    with pytest.raises(FormatError) as caught:
+        open_model(path)
+    shown = escape(raw.decode("utf-8", "surrogateescape"))
+    assert caught.value.message == "duplicate tensor name"
+    assert str(caught.value).endswith(f": tensor[{shown}]: duplicate tensor name") and "\\x" in shown

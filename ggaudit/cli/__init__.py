@@ -18,8 +18,13 @@ from .verify import verify
 
 @click.group(cls=OneLineErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ggaudit")
-def main() -> None:
-    """Audit GGUF model files: is the data intact, and does every read path deliver the same bytes?"""
+@click.option("--debug", is_flag=True, help="On an internal error (exit 3), also print the traceback.")
+def main(debug: bool) -> None:
+    """Audit GGUF model files: is the data intact, and does every read path deliver the same bytes?
+
+    Exit status: 0 clean, 1 findings, 2 bad input or an unreadable file, 3 internal error (a bug: please
+    report it), 130 interrupted.
+    """
     _never_fail_on_encoding()
 
 

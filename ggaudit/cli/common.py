@@ -1,13 +1,16 @@
-"""What every command shares: error handling, exit codes, JSON output, stderr hints."""
+"""What every command shares: error handling, exit codes, JSON output, stderr warnings."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import logging
 import os
 import sys
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+import traceback
+from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence, TypeVar
 
 import click
 
@@ -15,10 +18,17 @@ from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overal
 from ..errors import GGAuditError
 from ..layout import ArrayValue
 from ..locate import resolve_model
-from ..text import escape, escape_path
+from ..text import escape, escape_message, escape_path
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
+#: A bug in ggaudit (an exception that is not a report about the input): never mistaken for findings.
+EXIT_INTERNAL = 3
+#: Ctrl-C, as a shell reports a process that SIGINT ended (128 + 2).
+EXIT_INTERRUPTED = 130
+
+#: Longest text of an internal error's message that is quoted: enough to recognise it, never megabytes.
+MAX_INTERNAL_MESSAGE = 200
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -30,13 +40,19 @@ class OneLineErrorsGroup(click.Group):
     """A command group whose commands report bad arguments (a MODEL that is a directory, an unreadable
     --sums file, a missing option) as one line on stderr with exit 2, like every other error."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        # Ctrl-C while the arguments are parsed ends in exit 130 too, not click's "Aborted!" and exit 1.
+        return guarded(lambda: super(OneLineErrorsGroup, self).make_context(info_name, args, parent, **extra))
+
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.UsageError as err:
-            where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
-            # The message quotes the paths the user typed: shown as paths (Windows' separator once).
-            fail(escape_path(err.format_message()) + where)
+        with _quiet_broken_pipes():
+            try:
+                return guarded(lambda: super(OneLineErrorsGroup, self).invoke(ctx))
+            except click.UsageError as err:
+                where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+                # The message quotes the paths the user typed: shown as paths (Windows' separator once).
+                fail(escape_path(err.format_message()) + where)
 
 
 class PathParam(click.ParamType):
@@ -58,31 +74,114 @@ class PathParam(click.ParamType):
 
 
 def handle_errors(func: F) -> F:
-    """Turn library errors into one line on stderr and exit status 2, never a traceback."""
+    """Run a command under :func:`guarded`: one line on stderr and the documented exit status for every way
+    it can fail, never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except GGAuditError as err:
-            fail(str(err))
-        except OSError as err:
-            fail(_describe_os_error(err))
-        except MemoryError:
-            fail("out of memory")
+        return guarded(lambda: func(*args, **kwargs))
 
     return wrapper  # type: ignore[return-value]
 
 
+def guarded(call: Callable[[], R]) -> R:
+    """The one place that maps how a run ends to its exit status: bad input or an unreadable file is one
+    line and exit 2, Ctrl-C is exit 130, and any other exception is a bug in ggaudit: one line asking for
+    a report and exit 3 (the traceback too with ``ggaudit --debug``). click's own exits pass through."""
+    try:
+        return call()
+    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        raise
+    except GGAuditError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(_describe_os_error(err))
+    except MemoryError:
+        fail("out of memory")
+    except KeyboardInterrupt:
+        click.echo("ggaudit: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as err:  # noqa: BLE001 - anything else is a bug, reported as one
+        internal_error(err)
+
+
+def internal_error(err: BaseException) -> NoReturn:
+    """Report a bug in ggaudit as one line on stderr (the traceback before it with --debug); exit 3."""
+    if _debug():
+        click.echo("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip("\n"), err=True)
+    text = str(err)
+    if len(text) > MAX_INTERNAL_MESSAGE:
+        text = text[:MAX_INTERNAL_MESSAGE] + "..."
+    what = type(err).__name__ + (f": {escape_message(text)}" if text else "")
+    hint = "" if _debug() else "; run with --debug for the traceback"
+    click.echo(f"ggaudit: internal error: {what} (a bug in ggaudit: please report it with the command that "
+               f"ran{hint})", err=True)
+    sys.exit(EXIT_INTERNAL)
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and bool(ctx.find_root().params.get("debug"))
+
+
 def _describe_os_error(err: OSError) -> str:
     where = escape_path(str(err.filename)) + ": " if err.filename is not None else ""
-    return f"{where}{err.strerror or err}"
+    return f"{where}{escape_message(str(err.strerror or err))}"
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """Print *message* as the one error line on stderr and exit 2."""
     click.echo(f"ggaudit: error: {message}", err=True)
     sys.exit(EXIT_ERROR)
+
+
+class _QuietOnBrokenPipe:
+    """A standard stream that, once the reader of its pipe has gone (``ggaudit ... | head -1``), sends the
+    rest of the output to the null device: the run ends as it would have, with its own exit status, and
+    neither "Broken pipe" nor a failed flush at exit is reported (the Python docs' recipe, applied at
+    the first write that fails rather than by ending the run)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: Any) -> int:
+        try:
+            return int(self._stream.write(text))
+        except OSError as err:
+            self._silence_or_raise(err)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as err:
+            self._silence_or_raise(err)
+
+    def _silence_or_raise(self, err: OSError) -> None:
+        # Windows reports a write to a pipe whose reader closed as EINVAL as well as EPIPE.
+        if not (isinstance(err, BrokenPipeError) or (os.name == "nt" and err.errno == errno.EINVAL)):
+            raise err
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError):
+            raise err from None   # no descriptor to redirect (a test's captured stream): say so
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _quiet_broken_pipes() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (stream if stream is None else _QuietOnBrokenPipe(stream) for stream in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def emit_json(data: Any) -> None:
@@ -94,9 +193,9 @@ def stderr_is_tty() -> bool:
 
 
 def hint(message: str) -> None:
-    """Warnings and hints go to stderr, and only when a person is watching."""
-    if stderr_is_tty():
-        click.echo(message, err=True)
+    """A warning (less was checked than asked, say) on stderr: always, terminal or not, since a warning
+    dropped from a log is a check the reader believes was made. Only progress is for terminals."""
+    click.echo(message, err=True)
 
 
 def error_to_json(err: GGAuditError) -> dict[str, Any]:

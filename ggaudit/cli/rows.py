@@ -6,15 +6,17 @@ import click
 
 from ..errors import UsageError
 from ..readers import MODES
+from ..report import CAUSE_OVERFLOW
 from ..rows import Geometry, Mismatch, RowsReport, ShortRead, check_rows
 from ..text import escape, escape_path
-from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, handle_errors, stderr_is_tty
+from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, fail, handle_errors, stderr_is_tty
 
 
-def _modes(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
+def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Every --modes given, joined (each once, in order); None when there was none."""
+    if not given:
         return None
-    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    modes = tuple(dict.fromkeys(m.strip() for text in given for m in text.split(",") if m.strip()))
     if not modes:
         raise UsageError(None, "--modes needs at least one of " + ",".join(MODES))
     return modes
@@ -24,14 +26,16 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 @click.argument("model", type=PathParam(dir_okay=False))
 @click.option("--tensor", metavar="NAME",
               help="Table to replay [default: per_layer_token_embd.weight, else token_embd.weight].")
-@click.option("--ids", metavar="LIST", help='Row IDs and ranges, e.g. "4162,4170-4200".')
-@click.option("--ids-file", type=PathParam(dir_okay=False), help="File of row IDs/ranges ('#' comments).")
+@click.option("--ids", multiple=True, metavar="LIST",
+              help='Row IDs and ranges, e.g. "4162,4170-4200" (repeatable; all are joined).')
+@click.option("--ids-file", "ids_files", multiple=True, type=PathParam(dir_okay=False),
+              help="File of row IDs/ranges ('#' comments; repeatable).")
 @click.option("--all", "all_rows", is_flag=True, help="Sweep the whole table in large sequential aligned reads.")
 @click.option("--random", "random_n", type=int, metavar="N", help="Also pick N distinct random rows.")
 @click.option("--seed", type=int, metavar="S", help="Seed for --random (printed when chosen for you).")
 @click.option("--page-crossing", is_flag=True, help="Also select every row that crosses a 4096-byte page.")
-@click.option("--modes", metavar="LIST",
-              help=f"Read paths, comma-separated [default: {','.join(MODES)}; none with --against].")
+@click.option("--modes", multiple=True, metavar="LIST",
+              help=f"Read paths, comma-separated (repeatable) [default: {','.join(MODES)}; none with --against].")
 @click.option("--workers", type=int, default=4, show_default=True, metavar="N",
               help="Threads gathering a batch (reads in flight for --all).")
 @click.option("--batch", type=int, default=256, show_default=True, metavar="N", help="Rows per gather batch.")
@@ -46,14 +50,16 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @handle_errors
-def rows(model: str, tensor: str | None, ids: str | None, ids_file: str | None, all_rows: bool,
-         random_n: int | None, seed: int | None, page_crossing: bool, modes: str | None, workers: int, batch: int,
+def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
+         random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
          cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, as_json: bool) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     chosen = _modes(modes)
     if chosen is None:
         chosen = () if against is not None else MODES
-    report = check_rows(model, tensor=tensor, ids=ids, ids_file=ids_file, all_rows=all_rows, random=random_n,
+    # Repeated selectors add up, as repeated --tensor does elsewhere.
+    report = check_rows(model, tensor=tensor, ids=",".join(ids) if ids else None, ids_file=ids_files or None,
+                        all_rows=all_rows, random=random_n,
                         seed=seed, page_crossing=page_crossing, modes=chosen, workers=workers, batch=batch,
                         cache_rows=cache_rows, prefetch=prefetch, against=against, fp8=fp8, fail_fast=fail_fast,
                         progress=_progress if stderr_is_tty() else None)
@@ -64,6 +70,8 @@ def rows(model: str, tensor: str | None, ids: str | None, ids_file: str | None, 
     else:
         for line in render(report):
             click.echo(line)
+    if not report.compared and report.clean:
+        fail("nothing was compared: every read path was skipped (see the warnings)")
     raise SystemExit(EXIT_CLEAN if report.clean else EXIT_FINDINGS)
 
 
@@ -133,10 +141,39 @@ def render(report: RowsReport) -> list[str]:
         lines.append(f"... {r.mismatch_count - len(r.mismatches)} more mismatches not shown")
     if r.short_read_count > len(r.short_reads):
         lines.append(f"... {r.short_read_count - len(r.short_reads)} more short reads not shown")
-    if r.clean:
-        lines.append("result: clean: every path delivered the file's bytes")
+    lines.append(_result(r))
+    return lines
+
+
+def _result(r: RowsReport) -> str:
+    """The verdict: what delivered the file's bytes (or how many did not), then whether the rows
+    themselves hold non-finite values."""
+    if not r.compared:
+        verdict = "nothing compared: every read path was skipped"
+    elif r.delivered:
+        verdict = _delivered(r)
     else:
         kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
-        lines.append(f"result: {r.mismatch_count} mismatches ({kinds}), {r.short_read_count} short reads; "
-                     f"mismatched rows crossing: {_geometry(r.mismatch_geometry)}")
-    return lines
+        verdict = (f"{r.mismatch_count} mismatches ({kinds}), {r.short_read_count} short reads; "
+                   f"mismatched rows crossing: {_geometry(r.mismatch_geometry)}")
+    if r.nonfinite_rows:
+        verdict += f"; {_nonfinite(r)}"
+    return f"result: {'clean: ' if r.clean and r.compared else ''}{verdict}"
+
+
+def _delivered(r: RowsReport) -> str:
+    if r.capture is None:
+        return "every path delivered the file's bytes"
+    if not r.stats:
+        return f"the capture matched the file in all {r.capture.rows} rows (no read path run)"
+    return "every path and the capture delivered the file's bytes"
+
+
+def _nonfinite(r: RowsReport) -> str:
+    f = r.first_nonfinite
+    rows = f"{r.nonfinite_rows} selected row{'s hold' if r.nonfinite_rows != 1 else ' holds'} non-finite values"
+    if f is None:
+        return rows
+    where = f"column {f.column}" if f.field == "value" else f"block {f.block}, field {escape(f.field)}"
+    how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
+    return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"

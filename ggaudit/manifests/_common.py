@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -30,20 +31,34 @@ HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 def read_text(path: Path, what: str) -> str:
     """Read a small text file, refusing huge ones and reporting undecodable bytes with their offset."""
     # Opened without blocking, so a FIFO cannot hang the open; only regular files are read.
-    fd = io.open_fd(path)
-    with open(fd, "rb") as f:
-        st = os.fstat(fd)
+    fd = _open(path, what)
+    try:
+        st = os.fstat(fd)   # before open(): it would raise IsADirectoryError for a folder
+        if stat.S_ISDIR(st.st_mode):
+            raise ManifestError(path, f"{what} is a directory")
         if not stat.S_ISREG(st.st_mode):
             raise ManifestError(path, f"{what} is not a regular file")
         if st.st_size > MAX_MANIFEST_BYTES:     # refuse before reading: no 64 MiB buffer for nothing
             raise ManifestError(path, f"{what} is larger than {MAX_MANIFEST_BYTES} bytes")
-        data = f.read(st.st_size + 1)  # not MAX_MANIFEST_BYTES + 1: read() allocates what it is asked for
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(st.st_size + 1)  # not MAX_MANIFEST_BYTES + 1: read() allocates what it is asked for
+    finally:
+        os.close(fd)
     if len(data) > st.st_size:
         raise ManifestError(path, f"{what} grew while being read (changed while reading?)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ManifestError(path, f"{what} is not UTF-8 text", offset=err.start) from None
+
+
+def _open(path: Path, what: str) -> int:
+    try:
+        return io.open_fd(path)
+    except OSError as err:
+        reason = io.open_error(path, err).message   # Windows refuses a folder with EACCES: says so
+        raise ManifestError(path, f"{what} {reason}" if reason == "is a directory"
+                            else f"cannot open {what}: {err.strerror or err}") from None
 
 
 def load_json(path: Path, what: str) -> Any:
@@ -58,6 +73,9 @@ def load_json(path: Path, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise ManifestError(path, f"{what} is not JSON: {err.msg}", offset=err.pos) from None
+    except ValueError:          # an integer of more digits than Python converts (int_max_str_digits)
+        raise ManifestError(path, f"{what} holds an integer of more than {_max_int_digits()} digits",
+                            offset=_long_integer_at(text)) from None
     except RecursionError:      # absurdly deep nesting: hostile, never a real manifest
         raise ManifestError(path, f"{what} nests too deeply") from None
 
@@ -65,3 +83,14 @@ def load_json(path: Path, what: str) -> Any:
 def is_count(value: object, minimum: int = 0) -> TypeGuard[int]:
     """A JSON integer (not a bool, which Python counts as one) of at least ``minimum``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _max_int_digits() -> int:
+    return getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+
+
+def _long_integer_at(text: str) -> int | None:
+    """Where the first JSON number longer than Python converts starts (strings skipped), if found."""
+    number = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d{%d,}(?![\d.eE])' % (_max_int_digits() + 1))
+    return next((m.start() for m in number.finditer(text) if not m.group().startswith('"')), None)
+

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import ManifestError, UsageError
+from ..untrusted import OUTSIDE, confine, quote, real
 from ._common import HEX64, read_text
+from .ollama import home_folder
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +37,9 @@ def parse_hf_spec(text: str) -> HFSpec:
     revision = revision or "main"
     parts = repo.split("/")
     if len(parts) != 2 or not all(_HF_PART.fullmatch(p) and set(p) != {"."} for p in parts):
-        raise UsageError(None, f"Hugging Face repo {text!r} is not ORG/NAME[@REVISION]")
+        raise UsageError(None, f"Hugging Face repo {quote(text)} is not ORG/NAME[@REVISION]")
     if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
-        raise UsageError(None, f"Hugging Face revision {revision!r} is not a safe ref name")
+        raise UsageError(None, f"Hugging Face revision {quote(revision)} is not a safe ref name")
     return HFSpec(repo, revision)
 
 
@@ -48,7 +50,7 @@ def default_hf_cache(env: Mapping[str, str] | None = None, home: Path | None = N
         return Path(env["HF_HUB_CACHE"])
     if env.get("HF_HOME"):
         return Path(env["HF_HOME"]) / "hub"
-    return (home or Path.home()) / ".cache" / "huggingface" / "hub"
+    return (home or home_folder("set HF_HUB_CACHE or HF_HOME")) / ".cache" / "huggingface" / "hub"
 
 
 @dataclass(frozen=True)
@@ -78,32 +80,51 @@ class HFSnapshot:
 
 
 def read_hf_snapshot(spec: str | HFSpec, cache: str | os.PathLike[str] | None = None) -> HFSnapshot:
-    """Locate ``spec``'s snapshot in the cache and list its files with the digest each must have."""
+    """Locate ``spec``'s snapshot in the cache and list its files with the digest each must have.
+
+    Nothing outside the repository's folder is read or walked: a ref, snapshot or blobs folder that
+    is a link pointing out of it (or a loop) is a ManifestError; a file of the snapshot linking out is
+    listed with its problem and never opened.
+    """
     parsed = parse_hf_spec(spec) if isinstance(spec, str) else spec
     root = Path(cache) if cache is not None else default_hf_cache()
     repo_dir = root / parsed.folder
+    _require_inside(repo_dir, real(root), "repository folder", "the cache")
     if not repo_dir.is_dir():
         raise ManifestError(repo_dir, f"{parsed.repo_id} is not in the Hugging Face cache {root}")
-    commit = _hf_commit(repo_dir, parsed.revision)
+    inside = real(repo_dir)
+    commit = _hf_commit(repo_dir, inside, parsed.revision)
     snapshot = repo_dir / "snapshots" / commit
+    _require_inside(snapshot, inside, "snapshot", "the repository folder")    # os.walk would follow it
     if not snapshot.is_dir():
         raise ManifestError(snapshot, f"revision {parsed.revision} ({commit}) has no snapshot")
-    blobs = (repo_dir / "blobs").resolve()
+    _require_inside(repo_dir / "blobs", inside, "blobs folder", "the repository folder")
+    blobs = real(repo_dir / "blobs")
     # Ordered by the repository path, not by Path (which ignores case on Windows): the same order everywhere.
     files = tuple(sorted((_hf_file(snapshot, link, blobs) for link in _walk(snapshot)), key=lambda f: f.name))
     incomplete = tuple(sorted(p for p in (repo_dir / "blobs").glob("*.incomplete")))
     return HFSnapshot(parsed, repo_dir, commit, files, incomplete)
 
 
-def _hf_commit(repo_dir: Path, revision: str) -> str:
+def _require_inside(path: Path, root: Path, what: str, where: str) -> None:
+    """ManifestError, before anything opens or walks *path*, unless it stays inside *root* (real)."""
+    problem = confine(path, (root,))
+    if problem == OUTSIDE:
+        raise ManifestError(path, f"{what} is a link pointing outside {where}; not followed")
+    if problem is not None:
+        raise ManifestError(path, f"{what} {problem}")
+
+
+def _hf_commit(repo_dir: Path, inside: Path, revision: str) -> str:
     if _COMMIT.fullmatch(revision):
         return revision
     ref = repo_dir / "refs" / revision
+    _require_inside(ref, inside, "ref", "the repository folder")
     if not ref.is_file():
-        raise ManifestError(ref, f"revision {revision!r} is not cached (no refs/{revision})")
+        raise ManifestError(ref, f"revision {quote(revision)} is not cached (no refs/{revision})")
     commit = read_text(ref, "ref").strip()
     if not _COMMIT.fullmatch(commit):
-        raise ManifestError(ref, f"ref does not hold a 40-hex commit: {commit[:80]!r}")
+        raise ManifestError(ref, f"ref does not hold a 40-hex commit: {quote(commit)}")
     return commit
 
 
@@ -121,8 +142,11 @@ def _hf_file(snapshot: Path, link: Path, blobs: Path) -> HFFile:
     name = link.relative_to(snapshot).as_posix()
     if not link.is_symlink():
         return HFFile(name, link, None, None, None, "not a link to a blob (cannot check a copy)")
-    target = link.resolve()
-    if target.parent != blobs:
+    problem = confine(link, (blobs,))
+    if problem is not None and problem != OUTSIDE:
+        return HFFile(name, link, None, None, None, f"link {problem}")
+    target = real(link)
+    if problem == OUTSIDE or target.parent != blobs:
         return HFFile(name, link, None, None, None, f"link points outside the cache's blobs: "
                       f"{os.readlink(link)}")
     if not target.is_file():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import ManifestError, UsageError
+from ..untrusted import OUTSIDE, confine, quote, real, shorten
 from ._common import HEX64, is_count, load_json
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,8 @@ def parse_digest(value: object, *, path: str | os.PathLike[str], field: str) -> 
     """
     if not isinstance(value, str) or not value.startswith("sha256:") \
             or not HEX64.fullmatch(value[len("sha256:"):]):
-        shown = value if isinstance(value, str) else type(value).__name__
-        raise ManifestError(path, f"digest {shown!r} is not of the form sha256:<64 hex digits>",
+        shown = quote(value) if isinstance(value, str) else type(value).__name__
+        raise ManifestError(path, f"digest {shown} is not of the form sha256:<64 hex digits>",
                             field=field)
     return value[len("sha256:"):].lower()
 
@@ -67,7 +68,7 @@ def parse_ollama_name(text: str) -> OllamaName:
         rest, tag = text.rsplit(":", 1)
     parts = rest.split("/")
     if len(parts) > 3:
-        raise UsageError(None, f"model name {text!r} has more than host/namespace/name:tag")
+        raise UsageError(None, f"model name {quote(text)} has more than host/namespace/name:tag")
     host, namespace = DEFAULT_HOST, DEFAULT_NAMESPACE
     if len(parts) == 3:
         host, namespace, model = parts
@@ -79,7 +80,7 @@ def parse_ollama_name(text: str) -> OllamaName:
                                  ("model", model, _NAME_PART), ("tag", tag, _TAG_PART)):
         # '.' and '..' match the patterns' character sets but would walk the store; refuse them.
         if not pattern.fullmatch(value) or set(value) <= {"."}:
-            raise UsageError(None, f"model name {text!r}: bad {kind} {value!r}")
+            raise UsageError(None, f"model name {quote(text)}: bad {kind} {quote(value)}")
     return OllamaName(host, namespace, model, tag)
 
 
@@ -94,15 +95,25 @@ def default_ollama_store(env: Mapping[str, str] | None = None, platform: str | N
     platform = sys.platform if platform is None else platform
     if env.get("OLLAMA_MODELS"):
         return Path(env["OLLAMA_MODELS"])
+    advice = "pass --store or set OLLAMA_MODELS"
     if platform.startswith("win"):
-        home = home or Path(env.get("USERPROFILE") or Path.home())
+        home = home or Path(env.get("USERPROFILE") or home_folder(advice))
         return home / ".ollama" / "models"
-    home = home or Path(env.get("HOME") or Path.home())
+    home = home or Path(env.get("HOME") or home_folder(advice))
     user = home / ".ollama" / "models"
     service = Path("/usr/share/ollama/.ollama/models")
     if platform.startswith("linux") and not user.is_dir() and service.is_dir():
         return service
     return user
+
+
+def home_folder(advice: str) -> Path:
+    """The user's home folder, or UsageError with *advice*: with HOME unset and no passwd entry for the
+    uid (a container's arbitrary user), Path.home() raises RuntimeError."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError, OSError):
+        raise UsageError(None, f"cannot tell the home folder (HOME is not set); {advice}") from None
 
 
 @dataclass(frozen=True)
@@ -140,11 +151,9 @@ def read_ollama_manifest(name: str | OllamaName, store: str | os.PathLike[str] |
     parsed = parse_ollama_name(name) if isinstance(name, str) else name
     root = Path(store) if store is not None else default_ollama_store()
     path = parsed.manifest_path(root)
+    _require_in_store(path, root, "manifests", "manifest")    # before is_file(), which would follow it
     if not path.is_file():
         raise ManifestError(path, f"model {parsed} is not in the Ollama store {root}")
-    leads_to = _outside_store(path, root, "manifests")
-    if leads_to is not None:
-        raise ManifestError(path, f"manifest is a link pointing outside the store: {leads_to}")
     doc = load_json(path, "manifest")
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         raise ManifestError(path, "expected an object with a list of layers", field="layers")
@@ -159,7 +168,8 @@ def _ollama_layer(entry: object, path: Path, field: str) -> OllamaLayer:
     digest = parse_digest(entry.get("digest"), path=path, field=f"{field}.digest")
     size = entry.get("size")
     if not is_count(size):
-        raise ManifestError(path, f"size {size!r} is not a non-negative integer", field=f"{field}.size")
+        raise ManifestError(path, f"size {shorten(repr(size))} is not a non-negative integer",
+                            field=f"{field}.size")
     media_type = entry.get("mediaType", "")
     if not isinstance(media_type, str):
         raise ManifestError(path, "mediaType is not a string", field=f"{field}.mediaType")
@@ -172,26 +182,26 @@ def ollama_blob_path(store: Path, digest: str) -> Path:
     Returns the new-style path when neither exists, for the report to name.
     """
     if not HEX64.fullmatch(digest):
-        raise ManifestError(None, f"digest {digest!r} is not 64 hex digits", field="digest")
+        raise ManifestError(None, f"digest {quote(digest)} is not 64 hex digits", field="digest")
     new = store / "blobs" / f"sha256-{digest}"
     old = store / "blobs" / f"sha256:{digest}"
     path = old if not new.exists() and old.exists() else new
-    leads_to = _outside_store(path, store, "blobs")
-    if leads_to is not None:
-        raise ManifestError(path, f"blob is a link pointing outside the store: {leads_to}", field="digest")
+    _require_in_store(path, store, "blobs", "blob", field="digest")
     return path
 
 
-def _outside_store(path: Path, store: Path, folder: str) -> str | None:
-    """Where *path* leads through links when that is outside the store, else None.
+def _require_in_store(path: Path, store: Path, folder: str, what: str, field: str | None = None) -> None:
+    """ManifestError unless *path* (a file of the store's *folder*), links followed, stays in the store.
 
     A file of the store that is a link out of it is reported, never followed: the store is what was
     named. The store's *folder* may itself be a link (blobs moved to a bigger disk): its files are fine.
     """
-    target = path.resolve()
-    if any(top == target or top in target.parents for top in (store.resolve(), (store / folder).resolve())):
-        return None
-    return os.readlink(path) if path.is_symlink() else str(target)
+    problem = confine(path, (real(store), real(store / folder)))
+    if problem is not None and problem != OUTSIDE:
+        raise ManifestError(path, f"{what} {problem}", field=field)
+    if problem == OUTSIDE:
+        leads_to = os.readlink(path) if path.is_symlink() else str(real(path))
+        raise ManifestError(path, f"{what} is a link pointing outside the store: {leads_to}", field=field)
 
 
 def ollama_partial_files(store: Path) -> tuple[Path, ...]:

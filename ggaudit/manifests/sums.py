@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ManifestError
+from ..untrusted import OUTSIDE, confine, quote, real
 from ._common import read_text
 
 log = logging.getLogger(__name__)
@@ -22,22 +23,29 @@ _SHA256_TAGS = {"SHA256", "SHA2-256", "SHA-256"}
 
 @dataclass(frozen=True)
 class SumsEntry:
-    """One line of a checksum file: the name as written, where it resolves, and the sha256."""
+    """One line of a checksum file: the name as written, where it resolves, and the sha256.
+
+    ``problem`` says why the file must not be opened (a link pointing out of the folder, a symlink
+    loop) and is None otherwise; such a line is one reported entry among the others.
+    """
 
     name: str
     path: Path
     sha256: str
     line: int
+    problem: str | None = None
 
 
 def read_sums(path: str | os.PathLike[str]) -> tuple[SumsEntry, ...]:
     """Parse a sha256 checksum file: GNU, BSD ``--tag`` or OpenSSL lines, hex in any case.
 
     Blank lines and ``#`` comments are skipped. Names resolve relative to the file's folder; a name
-    that is absolute or leads outside that folder (``..``, or a link pointing out) is a ManifestError.
+    that is absolute or climbs out of it (``..``) makes the file a ManifestError; a name that is a link
+    pointing out of the folder, or a symlink loop, is an entry whose ``problem`` says so.
     """
     sums = Path(path)
-    folder = sums.parent.resolve()
+    folder = real(sums.parent)
+    problems: dict[str, str | None] = {}    # per name: 65,536 lines naming one file resolve it once
     entries = []
     text = read_text(sums, "checksum file")
     # Refused before the lines are split: 60 MiB of newlines made a 600 MB list of empty lines.
@@ -48,7 +56,10 @@ def read_sums(path: str | os.PathLike[str]) -> tuple[SumsEntry, ...]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, hexdigest = _parse_sums_line(line, sums, number)
-        entries.append(SumsEntry(name, _confined(folder, name, sums, number), hexdigest.lower(), number))
+        target = _confined(folder, name, sums, number)
+        if name not in problems:
+            problems[name] = confine(target, (folder,))
+        entries.append(SumsEntry(name, target, hexdigest.lower(), number, _problem_text(problems[name])))
     if not entries:
         raise ManifestError(sums, "no checksum lines found")
     return tuple(entries)
@@ -61,7 +72,7 @@ def _parse_sums_line(line: str, sums: Path, number: int) -> tuple[str, str]:
     tagged = _TAG_LINE.fullmatch(body)
     if tagged and not _GNU_LINE.fullmatch(body):
         if tagged["algo"].upper() not in _SHA256_TAGS:
-            raise ManifestError(sums, f"algorithm {tagged['algo']!r} is not sha256", field=field)
+            raise ManifestError(sums, f"algorithm {quote(tagged['algo'])} is not sha256", field=field)
         name, hexdigest = tagged["name"], tagged["hex"]
     elif (gnu := _GNU_LINE.fullmatch(body)):
         name, hexdigest = gnu["name"], gnu["hex"]
@@ -90,13 +101,17 @@ def _unescape(name: str, sums: Path, field: str) -> str:
 
 
 def _confined(folder: Path, name: str, sums: Path, number: int) -> Path:
+    """The path *name* gives in *folder*; ManifestError if the name itself leaves it (its links are
+    judged apart, by ``confine``: a file is not malformed because of where a link on disk leads)."""
     candidate = Path(name)
     # root as well as drive: on Windows "/etc/passwd" is not absolute (no drive) but starts at the root.
     if "\0" in name or candidate.is_absolute() or candidate.drive or candidate.root or ".." in candidate.parts:
-        raise ManifestError(sums, f"name {name!r} leaves the checksum file's folder",
-                            field=f"line {number}")
-    resolved = (folder / candidate).resolve()
-    if resolved != folder and folder not in resolved.parents:
-        raise ManifestError(sums, f"name {name!r} resolves outside the checksum file's folder",
+        raise ManifestError(sums, f"name {quote(name)} leaves the checksum file's folder",
                             field=f"line {number}")
     return folder / candidate
+
+
+def _problem_text(problem: str | None) -> str | None:
+    if problem == OUTSIDE:
+        return "resolves outside the checksum file's folder (a link pointing out): not followed"
+    return problem

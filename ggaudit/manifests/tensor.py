@@ -3,18 +3,22 @@ an xxh3-128, built in one read of each file; written and read back as versioned 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from .. import __version__
 from ..digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
-from ..errors import ManifestError
+from ..errors import ManifestError, UsageError
 from ..layout import GGUFFile, Model
+from ..untrusted import quote, shorten
 from ._common import is_count, load_json
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,8 @@ def build_tensor_manifest(model: Model | Sequence[Model], group_bytes: int = DEF
     Several models (an Ollama model and its projector, say) make one manifest of all their files; tensors
     are matched per file, so the same tensor name in two files is fine.
     """
+    if not is_count(group_bytes, 1):    # 0 or less would make no groups (or endless ones)
+        raise UsageError(None, f"must be a positive integer, not {group_bytes!r}", field="group_bytes")
     files: list[FileDigest] = []
     tensors: list[TensorDigest] = []
     for gguf_file in (f for m in ([model] if isinstance(model, Model) else model) for f in m.files):
@@ -126,14 +132,71 @@ def tensor_manifest_to_json(manifest: TensorManifest) -> dict[str, Any]:
     }
 
 
-def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]) -> None:
-    """Write the manifest as JSON, atomically (a temporary file renamed into place)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(tensor_manifest_to_json(manifest), f, indent=1)
-        f.write("\n")
-    os.replace(tmp, target)
+def tensor_manifest_text(manifest: TensorManifest) -> str:
+    """The manifest as the text a manifest file holds (what ``-o -`` prints)."""
+    return json.dumps(tensor_manifest_to_json(manifest), indent=1) + "\n"
+
+
+#: Flags of the temporary file: created here or not at all (O_EXCL never follows a planted link),
+#: binary so Windows' C runtime writes the text exactly.
+_TMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+              | getattr(os, "O_NOINHERIT", 0))
+
+
+def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str], *, replace: bool = False,
+                          inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Write the manifest as JSON, atomically: a temporary file in the same folder, flushed to disk, then
+    renamed over ``path``. An existing ``path`` is refused unless ``replace``, and is never one of
+    ``inputs`` (the files the manifest describes, however they are named) nor anything but a file."""
+    target = os.fspath(path)
+    check_output(target, replace=replace, inputs=inputs)
+    tmp = _create_tmp(target)
+    try:
+        with open(tmp[0], "w", encoding="utf-8", newline="\n") as f:
+            f.write(tensor_manifest_text(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        check_output(target, replace=replace, inputs=inputs)   # nothing took the name meanwhile
+        os.replace(tmp[1], target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp[1])
+        raise
+
+
+def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """UsageError unless ``path`` may be written: absent, or (with ``replace``) a regular file that is
+    none of ``inputs``. Files are compared by identity (device and inode), not by name, so a second
+    path to the same file (a link, ``./``, another case on Windows) is caught too."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise UsageError(path, f"cannot write the manifest here: {err.strerror or err}") from None
+    for source in inputs:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(st, os.stat(source)):
+                raise UsageError(path, f"is an input of this run ({os.path.basename(os.fspath(source))}); "
+                                 "an output never replaces an input")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(path, "exists and is not a regular file; not replaced")
+    if not replace:
+        raise UsageError(path, "exists; give --force to replace it")
+
+
+def _create_tmp(target: str) -> tuple[int, str]:
+    """A new, empty temporary file in the output's folder: (descriptor, path)."""
+    folder, name = os.path.split(target)
+    for _ in range(16):
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, _TMP_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise UsageError(target, f"cannot write the manifest: {err.strerror or err}") from None
+    raise UsageError(target, "cannot create a temporary file next to it")
 
 
 def read_tensor_manifest(path: str | os.PathLike[str]) -> TensorManifest:
@@ -144,7 +207,7 @@ def read_tensor_manifest(path: str | os.PathLike[str]) -> TensorManifest:
     check.that(isinstance(doc, dict), "format", "not a JSON object")
     check.that(doc.get("format") == MANIFEST_FORMAT, "format", f"is not {MANIFEST_FORMAT!r}")
     check.that(doc.get("version") == MANIFEST_VERSION, "version",
-               f"{doc.get('version')!r} is not supported (this ggaudit reads {MANIFEST_VERSION})")
+               f"{shorten(repr(doc.get('version')))} is not supported (this ggaudit reads {MANIFEST_VERSION})")
     group_bytes = check.count(doc, "row_group_bytes", "", positive=True)
     files = tuple(_file_entry(check, e, f"files[{i}]") for i, e in enumerate(check.list(doc, "files")))
     tensors = tuple(_tensor_entry(check, e, f"tensors[{i}]")
@@ -168,8 +231,8 @@ class _Checker:
     def count(self, obj: dict[str, Any], key: str, where: str, positive: bool = False) -> int:
         value = obj.get(key)
         if not is_count(value, 1 if positive else 0):
-            raise ManifestError(self.path, f"{value!r} is not a {'positive' if positive else 'non-negative'} "
-                                "integer", field=f"{where}{key}")
+            raise ManifestError(self.path, f"{shorten(repr(value))} is not a "
+                                f"{'positive' if positive else 'non-negative'} integer", field=f"{where}{key}")
         return value
 
     def text(self, obj: dict[str, Any], key: str, where: str) -> str:
@@ -200,12 +263,13 @@ class _Checker:
 def _check_tensor_files(check: _Checker, files: tuple[FileDigest, ...],
                         tensors: tuple[TensorDigest, ...]) -> None:
     """Every tensor belongs to a listed file, and no name repeats where it would be ambiguous."""
-    names = [f.name for f in files]
-    check.that(len(set(names)) == len(names), "files", "a file name appears twice")
+    names = {f.name for f in files}     # a set: a list made this quadratic in files x tensors
+    check.that(len(names) == len(files), "files", "a file name appears twice")
     seen: set[tuple[str, str]] = set()
     for i, t in enumerate(tensors):
-        check.that(t.file in names, f"tensors[{i}].file", f"{t.file!r} is not one of the files")
-        check.that((t.file, t.name) not in seen, f"tensors[{i}].name", f"{t.name!r} appears twice in {t.file!r}")
+        check.that(t.file in names, f"tensors[{i}].file", f"{quote(t.file)} is not one of the files")
+        check.that((t.file, t.name) not in seen, f"tensors[{i}].name",
+                   f"{quote(t.name)} appears twice in {quote(t.file)}")
         seen.add((t.file, t.name))
 
 
@@ -213,6 +277,7 @@ def _file_entry(check: _Checker, entry: object, field: str) -> FileDigest:
     e = check.obj(entry, field)
     where = f"{field}."
     name = check.text(e, "name", where)
+    check.that("\0" not in name, f"{where}name", "holds a NUL byte, which no file name can")
     check.that(name not in ("", ".", "..") and "/" not in name and "\\" not in name, f"{where}name",
                "is not a plain file name")
     return FileDigest(name, check.count(e, "size", where), check.hexdigest(e, "sha256", where, 64))

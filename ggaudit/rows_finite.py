@@ -1,0 +1,98 @@
+"""Non-finite values in the rows `ggaudit rows` selected.
+
+Every read path can deliver a row's bytes faithfully while the row itself holds a NaN scale: the replay's
+byte comparison is then clean, yet an engine gathering that row gets NaN. So the selected rows are read
+once more through the reference and tested with the scan's kernel (the float fields of ``blocks.py``,
+MXFP4's overflowing scales included), rows gathered into one buffer so scattered rows cost one kernel
+call per megabyte, not one per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+
+from .blocks import FP8_E4M3_ELEMENTS, layout_of
+from .readers import BufferedReader
+from .report import Finding
+from .rows_select import distinct
+from .scan_kernel import Acc, Options, Plan, scan_units
+
+if TYPE_CHECKING:
+    from .rows import RowTable
+
+#: Bytes of rows tested per kernel call (whole rows, at least one): bounds the findings held at once.
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class NonFiniteValue:
+    """The first non-finite value of the selected rows (lowest row, then lowest offset)."""
+
+    kind: str           # nan, +inf, -inf
+    row: int
+    block: int
+    column: int
+    field: str          # the block field (d, dmin, e, ...) or "value" for float elements
+    offset: int         # absolute file offset of the field or element
+    bits: str           # its stored bits, 0x-prefixed hex
+    cause: str          # field (the stored value is non-finite) or overflow (a finite scale that overflows)
+
+
+@dataclass(frozen=True)
+class NonFiniteRows:
+    rows: int                       # selected rows holding at least one non-finite value
+    first: NonFiniteValue | None
+
+
+def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray | None) -> NonFiniteRows:
+    """How many of *rows* (None: the whole table) hold a non-finite value, and the first such value."""
+    layout = FP8_E4M3_ELEMENTS if table.fp8 else layout_of(table.tensor.ggml_type)
+    if layout.is_integer:
+        return NonFiniteRows(0, None)
+    t = table.tensor
+    opts = Options(max_abs=None, limit=1 << 62, fail_fast=False)
+    count, first = 0, None
+    for chunk, data in _chunks(table, reference, rows):
+        plan = Plan(0, t.name, t.path, 0, len(data), t.n_cols, layout, False)
+        acc = Acc()
+        scan_units(plan, opts, acc, np.frombuffer(data, dtype=np.uint8), 0)
+        if not acc.findings:
+            continue
+        hit = distinct(np.fromiter((f.row for f in acc.findings), dtype=np.int64))
+        count += int(hit.size)
+        if first is None:
+            first = _located(table, chunk, min(acc.findings, key=lambda f: f.offset))
+    return NonFiniteRows(count, first)
+
+
+def _chunks(table: RowTable, reference: BufferedReader, rows: np.ndarray | None
+            ) -> Iterator[tuple[np.ndarray, bytes]]:
+    """(rows, their bytes one after another), ascending, about CHUNK_BYTES at a time."""
+    per = max(1, CHUNK_BYTES // table.row_bytes)
+    if rows is None:
+        for lo in range(0, table.n_rows, per):
+            hi = min(table.n_rows, lo + per)
+            yield np.arange(lo, hi, dtype=np.int64), reference.read_exact(table.row_offset(lo),
+                                                                           (hi - lo) * table.row_bytes)
+        return
+    ordered = distinct(rows)
+    for i in range(0, ordered.size, per):
+        chunk = ordered[i:i + per]
+        yield chunk, b"".join(_runs(table, reference, chunk))
+
+
+def _runs(table: RowTable, reference: BufferedReader, rows: np.ndarray) -> Iterator[bytes]:
+    """The bytes of ascending *rows*, one read per run of consecutive rows."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    for run in np.split(rows, breaks):
+        yield reference.read_exact(table.row_offset(int(run[0])), run.size * table.row_bytes)
+
+
+def _located(table: RowTable, chunk: np.ndarray, f: Finding) -> NonFiniteValue:
+    """A finding in the gathered buffer, put back at its row and file offset."""
+    row = int(chunk[f.row])
+    offset = table.row_offset(row) + f.offset - f.row * table.row_bytes
+    return NonFiniteValue(f.kind, row, f.block, f.column, f.field, offset, f.bits, f.cause)

@@ -1,0 +1,332 @@
+"""Issue 11, classes 5 and 7: no output replaces an input (`manifest -o`), and answers that were wrong
+(a whole-tensor digest nobody compared, repeated options keeping only the last, an empty selection
+called clean, NaN rows called clean, a capture-only run said to have run read paths)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.errors import UsageError
+from ggaudit.layout import open_model
+from ggaudit.manifests import build_tensor_manifest, write_tensor_manifest
+from ggaudit.rows import check_rows
+from ollama_support import ollama_store
+from platforms import WINDOWS, needs_fifo, needs_symlinks
+from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
+
+ROW = 68            # write_small_model: Q8_0, 64 columns = 2 blocks of 34 bytes
+EMB = "token_embd.weight"
+
+
+def _input_refused(out: Path, input_name: str) -> str:
+    return f"ggaudit: error: {out}: is an input of this run ({input_name}); an output never replaces an input"
+
+
+# --- class 5: manifest -o never replaces an input ---------------------------------------------------
+
+def test_output_naming_the_model_is_refused_even_with_force(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    before = model.read_bytes()
+    for extra in ([], ["--force"]):
+        result = run_cli(["manifest", model, "-o", model, *extra])
+        assert assert_one_line_error(result) == _input_refused(model, "m.gguf")
+        assert result.stdout == ""
+    assert model.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf"]          # no temporary file left behind
+
+
+def test_output_naming_the_model_through_another_path_is_refused(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = model.read_bytes()
+    spellings = [tmp_path / "sub" / ".." / "m.gguf", Path(".") / "sub" / ".." / "m.gguf"]
+    if WINDOWS:
+        spellings.append(tmp_path / "M.GGUF")         # the same file to a case-insensitive filesystem
+    try:
+        os.link(model, tmp_path / "hard.gguf")
+        spellings.append(tmp_path / "hard.gguf")
+    except OSError:
+        pass        # no hard links on this filesystem: the other spellings still hold
+    for out in spellings:
+        result = run_cli(["manifest", model, "-o", out, "--force"])
+        assert assert_one_line_error(result) == _input_refused(out, "m.gguf"), out
+    assert model.read_bytes() == before
+
+
+@needs_symlinks
+def test_output_naming_a_symlink_to_the_model_is_refused(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    link = tmp_path / "link.json"
+    link.symlink_to(model)
+    before = model.read_bytes()
+    result = run_cli(["manifest", model, "-o", link, "--force"])
+    assert assert_one_line_error(result) == _input_refused(link, "m.gguf")
+    assert model.read_bytes() == before and link.is_symlink()
+
+
+def test_output_naming_another_shard_of_the_set_is_refused(tmp_path: Path) -> None:
+    first, second = write_split_set(tmp_path)
+    before = second.read_bytes()
+    result = run_cli(["manifest", first, "-o", second, "--force"])
+    assert assert_one_line_error(result) == _input_refused(second, second.name)
+    assert second.read_bytes() == before
+
+
+def test_output_naming_the_ollama_blob_or_projector_is_refused(tmp_path: Path) -> None:
+    write_small_model(tmp_path / "model.gguf")
+    write_small_model(tmp_path / "proj.gguf", rows=8)
+    store = tmp_path / "store"
+    blob, projector = ollama_store(store, (tmp_path / "model.gguf").read_bytes(),
+                                   (tmp_path / "proj.gguf").read_bytes())
+    for target in (blob, projector):
+        before = target.read_bytes()
+        result = run_cli(["manifest", "ollama:tiny", "--store", store, "-o", target, "--force"])
+        assert assert_one_line_error(result) == _input_refused(target, target.name)
+        assert target.read_bytes() == before
+
+
+def test_existing_output_needs_force_and_is_replaced_atomically(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    out = tmp_path / "out.json"
+    out.write_text("keep me\n")
+    refused = run_cli(["manifest", model, "-o", out])
+    assert assert_one_line_error(refused) == f"ggaudit: error: {out}: exists; give --force to replace it"
+    assert out.read_text() == "keep me\n"
+    replaced = run_cli(["manifest", model, "-o", out, "--force"])
+    assert replaced.exit_code == 0, replaced.output
+    assert replaced.stdout.splitlines()[0] == f"wrote {out}: 1 file(s), 1 tensors, 1 row groups"
+    assert json.loads(out.read_text())["files"][0]["name"] == "m.gguf"
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf", "out.json"]
+
+
+def test_library_writer_refuses_an_existing_file_unless_asked(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    built = build_tensor_manifest(open_model(model))
+    out = tmp_path / "out.json"
+    write_tensor_manifest(built, out)
+    first = out.read_bytes()
+    with pytest.raises(UsageError) as err:
+        write_tensor_manifest(built, out)
+    assert str(err.value) == f"{out}: exists; give --force to replace it"
+    with pytest.raises(UsageError):
+        write_tensor_manifest(built, model, replace=True, inputs=[model])
+    write_tensor_manifest(built, out, replace=True)
+    assert out.read_bytes() == first and first.endswith(b"}\n") and b"\r" not in first
+
+
+@needs_fifo
+def test_existing_output_that_is_not_a_file_is_never_replaced(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    result = run_cli(["manifest", model, "-o", fifo, "--force"])
+    assert assert_one_line_error(result) == f"ggaudit: error: {fifo}: exists and is not a regular file; not replaced"
+    assert fifo.is_fifo()
+
+
+def test_dash_writes_the_manifest_to_stdout_and_nothing_else(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    out = tmp_path / "file.json"
+    assert run_cli(["manifest", model, "-o", out]).exit_code == 0
+    for extra in ([], ["--json"]):
+        result = run_cli(["manifest", model, "-o", "-", *extra])
+        assert (result.exit_code, result.stderr) == (0, "")
+        assert result.stdout == out.read_text()
+    assert sorted(os.listdir(tmp_path)) == ["file.json", "m.gguf"]
+
+
+def test_unwritable_output_folder_is_one_line_naming_the_output(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    out = tmp_path / "no-such-folder" / "out.json"
+    result = run_cli(["manifest", model, "-o", out])
+    assert assert_one_line_error(result).startswith(f"ggaudit: error: {out}: cannot write the manifest: ")
+
+
+# --- class 7: verify --manifest compares the whole-tensor digest too ---------------------------------
+
+def _manifest_cli(tmp_path: Path) -> tuple[Path, Path, dict]:
+    model = write_small_model(tmp_path / "m.gguf", rows=64)
+    out = tmp_path / "m.json"
+    assert run_cli(["manifest", model, "-o", out, "--group-bytes", str(8 * ROW)]).exit_code == 0
+    return model, out, json.loads(out.read_text())
+
+
+def test_whole_tensor_digest_alone_differing_is_a_tensor_data_mismatch(tmp_path: Path) -> None:
+    model, out, doc = _manifest_cli(tmp_path)
+    tensor = doc["tensors"][0]
+    good = tensor["xxh3_128"]
+    tensor["xxh3_128"] = "0" * 32                      # the row-group digests are left as they were
+    out.write_text(json.dumps(doc))
+    result = run_cli(["verify", model, "--manifest", out])
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    sha, size = doc["files"][0]["sha256"], doc["files"][0]["size"]
+    assert lines == [
+        f"verify manifest: {model}",
+        f"ok sha256 {sha}: file {model}, {size} bytes (m.gguf)",     # the file's bytes are as listed
+        f"MISMATCH tensor-data: file {model}, offset {tensor['offset']}, length {64 * ROW}; tensor {EMB}, "
+        "rows 0-63: xxh3-128 of the whole tensor differs (no row group's does)",
+        f"  expected: {'0' * 32}",
+        f"  actual:   {good}",
+        f"summary: 1 files hashed, {size} bytes, 1 mismatches",
+    ]
+    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)
+    assert [(m["kind"], m["tensor"], m["rows"], m["expected"], m["actual"]) for m in as_json["mismatches"]] == [
+        ("tensor-data", EMB, [0, 63], "0" * 32, good)]
+
+
+def test_row_group_digest_alone_differing_is_still_reported(tmp_path: Path) -> None:
+    model, out, doc = _manifest_cli(tmp_path)
+    tensor = doc["tensors"][0]
+    good = tensor["row_groups"][2]
+    tensor["row_groups"][2] = "f" * 32                 # the whole-tensor digest is left as it was
+    out.write_text(json.dumps(doc))
+    result = run_cli(["verify", model, "--manifest", out])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[2:5] == [
+        f"MISMATCH tensor-data: file {model}, offset {tensor['offset'] + 16 * ROW}, length {8 * ROW}; "
+        f"tensor {EMB}, rows 16-23: xxh3-128 of 1 row group(s) differs",
+        f"  expected: {'f' * 32}",
+        f"  actual:   {good}",
+    ]
+
+
+def test_real_damage_still_reports_row_groups_only(tmp_path: Path) -> None:
+    model, out, doc = _manifest_cli(tmp_path)
+    with open(model, "r+b") as f:
+        f.seek(doc["tensors"][0]["offset"] + 40 * ROW + 10)
+        f.write(b"\x55")
+    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)
+    assert [(m["kind"], m["rows"], m["detail"]) for m in as_json["mismatches"]] == [
+        ("sha256", None, "sha256 differs"), ("tensor-data", [40, 47], "xxh3-128 of 1 row group(s) differs")]
+
+
+# --- class 7: rows: repeated options add up; an empty selection is an error --------------------------
+
+def _nan_rows(path: Path, rows: list[int]) -> Path:
+    """Block 1's f16 scale of each row set to NaN (0x7e00)."""
+    offset = open_model(path).tensor(EMB).offset
+    with open(path, "r+b") as f:
+        for row in rows:
+            f.seek(offset + row * ROW + 34)
+            f.write(b"\x00\x7e")
+    return path
+
+
+def test_repeated_ids_ids_files_and_modes_are_joined(tmp_path: Path) -> None:
+    # NaN planted in rows each selector names (and one no selector names): the count proves which rows ran.
+    model = _nan_rows(write_small_model(tmp_path / "m.gguf"), [1, 6, 30, 40, 50])
+    (tmp_path / "a").write_text("30\n# a comment\n")
+    (tmp_path / "b").write_text("40, 41\n")
+    result = run_cli(["rows", model, "--ids", "1", "--ids", "5-6", "--ids-file", tmp_path / "a",
+                      "--ids-file", tmp_path / "b", "--modes", "mmap", "--modes", "buffered", "--json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert doc["selection"] == f"--ids 1,5-6 + --ids-file {tmp_path / 'a'} + --ids-file {tmp_path / 'b'}"
+    assert doc["rows_checked"] == 6
+    assert doc["modes"] == ["mmap", "buffered"]
+    assert [(s["path"], s["rows"]) for s in doc["stats"]] == [("mmap", 6), ("buffered", 6)]
+    assert (doc["nonfinite_rows"], doc["delivered"], doc["clean"]) == (4, True, False)
+    assert doc["compared"] == ["mmap", "buffered"]
+
+
+@pytest.mark.parametrize("args, shown", [
+    (["--ids", ""], "--ids ''"),
+    (["--ids", " , "], "--ids  , "),
+    (["--ids-file", "{comments}"], "--ids-file {comments}"),
+    (["--ids", "", "--ids-file", "{comments}"], "--ids '' + --ids-file {comments}"),
+])
+def test_empty_selection_is_exit_2_nothing_checked(tmp_path: Path, args: list[str], shown: str) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    comments = tmp_path / "ids.txt"
+    comments.write_text("# nothing here\n\n   \n# still nothing\n")
+    args = [a.format(comments=comments) for a in args]
+    result = run_cli(["rows", model, *args, "--modes", "buffered"])
+    assert assert_one_line_error(result) == (f"ggaudit: error: no rows selected by {shown.format(comments=comments)}; "
+                                             "nothing was checked")
+    assert result.stdout == ""
+
+
+def test_empty_modes_is_exit_2(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    for args in (["--modes", ""], ["--modes", ",", "--modes", ""]):
+        result = run_cli(["rows", model, "--ids", "1", *args])
+        assert assert_one_line_error(result) == "ggaudit: error: --modes needs at least one of buffered,mmap,direct"
+
+
+def test_library_refuses_what_would_check_nothing(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    with pytest.raises(UsageError, match=r"^no rows selected by --ids ''; nothing was checked$"):
+        check_rows(model, ids="", modes=["buffered"])
+    with pytest.raises(UsageError, match=r"^no read path and no --against capture: nothing to compare"):
+        check_rows(model, ids="1", modes=())
+    report = check_rows(model, ids="1", ids_file=[], modes=["buffered"])
+    assert report.rows_checked == 1 and report.clean
+
+
+# --- class 7: rows: bytes delivered, values non-finite; a capture-only run says so ------------------
+
+def test_nan_scale_in_a_selected_row_is_exit_1_with_both_facts(tmp_path: Path) -> None:
+    model = _nan_rows(write_small_model(tmp_path / "m.gguf"), [5, 9])
+    offset = open_model(model).tensor(EMB).offset
+    result = run_cli(["rows", model, "--ids", "0-20", "--modes", "buffered,mmap"])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-1] == (
+        "result: every path delivered the file's bytes; 2 selected rows hold non-finite values "
+        f"(first: row 5, block 1, field d = 0x7e00 nan, offset {offset + 5 * ROW + 34})")
+    one = run_cli(["rows", model, "--ids", "9", "--modes", "buffered", "--json"])
+    doc = json.loads(one.stdout)
+    assert one.exit_code == 1
+    assert doc["first_nonfinite"] == {"kind": "nan", "row": 9, "block": 1, "column": 32, "field": "d",
+                                      "offset": offset + 9 * ROW + 34, "bits": "0x7e00", "cause": "field"}
+    assert (doc["nonfinite_rows"], doc["delivered"], doc["clean"], doc["mismatch_count"]) == (1, True, False, 0)
+    # Rows around them are fine: exit 0 and the old line.
+    clean = run_cli(["rows", model, "--ids", "0-4,6-8", "--modes", "buffered"])
+    assert clean.exit_code == 0 and clean.stdout.splitlines()[-1] == \
+        "result: clean: every path delivered the file's bytes"
+
+
+def test_inf_element_of_a_float_table_names_its_column(tmp_path: Path) -> None:
+    values = np.ones((4, 8), dtype="<f4")
+    values[2, 3] = np.inf
+    path = tmp_path / "f.gguf"
+    offsets = write_gguf(path, [TensorSpec(EMB, T.F32, (8, 4), values.tobytes())], {"general.architecture": "llama"})
+    result = run_cli(["rows", path, "--all", "--modes", "buffered"])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-1] == (
+        "result: every path delivered the file's bytes; 1 selected row holds non-finite values "
+        f"(first: row 2, column 3 = 0x7f800000 +inf, offset {offsets[EMB] + 2 * 32 + 12})")
+
+
+def test_capture_without_read_paths_says_what_was_compared(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    t = open_model(model).tensor(EMB)
+    data = model.read_bytes()
+    ids = np.array([3, 7, 11])
+    rows = np.stack([np.frombuffer(data[t.row_offset(r):t.row_offset(r) + ROW], np.uint8) for r in ids])
+    np.savez(tmp_path / "cap.npz", ids=ids, rows=rows)
+    alone = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
+    assert alone.exit_code == 0, alone.output
+    assert alone.stdout.splitlines()[-1] == "result: clean: the capture matched the file in all 3 rows (no read path run)"
+    doc = json.loads(run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--json"]).stdout)
+    assert (doc["compared"], doc["stats"], doc["delivered"], doc["clean"]) == (["capture"], [], True, True)
+    both = run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--modes", "buffered"])
+    assert both.exit_code == 0, both.output
+    assert both.stdout.splitlines()[-1] == "result: clean: every path and the capture delivered the file's bytes"
+    _nan_rows(model, [7])
+    nan = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
+    assert nan.exit_code == 1
+    assert nan.stdout.splitlines()[-1].startswith(
+        "result: 1 mismatches (garbage 1), 0 short reads; mismatched rows crossing: ")
+    assert nan.stdout.splitlines()[-1].endswith(
+        f"; 1 selected row holds non-finite values (first: row 7, block 1, field d = 0x7e00 nan, "
+        f"offset {t.row_offset(7) + 34})")
