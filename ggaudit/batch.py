@@ -12,7 +12,10 @@ were given, whatever order the jobs finish in.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections import deque
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Callable, Generic, Sequence, TypeVar
 
@@ -25,6 +28,9 @@ R = TypeVar("R")
 STATUS_CLEAN = 0
 STATUS_FINDINGS = 1
 STATUS_ERROR = 2
+
+#: Longest single wait of the calling thread for a job (see run_models).
+_POLL_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -65,13 +71,49 @@ def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 
     ``audit`` should do its own reading in this thread (pass ``workers=0`` to ``scan`` when
     ``jobs > 1``: the jobs already use the cores, and forking reader processes from several threads
     at once is unsafe).
+
+    Ctrl-C (KeyboardInterrupt) or any other exception in the calling thread while jobs run is raised
+    at once: the calling thread is the one that waits, never beyond ``_POLL_SECONDS`` at a time, and
+    the job threads start no further model. A model already being audited is not waited for: its
+    thread is a daemon, which ends with the process.
     """
     if jobs < 1:
         raise ValueError("jobs must be >= 1")
     if jobs == 1 or len(models) <= 1:
         return [_one(m, audit) for m in models]
-    with ThreadPoolExecutor(max_workers=min(jobs, len(models)), thread_name_prefix="ggaudit-job") as pool:
-        return list(pool.map(lambda m: _one(m, audit), models))
+    futures: list[Future[Outcome[R]]] = [Future() for _ in models]
+    todo = deque(zip(models, futures))
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                model, future = todo.popleft()     # deque.popleft is atomic: no lock needed
+            except IndexError:
+                return
+            try:
+                future.set_result(_one(model, audit))
+            except BaseException as err:           # a bug in audit: raised in the calling thread
+                future.set_exception(err)
+
+    # Not a ThreadPoolExecutor: its threads are joined at interpreter exit, so a Ctrl-C would wait
+    # for every running audit to end (the whole scan of a large model).
+    for i in range(min(jobs, len(models))):
+        threading.Thread(target=work, name=f"ggaudit-job-{i}", daemon=True).start()
+    try:
+        return [_result(f) for f in futures]
+    finally:
+        stop.set()
+
+
+def _result(future: Future[Outcome[R]]) -> Outcome[R]:
+    # A wait with a timeout, again and again: a signal handler (Ctrl-C) runs between two waits even
+    # where the OS cannot interrupt a wait on a lock (Windows).
+    while True:
+        try:
+            return future.result(timeout=_POLL_SECONDS)
+        except FuturesTimeout:
+            continue
 
 
 def overall_status(outcomes: Sequence[Outcome[R]], has_findings: Callable[[R], bool]) -> int:

@@ -261,3 +261,33 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid:      # the parent died before the request took hold
         os._exit(1)
+
+
+
+class SigintBlocked:
+    """``with SigintBlocked():`` holds back SIGINT in this thread for the block (POSIX
+    ``pthread_sigmask``; elsewhere nothing).
+
+    A process started inside the block inherits the mask, through exec too, so Ctrl-C cannot reach it
+    before it has chosen its own handler (it then unblocks SIGINT itself). A Ctrl-C during the block
+    waits, and is delivered as usual when the block ends."""
+
+    def __init__(self) -> None:
+        self._old: set[int] | None = None
+
+    def __enter__(self) -> None:
+        import signal
+        if hasattr(signal, "pthread_sigmask"):
+            self._old = set(signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}))
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+        if self._old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
+def unblock_sigint() -> None:
+    """Undo an inherited :class:`SigintBlocked` in this thread (POSIX; elsewhere nothing)."""
+    import signal
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 from array import array
@@ -273,7 +274,7 @@ def load_capture(path: str, table: RowTable) -> Capture:
 #: What numpy and zipfile raise on damaged bytes: zip structure and CRCs, inflating, cut or unparsable
 #: array headers and data, compression methods and encryption zipfile cannot handle.
 _BAD_CAPTURE = (OSError, ValueError, EOFError, KeyError, struct.error, zipfile.BadZipFile, zipfile.LargeZipFile,
-                zlib.error, NotImplementedError, RuntimeError, OverflowError, SyntaxError)
+                zlib.error, NotImplementedError, RuntimeError, OverflowError, SyntaxError, tokenize.TokenError)
 
 
 def max_capture_bytes(table: RowTable) -> int:

@@ -163,6 +163,7 @@ def _worker_init(parent_pid: int) -> None:
     # Ctrl-C goes to the whole process group: the parent decides, and kills the workers. A forked
     # worker also inherited the parent's handlers for SIGTERM and SIGHUP: back to the default.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    io.unblock_sigint()      # held back while the parent started this worker (see _drive)
     for signum in _TERMINATION_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     io.die_with_parent(parent_pid)
@@ -234,10 +235,14 @@ def _drive(pool: ProcessPoolExecutor, plans: Sequence[Plan], opts: Options, file
         while True:
             guard.check()
             running = sum(1 for _, f in pending if not f.done())
-            while (running < workers * _QUEUE_PER_WORKER and len(pending) < workers * _MAX_UNMERGED_PER_WORKER
-                   and (task := next(tasks, None)) is not None):
-                pending.append((task, pool.submit(run_task, task, opts)))
-                running += 1
+            # A submit may start a worker: SIGINT is held back until the worker has set it aside, or a
+            # Ctrl-C in its first milliseconds would end it in a traceback.
+            with io.SigintBlocked():
+                while (running < workers * _QUEUE_PER_WORKER
+                       and len(pending) < workers * _MAX_UNMERGED_PER_WORKER
+                       and (task := next(tasks, None)) is not None):
+                    pending.append((task, pool.submit(run_task, task, opts)))
+                    running += 1
             if not pending:
                 return accs
             if not pending[0][1].done():

@@ -9,6 +9,8 @@ Targets, each fed through real files in a scratch folder:
   accepted digest must be 64 lowercase hex digits and its blob path must stay in ``blobs/``.
 * ``names``: ``parse_ollama_name`` and ``parse_hf_spec`` on arbitrary text; an accepted Ollama name's
   manifest path must stay under ``manifests/``.
+* ``capture`` and ``ids``: the CLI's file options, ``ggaudit rows --against CAPTURE`` (random bytes,
+  cut and corrupted .npz/.npy) and ``--ids-file``; only exit 0, 1 or 2 with one error line is accepted.
 
 The only acceptable outcomes are success (with the invariants above) or ``ManifestError`` /
 ``UsageError``. Engines as in ``fuzz_header.py``: hypothesis by default, ``--atheris`` for a
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ggaudit import manifests as mf  # noqa: E402
 from ggaudit.errors import ManifestError, UsageError  # noqa: E402
+from ggaudit.untrusted import confine  # noqa: E402
 
 HEX = "0123456789abcdef" * 4
 DIGEST = "sha256:" + "ab" * 32
@@ -44,8 +47,7 @@ class Bug(AssertionError):
 
 
 def _inside(path: Path, folder: Path) -> bool:
-    resolved = path.resolve()
-    return resolved == folder or folder in resolved.parents
+    return confine(path, (folder,)) is None
 
 
 def sums_seeds() -> list[bytes]:
@@ -104,7 +106,7 @@ class Targets:
         path.write_bytes(data)
         entries = mf.read_sums(path)
         for e in entries:
-            if not _inside(e.path, self.sums_dir):
+            if e.problem is None and not _inside(e.path, self.sums_dir):
                 raise Bug(f"sums entry {e.name!r} resolves outside the folder: {e.path}")
             if len(e.sha256) != 64 or e.sha256 != e.sha256.lower():
                 raise Bug(f"sums digest not normalised: {e.sha256!r}")
@@ -150,11 +152,48 @@ class Targets:
                 raise Bug(f"HF spec {text!r} leads outside the cache")
         return "checked"
 
+    def _cli(self, args: list[str]) -> str:
+        from click.testing import CliRunner
+
+        from ggaudit.cli import main
+
+        result = CliRunner().invoke(main, [*args])
+        if result.exit_code not in (0, 1, 2) or (result.exception is not None
+                                                  and not isinstance(result.exception, SystemExit)):
+            raise Bug(f"{args}: exit {result.exit_code}: {result.exception!r} {result.stderr[-300:]!r}")
+        if result.exit_code == 2 and (len(result.stderr.splitlines()) != 1
+                                      or not result.stderr.startswith("ggaudit: error: ")):
+            raise Bug(f"{args}: not one error line: {result.stderr[:300]!r}")
+        return "rejected" if result.exit_code == 2 else "checked"
+
+    def capture(self, data: bytes) -> str:
+        """``rows --against``: the bytes as .npz and as .npy (numpy decides by content, not the name)."""
+        for suffix in (".npz", ".npy"):
+            path = self.root / f"capture{suffix}"
+            path.write_bytes(data)
+            outcome = self._cli(["rows", self.model(), "--ids", "0-3", "--against", str(path)])
+        return outcome
+
+    def ids(self, data: bytes) -> str:
+        path = self.root / "ids.txt"
+        path.write_bytes(data)
+        return self._cli(["rows", self.model(), "--ids-file", str(path), "--modes", "buffered"])
+
+    def model(self) -> str:
+        path = self.root / "model.gguf"
+        if not path.exists():
+            from ggaudit.build import TensorSpec, write_gguf
+            from gguf import GGMLQuantizationType
+
+            write_gguf(path, [TensorSpec("token_embd.weight", GGMLQuantizationType.F32, (4, 8), bytes(128))],
+                       {"general.architecture": "llama"})
+        return str(path)
+
     def run(self, target: str, data: bytes) -> str:
         try:
             return getattr(self, target)(data)
         except ACCEPTABLE as err:
-            if err.path is None and target != "names":
+            if err.path is None and target not in ("names", "capture", "ids"):
                 raise Bug(f"{type(err).__name__} without a path: {err}") from err
             return "rejected"
         except Bug:
@@ -163,8 +202,35 @@ class Targets:
             raise Bug(f"{target}: {type(err).__name__}: {err}") from err
 
 
+def capture_seeds() -> list[bytes]:
+    """Good captures (a .npz, compressed and not; a structured .npy) of the fuzz model's rows 0..3."""
+    import io
+
+    import numpy as np
+
+    ids, rows = np.arange(4, dtype=np.int64), np.zeros((4, 16), dtype=np.uint8)
+    seeds = []
+    for save in (np.savez, np.savez_compressed):
+        buf = io.BytesIO()
+        save(buf, ids=ids, rows=rows)
+        seeds.append(buf.getvalue())
+    structured = np.zeros(4, dtype=[("ids", "<i8"), ("rows", "u1", (16,))])
+    structured["ids"] = ids
+    buf = io.BytesIO()
+    np.save(buf, structured)
+    seeds.append(buf.getvalue())
+    obj = io.BytesIO()
+    np.save(obj, np.array([1, "x"], dtype=object), allow_pickle=True)
+    return seeds + [obj.getvalue(), b"", b"PK\x03\x04"]
+
+
+def ids_seeds() -> list[bytes]:
+    return [b"0,1,2", b"# comment\n3-5\n", b"7\n0-7\n", b"-1", b"99999999999999999999", b"\xff\xfe"]
+
+
 SEEDS: dict[str, Callable[[], list[bytes]]] = {"sums": sums_seeds, "tensor": tensor_manifest_seeds,
-                                               "ollama": ollama_seeds, "names": name_seeds}
+                                               "ollama": ollama_seeds, "names": name_seeds,
+                                               "capture": capture_seeds, "ids": ids_seeds}
 TOKENS = (b"..", b"/", b"\\", b"\n", b"\r", b"\x00", b"\x1b[2J", b" *", b"  ", b"sha256:", b"(", b")= ",
           b"\"", b"{", b"}", b"[", b"]", b",", b":", b"-1", b"1e309", b"true", b"null", b"\xff", b"\xc3",
           b"0" * 64, b"@", b"%", b"\\n")

@@ -26,6 +26,9 @@ needs_mode_bits = pytest.mark.skipif(WINDOWS or (IS_ROOT and SETPRIV is None),
                                      reason="needs POSIX file modes that hold (Windows has ACLs; root "
                                             "needs setpriv to drop its override)")
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux-only interface")
+needs_posix_signals = pytest.mark.skipif(WINDOWS or not os.path.isdir("/proc/self/task"),
+                                         reason="sends POSIX signals (SIGTERM, SIGHUP, SIGINT to a process "
+                                                "group) and finds child processes through /proc")
 
 
 def _can_symlink() -> bool:

@@ -69,12 +69,12 @@ def test_fuzz_harness_reports_non_format_errors(tmp_path: Path, monkeypatch: pyt
         target(b"GGUF")
 
 
-@pytest.mark.parametrize("target", ["sums", "tensor", "ollama", "names"])
+@pytest.mark.parametrize("target", ["sums", "tensor", "ollama", "names", "capture", "ids"])
 def test_fuzz_manifest_parsers(target: str, tmp_path: Path) -> None:
     targets = fuzz_manifests.Targets(tmp_path)
     for seed in fuzz_manifests.SEEDS[target]():
         assert targets.run(target, seed) in ("accepted", "rejected", "checked")
-    budget = {"sums": 5.0, "tensor": 4.0, "ollama": 4.0, "names": 2.0}[target] * SCALE
+    budget = {"sums": 3.0, "tensor": 2.5, "ollama": 2.5, "names": 1.0, "capture": 1.5, "ids": 0.5}[target] * SCALE
     examples = _run_for(budget, lambda: fuzz_manifests.hypothesis_test(targets, target, BATCH))
     assert examples >= BATCH
 

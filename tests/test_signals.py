@@ -1,0 +1,254 @@
+"""No orphan process, and Ctrl-C always works (issue 11, class 6): real ``ggaudit scan`` processes,
+real signals, real worker processes.
+
+The model is a 302 MB Q4_K tensor in a sparse file (nothing is written but the header), scanned with
+``--deep`` so that two worker processes work on it for about three seconds: long enough to signal the
+scan at several moments while its workers run. Workers are found as the children of the scan process
+(``/proc/<pid>/stat``) before the signal and must be gone (or dead zombies) within 2 s after it; the
+caller's ``communicate()`` must return, which it only does once every holder of the pipes is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from ggaudit.build import encode_kv, encode_tensor_info
+from platforms import WINDOWS, needs_posix_signals
+
+#: Rows of 4096 Q4_K columns: 2304 bytes a row, 302 MB in all (scan.AUTO_WORKERS_MIN_BYTES is 64 MiB).
+ROWS = 131072
+#: How long a scan may take to end after the signal, and its workers after it.
+PARENT_SECONDS, WORKERS_SECONDS, CTRL_C_SECONDS = 2.0, 2.0, 1.0
+
+# Test-only switches, read in every process the scan starts (spawned workers too): run the portable
+# parent watch alone (no PR_SET_PDEATHSIG), and start workers with spawn where fork is the default.
+_SITECUSTOMIZE = textwrap.dedent("""\
+    import os
+    if os.environ.get("GGAUDIT_TEST_NO_PDEATHSIG"):
+        import ggaudit.io
+        ggaudit.io.die_with_parent = lambda parent_pid: None
+    if os.environ.get("GGAUDIT_TEST_SPAWN"):
+        import multiprocessing
+        import ggaudit.scan_workers
+        ggaudit.scan_workers._pool_context = lambda: multiprocessing.get_context("spawn")
+    """)
+
+
+@pytest.fixture(scope="module")
+def big_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    folder = tmp_path_factory.mktemp("signals")
+    path = folder / "big.gguf"
+    header = (b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little") + (1).to_bytes(8, "little")
+              + encode_kv("general.architecture", "test") + encode_tensor_info("w", T.Q4_K, (4096, ROWS), 0))
+    header += bytes(-len(header) % 32)
+    with open(path, "wb") as f:
+        f.write(header)
+        f.truncate(len(header) + 4096 // 256 * 144 * ROWS)     # all-zero blocks: finite, and decoded
+    (folder / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    yield path
+    path.unlink()
+
+
+def _start(model: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    environ = {**os.environ, **(env or {})}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(model.parent), environ.get("PYTHONPATH")]))
+    flags = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if WINDOWS else {"start_new_session": True}
+    return subprocess.Popen([sys.executable, "-m", "ggaudit", "scan", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=environ, **flags)  # type: ignore[call-overload]
+
+
+# ----- processes, as the OS lists them -----------------------------------------------------------------
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the name (state first), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def _children_posix(pid: int) -> dict[int, str]:
+    """The live children of ``pid``: {pid: start time}, the start time telling a reused pid apart."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _proc_stat(int(name))) is not None:
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out[int(name)] = fields[19]
+    return out
+
+
+def _alive_posix(pid: int, started: str) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] != "Z" and fields[19] == started
+
+
+def _children_windows(pid: int) -> dict[int, str]:
+    """The processes whose parent is ``pid`` (Toolhelp snapshot; a dead parent's children keep its id)."""
+    import ctypes
+    from ctypes import wintypes
+
+    class PROCESSENTRY32W(ctypes.Structure):
+        _fields_ = [("dwSize", wintypes.DWORD), ("cntUsage", wintypes.DWORD), ("th32ProcessID", wintypes.DWORD),
+                    ("th32DefaultHeapID", ctypes.c_size_t), ("th32ModuleID", wintypes.DWORD),
+                    ("cntThreads", wintypes.DWORD), ("th32ParentProcessID", wintypes.DWORD),
+                    ("pcPriClassBase", ctypes.c_long), ("dwFlags", wintypes.DWORD),
+                    ("szExeFile", ctypes.c_wchar * 260)]
+
+    k = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    k.CreateToolhelp32Snapshot.restype = ctypes.c_void_p
+    k.CreateToolhelp32Snapshot.argtypes = [wintypes.DWORD, wintypes.DWORD]
+    k.Process32FirstW.argtypes = k.Process32NextW.argtypes = [ctypes.c_void_p, ctypes.POINTER(PROCESSENTRY32W)]
+    k.CloseHandle.argtypes = [ctypes.c_void_p]
+    snap = k.CreateToolhelp32Snapshot(0x2, 0)     # TH32CS_SNAPPROCESS
+    entry = PROCESSENTRY32W()
+    entry.dwSize = ctypes.sizeof(entry)
+    out = {}
+    try:
+        more = k.Process32FirstW(snap, ctypes.byref(entry))
+        while more:
+            if entry.th32ParentProcessID == pid:
+                out[entry.th32ProcessID] = entry.szExeFile
+            more = k.Process32NextW(snap, ctypes.byref(entry))
+    finally:
+        k.CloseHandle(snap)
+    return out
+
+
+def _children(pid: int) -> dict[int, str]:
+    return _children_windows(pid) if WINDOWS else _children_posix(pid)
+
+
+def _alive(pid: int, started: str, parent: int) -> bool:
+    return pid in _children_windows(parent) if WINDOWS else _alive_posix(pid, started)
+
+
+def _workers_running(proc: subprocess.Popen[bytes], count: int, timeout: float = 60.0) -> dict[int, str]:
+    """Wait until the scan has ``count`` children (its workers), and return them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kids = _children(proc.pid)
+        if len(kids) >= count:
+            return kids
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail(f"no {count} workers after {timeout} s: {proc.communicate()}")
+
+
+def _assert_all_gone(kids: dict[int, str], parent: int) -> None:
+    deadline = time.monotonic() + WORKERS_SECONDS
+    while (alive := [pid for pid, started in kids.items() if _alive(pid, started, parent)]):
+        assert time.monotonic() < deadline, f"workers {alive} outlived their parent by {WORKERS_SECONDS} s"
+        time.sleep(0.01)
+
+
+def _end(proc: subprocess.Popen[bytes], within: float) -> tuple[bytes, bytes, float]:
+    """communicate() with the scan, which must return within ``within`` s: every pipe holder is gone."""
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=within + 3)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        for pid in _children(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"communicate() still waiting {within + 3} s after the signal: {proc.communicate()}")
+    return out, err, time.monotonic() - t0
+
+
+def _workers_expected() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+# ----- the parent ends: its workers end with it --------------------------------------------------------
+
+@needs_posix_signals
+@pytest.mark.parametrize("signum", [signal.SIGTERM, getattr(signal, "SIGHUP", 1), getattr(signal, "SIGKILL", 9)],
+                         ids=["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_signal_to_the_scan_ends_it_and_its_workers(big_model: Path, signum: int) -> None:
+    # At several moments: as the workers start, while they scan, and later in the scan.
+    for delay in (0.0, 0.3, 0.8):
+        proc = _start(big_model, str(big_model), "--deep")
+        kids = _workers_running(proc, _workers_expected())
+        time.sleep(delay)
+        os.kill(proc.pid, signum)
+        out, err, took = _end(proc, PARENT_SECONDS)
+        # SIGTERM and SIGHUP end the scan by that same signal (a shell shows 128+n: 143, 129), as
+        # SIGKILL does: no traceback, nothing on stderr.
+        assert (proc.returncode, err, took < PARENT_SECONDS) == (-signum, b"", True), (delay, err)
+        _assert_all_gone(kids, proc.pid)
+
+
+@needs_posix_signals
+@pytest.mark.parametrize("spawn", [False, True], ids=["fork", "spawn"])
+def test_the_parent_watch_alone_ends_orphaned_workers(big_model: Path, spawn: bool) -> None:
+    """Without Linux's PR_SET_PDEATHSIG, as on macOS and Windows: each worker's watch of its parent's
+    sentinel ends it. SIGKILL leaves the parent no chance to kill its workers itself."""
+    env = {"GGAUDIT_TEST_NO_PDEATHSIG": "1", **({"GGAUDIT_TEST_SPAWN": "1"} if spawn else {})}
+    for delay in (0.0, 0.5):
+        proc = _start(big_model, str(big_model), "--deep", env=env)
+        kids = _workers_running(proc, _workers_expected())
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        _, _, took = _end(proc, PARENT_SECONDS)
+        assert (proc.returncode, took < PARENT_SECONDS) == (-signal.SIGKILL, True)
+        _assert_all_gone(kids, proc.pid)
+
+
+def test_killed_scan_leaves_no_worker_on_any_os(big_model: Path) -> None:
+    """``Popen.kill()``: SIGKILL on POSIX, TerminateProcess on Windows; no handler runs in the parent."""
+    if not WINDOWS and not os.path.isdir("/proc/self/task"):
+        pytest.skip("lists child processes through /proc or the Windows Toolhelp API")
+    proc = _start(big_model, str(big_model), "--deep")
+    kids = _workers_running(proc, _workers_expected())
+    time.sleep(0.2)
+    proc.kill()
+    _end(proc, PARENT_SECONDS)
+    assert proc.returncode != 0
+    _assert_all_gone(kids, proc.pid)
+
+
+# ----- Ctrl-C: SIGINT to the whole process group --------------------------------------------------------
+
+def _ctrl_c(proc: subprocess.Popen[bytes], kids: dict[int, str]) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err, took = _end(proc, CTRL_C_SECONDS)
+    assert (proc.returncode, err.decode(), took < CTRL_C_SECONDS) == (130, "ggaudit: interrupted\n", True), took
+    _assert_all_gone(kids, proc.pid)
+
+
+@needs_posix_signals
+@pytest.mark.parametrize("spawn", [False, True], ids=["fork", "spawn"])
+def test_ctrl_c_ends_a_scan_with_workers_in_130(big_model: Path, spawn: bool) -> None:
+    """Exit 130 and the one line, within a second, no worker left and no worker's traceback; at
+    several moments, the first while the workers are still starting (the deadlock was intermittent)."""
+    env = {"GGAUDIT_TEST_SPAWN": "1"} if spawn else {}
+    for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
+        proc = _start(big_model, str(big_model), "--deep", env=env)
+        kids = _workers_running(proc, 1 if delay == 0 else _workers_expected())
+        time.sleep(delay)
+        _ctrl_c(proc, kids if delay else _children(proc.pid))
+
+
+@needs_posix_signals
+def test_ctrl_c_ends_several_models_scanned_at_once(big_model: Path) -> None:
+    """``scan A A --jobs 2``: two threads each scanning a model; Ctrl-C ends it all the same."""
+    for delay in (0.0, 0.3, 0.8):
+        proc = _start(big_model, str(big_model), str(big_model), "--jobs", "2", "--deep")
+        deadline = time.monotonic() + 60
+        while len(os.listdir(f"/proc/{proc.pid}/task")) < 3:      # the main thread and two jobs
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+        time.sleep(delay)
+        _ctrl_c(proc, {})
