@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import ReadError
 from . import io
+from .errors import ReadError
 from .io import FileIdentity
 from .layout import GGUFFile
 from .scan_kernel import Acc, Options, Plan, by_file, scan_units
