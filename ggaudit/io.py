@@ -263,7 +263,6 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-
 class SigintBlocked:
     """``with SigintBlocked():`` holds back SIGINT in this thread for the block (POSIX
     ``pthread_sigmask``; elsewhere nothing).
