@@ -19,7 +19,7 @@ from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Callable, Generic, Sequence, TypeVar
 
-from .errors import GGAuditError, ReadError
+from .errors import GGAuditError, ReadError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 
     thread is a daemon, which ends with the process.
     """
     if jobs < 1:
-        raise ValueError("jobs must be >= 1")
+        raise UsageError(None, f"must be at least 1, not {jobs}", field="jobs")
     if jobs == 1 or len(models) <= 1:
         return [_one(m, audit) for m in models]
     futures: list[Future[Outcome[R]]] = [Future() for _ in models]

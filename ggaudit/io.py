@@ -241,6 +241,24 @@ def advise(fd: int, offset: int, length: int, advice: str) -> None:
         pass
 
 
+def sync_folder(path: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries to disk, so a file just renamed into it survives a power cut (POSIX: fsync
+    of the folder). Windows has no such call, and NTFS journals the rename itself; a filesystem that
+    refuses it (some network mounts) only loses that durability."""
+    if WINDOWS:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 # --- processes --------------------------------------------------------------------------------------
 
 _PR_SET_PDEATHSIG = 1

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from .errors import ManifestError
-from .manifests.ollama import MEDIA_MODEL, ollama_blob_path, read_ollama_manifest
+from .manifests.ollama import (MEDIA_MODEL, default_ollama_store, ollama_blob_path, parse_ollama_name,
+                               read_ollama_manifest)
 
 log = logging.getLogger(__name__)
 
@@ -29,3 +31,12 @@ def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None) -> 
         raise ManifestError(manifest.path, f"model {manifest.name} has no layer of type {MEDIA_MODEL}",
                             field="layers")
     return [os.fspath(ollama_blob_path(manifest.store, layer.digest)) for layer in layers]
+
+
+def description_files(spec: str, *, store: str | os.PathLike[str] | None = None) -> list[str]:
+    """The files besides the GGUF files that a run on ``spec`` reads to find them: the Ollama manifest of
+    ``ollama:NAME`` (an output must not replace it either), none for a plain path."""
+    if not spec.startswith(OLLAMA_PREFIX):
+        return []
+    root = Path(store) if store is not None else default_ollama_store()
+    return [os.fspath(parse_ollama_name(spec[len(OLLAMA_PREFIX):]).manifest_path(root))]

@@ -7,6 +7,7 @@ import io
 import os
 import struct
 import tokenize
+import warnings
 import zipfile
 import zlib
 from array import array
@@ -55,13 +56,13 @@ def _expand(token: str, n_rows: int, where: str) -> range:
         lo = int(lo_text)
         hi = int(hi_text) if dash else lo
     except ValueError:
-        raise UsageError(where, f"{token!r} is not a row ID or a range like 4170-4200") from None
+        raise UsageError(where, f"{quote(token)} is not a row ID or a range like 4170-4200") from None
     if lo < 0 or hi < lo:
-        raise UsageError(where, f"{token!r} is not a valid range of row IDs")
+        raise UsageError(where, f"{quote(token)} is not a valid range of row IDs")
     if hi >= n_rows:
-        raise UsageError(where, f"row {hi} is outside the table (rows 0..{n_rows - 1})")
+        raise UsageError(where, f"row {shorten(str(hi))} is outside the table (rows 0..{n_rows - 1})")
     if hi - lo >= MAX_SELECTED:
-        raise UsageError(where, f"{token!r} selects more than {MAX_SELECTED} rows; use --all")
+        raise UsageError(where, f"{quote(token)} selects more than {MAX_SELECTED} rows; use --all")
     return range(lo, hi + 1)
 
 
@@ -264,7 +265,11 @@ def load_capture(path: str, table: RowTable) -> Capture:
             raise UsageError(path, f"the capture is {st.st_size} bytes, more than {limit} (every row of "
                                    f"{MAX_SELECTED} could take)")
         try:
-            ids, data = _capture_arrays(path, f, st.st_size)
+            with warnings.catch_warnings():
+                # numpy warns (on stderr, raw) about a header in Python 2's syntax: the bytes are the
+                # user's, the header parsed, and the warning would only break the one-line contract.
+                warnings.simplefilter("ignore")
+                ids, data = _capture_arrays(path, f, st.st_size)
         except _BAD_CAPTURE as err:
             raise UsageError(path, f"cannot load the capture: {shorten(str(err) or type(err).__name__, 120)}"
                              ) from None

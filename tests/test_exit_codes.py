@@ -21,6 +21,7 @@ import pytest
 from click.testing import Result
 from gguf import GGMLQuantizationType as T
 
+from ggaudit.batch import run_models
 from ggaudit.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
 from ggaudit.layout import open_gguf, open_model
@@ -59,7 +60,7 @@ def _stderr_lines(result: Result) -> list[str]:
     (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero"),
     (RuntimeError(), "RuntimeError"),
     # Its message is quoted escaped and cut: never a terminal sequence, never megabytes.
-    (ValueError("bad \x1b]0;title\x07" + "x" * 300), "ValueError: bad \\x1b]0;title\\x07" + "x" * (200 - 14) + "..."),
+    (ValueError("bad \x1b]0;title\x07" + "x" * 300), "ValueError: bad \\x1b]0;title\\x07" + "x" * (200 - 14) + "... (314 chars)"),
     (KeyError("k"), "KeyError: 'k'"),
 ])
 def test_internal_error_is_one_line_and_exit_3(monkeypatch: pytest.MonkeyPatch, exc: Exception,
@@ -264,3 +265,10 @@ def test_long_digit_strings_and_floats_are_not_the_integer_reported(tmp_path: Pa
 
 def test_every_library_error_above_is_a_ggaudit_error() -> None:
     assert all(issubclass(cls, GGAuditError) for cls in (ManifestError, ReadError, UsageError))
+
+
+@pytest.mark.parametrize("jobs", [0, -3])
+def test_run_models_refuses_fewer_than_one_job(jobs: int) -> None:
+    with pytest.raises(UsageError) as caught:
+        run_models(["a", "b"], len, jobs=jobs)
+    assert str(caught.value) == f"jobs: must be at least 1, not {jobs}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -81,13 +82,14 @@ def test_output_naming_another_shard_of_the_set_is_refused(tmp_path: Path) -> No
     assert second.read_bytes() == before
 
 
-def test_output_naming_the_ollama_blob_or_projector_is_refused(tmp_path: Path) -> None:
+def test_output_naming_the_ollama_blob_projector_or_manifest_is_refused(tmp_path: Path) -> None:
     write_small_model(tmp_path / "model.gguf")
     write_small_model(tmp_path / "proj.gguf", rows=8)
     store = tmp_path / "store"
     blob, projector = ollama_store(store, (tmp_path / "model.gguf").read_bytes(),
                                    (tmp_path / "proj.gguf").read_bytes())
-    for target in (blob, projector):
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    for target in (blob, projector, manifest):
         before = target.read_bytes()
         result = run_cli(["manifest", "ollama:tiny", "--store", store, "-o", target, "--force"])
         assert assert_one_line_error(result) == _input_refused(target, target.name)
@@ -121,6 +123,24 @@ def test_library_writer_refuses_an_existing_file_unless_asked(tmp_path: Path) ->
         write_tensor_manifest(built, model, replace=True, inputs=[model])
     write_tensor_manifest(built, out, replace=True)
     assert out.read_bytes() == first and first.endswith(b"}\n") and b"\r" not in first
+
+
+@pytest.mark.skipif(WINDOWS, reason="Windows cannot open a folder to fsync it; NTFS journals the rename")
+def test_written_manifest_and_its_folder_entry_reach_the_disk(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is fsynced before the rename and its folder after it: a power cut leaves the old file or
+    the whole new one, never an empty one."""
+    model = write_small_model(tmp_path / "m.gguf")
+    synced: list[tuple[bool, bool]] = []        # (a folder, the output's name exists yet)
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append((stat.S_ISDIR(os.fstat(fd).st_mode), (tmp_path / "out.json").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_tensor_manifest(build_tensor_manifest(open_model(model)), tmp_path / "out.json")
+    assert synced == [(False, False), (True, True)]
 
 
 @needs_fifo

@@ -78,6 +78,21 @@ def test_parse_ids() -> None:
         assert message in str(info.value) and str(info.value).startswith("--ids: ")
 
 
+@pytest.mark.parametrize("token", ["7" * 100_000 + "x", "1-" + "9" * 100_000, "5-" + "3" * 60 + "x"])
+def test_a_huge_bad_token_is_quoted_cut(token: str) -> None:
+    """A megabyte-long token in --ids is quoted by its first 40 characters and its length, not whole."""
+    with pytest.raises(UsageError) as info:
+        R.parse_ids(token, 5000)
+    assert str(info.value) == (f"--ids: {token[:40]!r}... ({len(token)} chars) is not a row ID or a range like "
+                               "4170-4200")
+
+
+def test_a_huge_row_number_is_quoted_cut() -> None:
+    with pytest.raises(UsageError) as info:
+        R.parse_ids("1-" + "9" * 4000, 5000)
+    assert str(info.value) == f"--ids: row {'9' * 40}... (4000 chars) is outside the table (rows 0..4999)"
+
+
 def test_selection_rules(ple, tmp_path: Path) -> None:
     table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
     ids_file = tmp_path / "ids.txt"

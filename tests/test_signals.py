@@ -257,3 +257,22 @@ def test_ctrl_c_ends_several_models_scanned_at_once(big_model: Path) -> None:
             time.sleep(0.01)
         time.sleep(delay)
         _ctrl_c(proc, {})
+
+
+@needs_posix_signals
+def test_ctrl_c_while_starting_ends_in_130(big_model: Path) -> None:
+    """Ctrl-C in the first moments, while the command line's modules are still importing: exit 130 and the
+    one line, never a traceback. (Earlier still, while Python itself imports its ``site`` module, the
+    interpreter reports the interrupt its own way, before any ggaudit code runs: not counted.)"""
+    interrupted = 0
+    for delay in (0.03, 0.06, 0.1, 0.15, 0.2, 0.25, 0.3):
+        proc = _start(big_model, "--help")
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err, _ = _end(proc, CTRL_C_SECONDS, {})
+        if proc.returncode == 0:        # --help finished before the signal arrived
+            assert b"Usage:" in out, delay
+        elif b"init_import_site" not in err:
+            assert (proc.returncode, err.decode()) == (130, "ggaudit: interrupted\n"), (delay, err[-2000:])
+            interrupted += 1
+    assert interrupted, "no Ctrl-C landed while ggaudit was starting"

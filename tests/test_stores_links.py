@@ -13,6 +13,7 @@ import io as pyio
 import json
 import os
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -418,6 +419,30 @@ def test_damaged_captures_are_one_line(model: Path, tmp_path: Path, content: byt
     capture.write_bytes(content)
     line = assert_one_line_error(run_cli(["rows", model, "--ids", "0-1", "--against", capture]), str(capture), said)
     assert len(line) < 400
+
+
+def _python2_npy(rows: bytes) -> bytes:
+    """A structured .npy whose header is in Python 2's syntax (``2L``): numpy parses it, with a warning."""
+    header = b"{'descr': [('ids', '<i8'), ('rows', '|u1', (68,))], 'fortran_order': False, 'shape': (2L,), }"
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + rows
+
+
+@pytest.mark.parametrize("rows", [bytes(2 * (8 + 68)), bytes(10)], ids=["whole", "cut"])
+def test_numpy_warnings_never_reach_stderr(model: Path, tmp_path: Path, rows: bytes) -> None:
+    """numpy warns about the old header on stderr; the capture is loaded (or refused) in one line and
+    nothing else. (Warnings are recorded here: pytest would otherwise swallow them.)"""
+    capture = tmp_path / "old.npy"
+    capture.write_bytes(_python2_npy(rows))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = run_cli(["rows", model, "--ids", "0-1", "--against", capture])
+    assert [str(w.message) for w in seen] == []
+    if rows == bytes(10):
+        assert_one_line_error(result, str(capture), "the header promises 152 bytes of array data")
+    else:
+        assert (result.exit_code, result.stderr) == (1, ""), result.output      # zeros, not the file's rows
+        assert ": 2 raw rows (uint8), 2 differ" in result.stdout
 
 
 @needs_fifo

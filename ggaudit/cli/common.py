@@ -19,6 +19,7 @@ from ..errors import GGAuditError
 from ..layout import ArrayValue
 from ..locate import resolve_model
 from ..text import escape, escape_message, escape_path
+from ..untrusted import shorten
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
@@ -109,9 +110,7 @@ def internal_error(err: BaseException) -> NoReturn:
     """Report a bug in ggaudit as one line on stderr (the traceback before it with --debug); exit 3."""
     if _debug():
         click.echo("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip("\n"), err=True)
-    text = str(err)
-    if len(text) > MAX_INTERNAL_MESSAGE:
-        text = text[:MAX_INTERNAL_MESSAGE] + "..."
+    text = shorten(str(err), MAX_INTERNAL_MESSAGE)
     what = type(err).__name__ + (f": {escape_message(text)}" if text else "")
     hint = "" if _debug() else "; run with --debug for the traceback"
     click.echo(f"ggaudit: internal error: {what} (a bug in ggaudit: please report it with the command that "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..layout import open_model
-from ..locate import resolve_model
+from ..locate import description_files, resolve_model
 from ..manifests.tensor import (DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output, tensor_manifest_text,
                                tensor_manifest_to_json, write_tensor_manifest)
 from ..text import escape, escape_path
@@ -34,7 +34,7 @@ def manifest(model: str, output: str, force: bool, group_bytes: int, store: str 
     Check it later with `ggaudit verify MODEL --manifest OUTPUT`.
     """
     models = [open_model(path) for path in resolve_model(model, store=store)]
-    inputs = [f.path for m in models for f in m.files]
+    inputs = [f.path for m in models for f in m.files] + description_files(model, store=store)
     if output != STDOUT:
         check_output(output, replace=force, inputs=inputs)   # before the reads, not after them
     built = build_tensor_manifest(models, group_bytes)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import __version__
+from .. import io as fileio
 from ..digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
 from ..errors import ManifestError, UsageError
 from ..layout import GGUFFile, Model
@@ -162,6 +163,7 @@ def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]
         with contextlib.suppress(OSError):
             os.unlink(tmp[1])
         raise
+    fileio.sync_folder(os.path.dirname(os.path.abspath(target)))
 
 
 def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
