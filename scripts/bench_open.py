@@ -1,4 +1,4 @@
-"""Time opening a model with ggaudit.layout.open_model and with gguf.GGUFReader, in the same run.
+"""Time opening a model with ggaudit.format.layout.open_model and with gguf.GGUFReader, in the same run.
 
     python scripts/bench_open.py [FILE] [--repeat N]
 
@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType as T, GGUFReader, GGUFValueType as V
 
-from ggaudit.blocks import layout_of
-from ggaudit.build import Typed, encode_kv, encode_tensor_info
-from ggaudit.layout import open_model
+from ggaudit.format.blocks import layout_of
+from ggaudit.format.build import Typed, encode_kv, encode_tensor_info
+from ggaudit.format.layout import open_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "bench-data" / "bench-open-262k.gguf"

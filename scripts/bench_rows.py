@@ -30,11 +30,11 @@ from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ggaudit.build import encode_kv, encode_tensor_info  # noqa: E402
-from ggaudit.layout import open_model  # noqa: E402
-from ggaudit.readers import open_reader  # noqa: E402
-from ggaudit.rows import RowTable, check_rows  # noqa: E402
-from ggaudit.rows_gather import Gatherer  # noqa: E402
+from ggaudit.format.build import encode_kv, encode_tensor_info  # noqa: E402
+from ggaudit.format.layout import open_model  # noqa: E402
+from ggaudit.rows.readers import open_reader  # noqa: E402
+from ggaudit.rows.replay import RowTable, check_rows  # noqa: E402
+from ggaudit.rows.gather import Gatherer  # noqa: E402
 
 NAME = "per_layer_token_embd.weight"
 ROW_BYTES = 90  # IQ4_NL, ne0 = 160

@@ -25,9 +25,9 @@ from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ggaudit.blocks import layout_of  # noqa: E402
-from ggaudit.build import encode_kv, encode_tensor_info  # noqa: E402
-from ggaudit.scan import scan  # noqa: E402
+from ggaudit.format.blocks import layout_of  # noqa: E402
+from ggaudit.format.build import encode_kv, encode_tensor_info  # noqa: E402
+from ggaudit.scan.run import scan  # noqa: E402
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data"
 ALIGN = 32
@@ -115,7 +115,7 @@ def _timed(fn: Callable[[], object]) -> float:
 _RSS_PROBE = """
 import resource, sys
 sys.path.insert(0, {root!r})
-from ggaudit.scan import scan
+from ggaudit.scan.run import scan
 scan({path!r})
 hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")]
 print(hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

@@ -28,10 +28,10 @@ from gguf import GGUFValueType as V
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggaudit.errors import GGAuditError  # noqa: E402
-from ggaudit.layout import GGUFFile, open_gguf, open_model  # noqa: E402
-from ggaudit.manifests.tensor import build_tensor_manifest, write_tensor_manifest  # noqa: E402
-from ggaudit.scan import scan  # noqa: E402
-from ggaudit.verify import verify_tensor_manifest  # noqa: E402
+from ggaudit.format.layout import GGUFFile, open_gguf, open_model  # noqa: E402
+from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest  # noqa: E402
+from ggaudit.scan.run import scan  # noqa: E402
+from ggaudit.verify.run import verify_tensor_manifest  # noqa: E402
 
 
 def header_differences(ours: GGUFFile, ref: Any) -> list[str]:

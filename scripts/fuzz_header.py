@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ggaudit.errors import FormatError  # noqa: E402
-from ggaudit.info import model_to_json  # noqa: E402
-from ggaudit.layout import Model, open_model  # noqa: E402
+from ggaudit.format.info import model_to_json  # noqa: E402
+from ggaudit.format.layout import Model, open_model  # noqa: E402
 
 #: Values that break naive count and length handling.
 INTERESTING = (0, 1, 2, 3, 4, 7, 8, 31, 32, 33, 64, 255, 256, 4095, 4096, 65535, 65536, (1 << 31) - 1,
@@ -105,8 +105,8 @@ def _exercise(path: str, deep: bool) -> None:
     _no_controls(render_info(model), "info")
     json.dumps(model_to_json(model), allow_nan=False)
     try:
-        from ggaudit.report import render_text
-        from ggaudit.scan import scan
+        from ggaudit.scan.report import render_text
+        from ggaudit.scan.run import scan
     except ImportError:
         return
     report = scan(model, deep=deep, workers=0, limit=4)
@@ -117,9 +117,9 @@ def _exercise(path: str, deep: bool) -> None:
 
 def _round_trips(path: str, model: Model) -> None:
     """Invariants on an accepted file: it equals itself, and verifies against its own manifest."""
-    from ggaudit.diff import diff_models
-    from ggaudit.manifests import build_tensor_manifest, write_tensor_manifest
-    from ggaudit.verify import verify_tensor_manifest
+    from ggaudit.verify.diff import diff_models
+    from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
+    from ggaudit.verify.run import verify_tensor_manifest
 
     if not diff_models(model, model).same:
         raise Bug("diff of a file with itself found differences")

@@ -33,7 +33,11 @@ from typing import Callable, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ggaudit import manifests as mf  # noqa: E402
+from ggaudit.verify.manifests.tensor import (MANIFEST_FORMAT, MANIFEST_VERSION, read_tensor_manifest,
+                                             tensor_manifest_to_json)
+from ggaudit.verify.stores.ollama import MEDIA_MODEL, ollama_blob_path, parse_ollama_name, read_ollama_manifest
+from ggaudit.verify.stores.hf_cache import parse_hf_spec
+from ggaudit.verify.stores.sums import read_sums
 from ggaudit.errors import ManifestError, UsageError  # noqa: E402
 from ggaudit.untrusted import confine  # noqa: E402
 
@@ -63,7 +67,7 @@ def sums_seeds() -> list[bytes]:
 
 
 def tensor_manifest_seeds() -> list[bytes]:
-    doc = {"format": mf.MANIFEST_FORMAT, "version": mf.MANIFEST_VERSION, "created_by": "fuzz",
+    doc = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "created_by": "fuzz",
            "hash": {"file": "sha256", "tensor": "xxh3-128", "row_group": "xxh3-128"},
            "row_group_bytes": 1 << 20,
            "files": [{"name": "m.gguf", "size": 4096, "sha256": "0f" * 32}],
@@ -77,9 +81,9 @@ def ollama_seeds() -> list[bytes]:
     doc = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": DIGEST,
                       "size": 10},
-           "layers": [{"mediaType": mf.MEDIA_MODEL, "digest": "sha256:" + "cd" * 32, "size": 4096},
+           "layers": [{"mediaType": MEDIA_MODEL, "digest": "sha256:" + "cd" * 32, "size": 4096},
                       {"mediaType": "application/vnd.ollama.image.template", "digest": DIGEST, "size": 5}]}
-    evil = dict(doc, layers=[{"mediaType": mf.MEDIA_MODEL, "digest": "sha256:../../etc/passwd", "size": 1}])
+    evil = dict(doc, layers=[{"mediaType": MEDIA_MODEL, "digest": "sha256:../../etc/passwd", "size": 1}])
     return [json.dumps(doc).encode(), json.dumps(evil).encode()]
 
 
@@ -97,14 +101,14 @@ class Targets:
         self.sums_dir.mkdir(exist_ok=True)
         (self.sums_dir / "model.gguf").write_bytes(b"x")
         self.store = self.root / "store"
-        self.manifest = mf.parse_ollama_name("fuzz/model:tag").manifest_path(self.store)
+        self.manifest = parse_ollama_name("fuzz/model:tag").manifest_path(self.store)
         self.manifest.parent.mkdir(parents=True, exist_ok=True)
         (self.store / "blobs").mkdir(exist_ok=True)
 
     def sums(self, data: bytes) -> str:
         path = self.sums_dir / "SHA256SUMS"
         path.write_bytes(data)
-        entries = mf.read_sums(path)
+        entries = read_sums(path)
         for e in entries:
             if e.problem is None and not _inside(e.path, self.sums_dir):
                 raise Bug(f"sums entry {e.name!r} resolves outside the folder: {e.path}")
@@ -115,21 +119,21 @@ class Targets:
     def tensor(self, data: bytes) -> str:
         path = self.root / "manifest.json"
         path.write_bytes(data)
-        manifest = mf.read_tensor_manifest(path)
+        manifest = read_tensor_manifest(path)
         for f in manifest.files:
             if "/" in f.name or "\\" in f.name or f.name in ("", ".", ".."):
                 raise Bug(f"file name {f.name!r} is not a plain name")
-        json.dumps(mf.tensor_manifest_to_json(manifest))
+        json.dumps(tensor_manifest_to_json(manifest))
         return "accepted"
 
     def ollama(self, data: bytes) -> str:
         self.manifest.write_bytes(data)
-        manifest = mf.read_ollama_manifest("fuzz/model:tag", self.store)
+        manifest = read_ollama_manifest("fuzz/model:tag", self.store)
         blobs = self.store / "blobs"
         for layer in manifest.blobs:
             if len(layer.digest) != 64 or any(c not in HEX for c in layer.digest):
                 raise Bug(f"digest {layer.digest!r} was not validated")
-            if mf.ollama_blob_path(self.store, layer.digest).parent != blobs:
+            if ollama_blob_path(self.store, layer.digest).parent != blobs:
                 raise Bug(f"blob path of {layer.digest!r} leaves blobs/")
         return "accepted"
 
@@ -137,14 +141,14 @@ class Targets:
         text = data.decode("utf-8", "replace")
         manifests = self.store / "manifests"
         try:
-            name = mf.parse_ollama_name(text)
+            name = parse_ollama_name(text)
         except UsageError:
             pass
         else:
             if not _inside(name.manifest_path(self.store), manifests):
                 raise Bug(f"Ollama name {text!r} leads outside manifests/: {name.manifest_path(self.store)}")
         try:
-            spec = mf.parse_hf_spec(text)
+            spec = parse_hf_spec(text)
         except UsageError:
             pass
         else:
@@ -182,7 +186,7 @@ class Targets:
     def model(self) -> str:
         path = self.root / "model.gguf"
         if not path.exists():
-            from ggaudit.build import TensorSpec, write_gguf
+            from ggaudit.format.build import TensorSpec, write_gguf
             from gguf import GGMLQuantizationType
 
             write_gguf(path, [TensorSpec("token_embd.weight", GGMLQuantizationType.F32, (4, 8), bytes(128))],

@@ -3,7 +3,7 @@
 Run ``python scripts/make_fixtures.py [--out DIR]``. The same code always writes the same bytes:
 payloads come from a fixed PCG64 stream (raw bits only, so numpy's distribution code cannot change
 them), quantized with ``gguf.quants.quantize`` where gguf has a quantizer, else random bytes with every
-float field (as ggaudit.blocks places them) overwritten by controlled finite values. Each faulty copy
+float field (as ggaudit.format.blocks places them) overwritten by controlled finite values. Each faulty copy
 differs from its clean original in exactly one field or byte; its position is computed here and
 written to the README, and :func:`build_all` returns it for tests.
 """
@@ -22,8 +22,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType as T, GGUFValueType, quants
 
-from ggaudit.blocks import LAYOUTS, BlockLayout, Encoding, FloatField, layout_of
-from ggaudit.build import TensorSpec, Typed, gguf_bytes
+from ggaudit.format.blocks import LAYOUTS, BlockLayout, Encoding, FloatField, layout_of
+from ggaudit.format.build import TensorSpec, Typed, gguf_bytes
 
 SEED = 0x66617564  # any constant; changing it changes every fixture
 PAGE = 4096
@@ -196,7 +196,7 @@ def type_tensor_name(t: T) -> str:
 def all_types() -> Built:
     tensors = [spec(type_tensor_name(t), t, ALL_TYPES_NE0, ALL_TYPES_ROWS) for t in LAYOUTS]
     return _gguf("all_types.gguf", f"one [{ALL_TYPES_NE0}, {ALL_TYPES_ROWS}] tensor of every GGML type "
-                 "in ggaudit.blocks.LAYOUTS, all values finite", tensors,
+                 "in ggaudit.format.blocks.LAYOUTS, all values finite", tensors,
                  _metadata("llama", "ggaudit all types", 32))
 
 

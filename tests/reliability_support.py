@@ -1,7 +1,7 @@
 """Shared helpers of the reliability tests (issue 6): small models, an independent header walker,
 and a CLI runner that checks the one-line error contract.
 
-The header walker here is deliberately separate from ``ggaudit.layout``: it lists where every field of
+The header walker here is deliberately separate from ``ggaudit.format.layout``: it lists where every field of
 a *well-formed* header starts and ends, so a truncation test can say which offset a cut must be
 reported at without trusting the parser under test.
 """
@@ -22,8 +22,8 @@ import numpy as np
 from click.testing import CliRunner, Result
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T, GGUFValueType as V
 
-from ggaudit.blocks import LAYOUTS
-from ggaudit.build import TensorSpec, Typed, write_gguf
+from ggaudit.format.blocks import LAYOUTS
+from ggaudit.format.build import TensorSpec, Typed, write_gguf
 from ggaudit.cli import main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Proof of every row of the block table (ggaudit.blocks.LAYOUTS) against gguf.quants' decoders.
+"""Proof of every row of the block table (ggaudit.format.blocks.LAYOUTS) against gguf.quants' decoders.
 
 For each quantized type gguf.quants can decode: poisoning the named float field of the middle block of
 three with NaN/Inf bits makes exactly that block (and only the columns the field scales) decode
@@ -18,8 +18,8 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 import gguf.quants
 
-from ggaudit.blocks import LAYOUTS, Encoding, decode_bits, layout_of
-from ggaudit.scan import deep_supported
+from ggaudit.format.blocks import LAYOUTS, Encoding, decode_bits, layout_of
+from ggaudit.scan.run import deep_supported
 
 from test_scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.build import TensorSpec, write_gguf
 
 import changing_driver
 from platforms import needs_fork

@@ -10,7 +10,7 @@ import numpy as np
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 
 from ollama_support import ollama_store

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T, GGUFValueType as V
 
-from ggaudit.build import TensorSpec, Typed, write_gguf
+from ggaudit.format.build import TensorSpec, Typed, write_gguf
 from ggaudit.cli import main
-from ggaudit.diff import diff_models, diff_paths
-from ggaudit.diff_meta import diff_metadata
+from ggaudit.verify.diff import diff_models, diff_paths
+from ggaudit.verify.diff_meta import diff_metadata
 from ggaudit.errors import ReadError
-from ggaudit.layout import open_gguf, open_model
+from ggaudit.format.layout import open_gguf, open_model
 
 Q4K_ROW = 2 * 144           # 512 columns of Q4_K: 2 blocks of 144 bytes
 

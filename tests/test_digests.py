@@ -12,8 +12,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ggaudit.digests import (GitBlobSha1, Segment, SegmentDigests, Sha256, Tee, Xxh3_128, hash_file,
-                             read_through)
+from ggaudit.verify.digests import (GitBlobSha1, Segment, SegmentDigests, Sha256, Tee, Xxh3_128, hash_file,
+                                    read_through)
 from ggaudit.errors import ReadError, UsageError
 
 

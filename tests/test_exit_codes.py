@@ -22,14 +22,15 @@ from click.testing import Result
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.batch import run_models
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
-from ggaudit.layout import open_gguf, open_model
-from ggaudit.manifests import read_sums, read_tensor_manifest
-from ggaudit.manifests.tensor import build_tensor_manifest
-from ggaudit.readers import open_reader
-from ggaudit.rows import check_rows
-from ggaudit.verify import verify_sums, verify_tensor_manifest
+from ggaudit.format.layout import open_gguf, open_model
+from ggaudit.verify.stores.sums import read_sums
+from ggaudit.verify.manifests.tensor import read_tensor_manifest
+from ggaudit.verify.manifests.tensor import build_tensor_manifest
+from ggaudit.rows.readers import open_reader
+from ggaudit.rows.replay import check_rows
+from ggaudit.verify.run import verify_sums, verify_tensor_manifest
 
 from reliability_support import REPO, assert_one_line_error, run_cli
 
@@ -230,7 +231,7 @@ def test_cli_reports_a_missing_or_folder_sums_file_in_one_line(tmp_path: Path) -
 
 def _manifest_with(tmp_path: Path, key: str, raw_number: str) -> tuple[Path, int]:
     model = open_model(_table(tmp_path / "m.gguf"))
-    from ggaudit.manifests.tensor import tensor_manifest_to_json
+    from ggaudit.verify.manifests.tensor import tensor_manifest_to_json
     text = json.dumps(tensor_manifest_to_json(build_tensor_manifest(model, 64)))
     marker = f'"{key}": '
     at = text.index(marker) + len(marker)

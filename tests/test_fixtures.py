@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T, quants
 
-from ggaudit.blocks import LAYOUTS, decode_bits, field_bits, layout_of
-from ggaudit.layout import Tensor, open_gguf, open_model
+from ggaudit.format.blocks import LAYOUTS, decode_bits, field_bits, layout_of
+from ggaudit.format.layout import Tensor, open_gguf, open_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ggaudit.errors import FormatError
+from ggaudit.verify.stores.sums import SumsEntry
 
 from reliability_support import load_script
 
@@ -82,8 +83,8 @@ def test_fuzz_manifest_parsers(target: str, tmp_path: Path) -> None:
 def test_fuzz_manifest_invariants_catch_an_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """If read_sums ever let a name out of its folder, the harness would say so."""
     targets = fuzz_manifests.Targets(tmp_path)
-    outside = fuzz_manifests.mf.SumsEntry("x", tmp_path.parent / "x", "0" * 64, 1)
-    monkeypatch.setattr(fuzz_manifests.mf, "read_sums", lambda path: (outside,))
+    outside = SumsEntry("x", tmp_path.parent / "x", "0" * 64, 1)
+    monkeypatch.setattr(fuzz_manifests, "read_sums", lambda path: (outside,))
     with pytest.raises(fuzz_manifests.Bug, match="outside the folder"):
         targets.run("sums", b"")
 
@@ -97,8 +98,8 @@ def test_signalling_nans_are_found_without_a_warning_on_stderr(tmp_path: Path) -
     import numpy as np
     from gguf import GGMLQuantizationType as T
 
-    from ggaudit.build import TensorSpec, write_gguf
-    from ggaudit.scan import scan
+    from ggaudit.format.build import TensorSpec, write_gguf
+    from ggaudit.scan.run import scan
 
     from reliability_support import run_cli, tensor_payload
 

@@ -19,14 +19,16 @@ from typing import Callable
 
 import pytest
 
-from ggaudit import layout
-from ggaudit.build import write_gguf
+from ggaudit.format import layout
+from ggaudit.format.build import write_gguf
 from ggaudit.errors import FormatError, ManifestError
-from ggaudit.manifests import (MAX_MANIFEST_BYTES, parse_ollama_name, read_ollama_manifest, read_sums,
-                               read_tensor_manifest)
-from ggaudit.manifests._common import MAX_JSON_CONTAINERS, MAX_JSON_STRINGS
-from ggaudit.manifests.sums import MAX_SUMS_LINES
-from ggaudit.layout import open_gguf
+from ggaudit.verify.manifests._common import MAX_MANIFEST_BYTES
+from ggaudit.verify.stores.ollama import parse_ollama_name, read_ollama_manifest
+from ggaudit.verify.stores.sums import read_sums
+from ggaudit.verify.manifests.tensor import read_tensor_manifest
+from ggaudit.verify.manifests._common import MAX_JSON_CONTAINERS, MAX_JSON_STRINGS
+from ggaudit.verify.stores.sums import MAX_SUMS_LINES
+from ggaudit.format.layout import open_gguf
 
 from reliability_support import RICH_METADATA, all_types_specs, assert_one_line_error, run_cli, walk_header
 

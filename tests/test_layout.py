@@ -1,4 +1,4 @@
-"""ggaudit.layout: every malformed header fails with FormatError at the exact offset and field;
+"""ggaudit.format.layout: every malformed header fails with FormatError at the exact offset and field;
 well-formed files (and split sets, from any shard) agree with gguf.GGUFReader."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from gguf import GGMLQuantizationType as T, GGUFValueType as V
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ggaudit.build import Typed, encode_kv, encode_string, encode_tensor_info, gguf_bytes, TensorSpec
+from ggaudit.format.build import Typed, encode_kv, encode_string, encode_tensor_info, gguf_bytes, TensorSpec
 from ggaudit.errors import FormatError, ReadError
-from ggaudit.layout import (MAX_ARRAY_DEPTH, MAX_ARRAY_STRINGS, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_METADATA, MAX_STRING,
-                            MAX_TENSORS, open_gguf, open_model)
+from ggaudit.format.layout import (MAX_ARRAY_DEPTH, MAX_ARRAY_STRINGS, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_METADATA,
+                                   MAX_STRING, MAX_TENSORS, open_gguf, open_model)
 
 from reliability_support import load_script
 

@@ -26,15 +26,15 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.batch import overall_status, run_models
-from ggaudit.build import encode_kv, encode_tensor_info
+from ggaudit.format.build import encode_kv, encode_tensor_info
 from ggaudit.cli.common import emit_outcomes, handle_errors
 from ggaudit.errors import FormatError, ReadError
-from ggaudit.layout import open_model
-from ggaudit.report import render_text
-from ggaudit.rows import RowTable, rows_geometry, table_geometry
-from ggaudit.rows_select import select_rows
-from ggaudit.scan import scan
-from ggaudit.verify import verify_blob
+from ggaudit.format.layout import open_model
+from ggaudit.scan.report import render_text
+from ggaudit.rows.replay import RowTable, rows_geometry, table_geometry
+from ggaudit.rows.select import select_rows
+from ggaudit.scan.run import scan
+from ggaudit.verify.run import verify_blob
 
 from reliability_support import FIXTURES, fixture_files, write_small_model
 
@@ -195,7 +195,7 @@ def test_real_cli_reports_each_of_several_models(command: str, models: dict[str,
 # --- rows under load ----------------------------------------------------------------------------------
 
 def test_rows_many_workers_big_batches_bounded_and_repeatable(tmp_path: Path) -> None:
-    from ggaudit.rows import check_rows
+    from ggaudit.rows.replay import check_rows
 
     path = write_small_model(tmp_path / "big.gguf", name="per_layer_token_embd.weight", rows=200_000,
                              ggml_type=T.Q8_0)

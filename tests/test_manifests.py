@@ -12,15 +12,16 @@ from gguf import GGMLQuantizationType as T
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
-from ggaudit.layout import open_model
-from ggaudit.locate import resolve_model
-from ggaudit.manifests import (MEDIA_MODEL, MEDIA_PROJECTOR, OllamaName, build_tensor_manifest,
-                               default_hf_cache, default_ollama_store, ollama_blob_path, parse_digest,
-                               parse_hf_spec, parse_ollama_name, read_hf_snapshot, read_ollama_manifest,
-                               read_sums, read_tensor_manifest, rows_per_group, tensor_manifest_to_json,
-                               write_tensor_manifest)
+from ggaudit.format.layout import open_model
+from ggaudit.format.locate import resolve_model
+from ggaudit.verify.stores.ollama import (MEDIA_MODEL, MEDIA_PROJECTOR, OllamaName, default_ollama_store,
+                                          ollama_blob_path, parse_digest, parse_ollama_name, read_ollama_manifest)
+from ggaudit.verify.manifests.tensor import (build_tensor_manifest, read_tensor_manifest, rows_per_group,
+                                             tensor_manifest_to_json, write_tensor_manifest)
+from ggaudit.verify.stores.hf_cache import default_hf_cache, parse_hf_spec, read_hf_snapshot
+from ggaudit.verify.stores.sums import read_sums
 
 from platforms import needs_symlinks
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import UsageError
-from ggaudit.layout import open_model
-from ggaudit.manifests import build_tensor_manifest, write_tensor_manifest
-from ggaudit.rows import check_rows
+from ggaudit.format.layout import open_model
+from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
+from ggaudit.rows.replay import check_rows
 from ollama_support import ollama_store
 from platforms import WINDOWS, needs_fifo, needs_symlinks
 from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set

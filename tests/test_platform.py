@@ -20,8 +20,9 @@ from click.testing import CliRunner
 from ggaudit import io
 from ggaudit.cli import main
 from ggaudit.errors import ReadError
-from ggaudit.manifests import default_hf_cache, default_ollama_store
-from ggaudit.readers import MmapReader
+from ggaudit.verify.stores.hf_cache import default_hf_cache
+from ggaudit.verify.stores.ollama import default_ollama_store
+from ggaudit.rows.readers import MmapReader
 from ggaudit.text import escape_path
 
 WINDOWS = sys.platform == "win32"
@@ -194,7 +195,7 @@ class _RecordingKernel32:
 
 @windows
 def test_rows_direct_reads_go_through_no_buffering(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ggaudit.readers import FILE_FLAG_NO_BUFFERING
+    from ggaudit.rows.readers import FILE_FLAG_NO_BUFFERING
     recording = _RecordingKernel32(io.kernel32())
     monkeypatch.setattr(io, "kernel32", lambda: recording)
     path = str(FIXTURES / "ple_iq4_nl.gguf")
@@ -211,7 +212,7 @@ def test_rows_direct_reads_go_through_no_buffering(monkeypatch: pytest.MonkeyPat
 
 def test_names_a_legacy_code_page_cannot_encode_do_not_crash(tmp_path: Path) -> None:
     # Windows writes to pipes in the ANSI code page; cp1252 has no CJK or U+FFFD.
-    from ggaudit.build import TensorSpec, write_gguf
+    from ggaudit.format.build import TensorSpec, write_gguf
     from gguf import GGMLQuantizationType as T
     path = tmp_path / "m.gguf"
     write_gguf(path, [TensorSpec("层.\ufffd.weight", T.F32, (4,), bytes(16))], {})
@@ -225,7 +226,7 @@ def test_names_a_legacy_code_page_cannot_encode_do_not_crash(tmp_path: Path) -> 
 def test_hf_snapshot_names_are_slash_joined_on_every_os(tmp_path: Path) -> None:
     # Copies, not links: what huggingface_hub leaves on a Windows without symlinks. The names are the
     # repository's paths, so "gguf/sub/m.gguf" on every OS, never "gguf\\sub\\m.gguf".
-    from ggaudit.manifests import read_hf_snapshot
+    from ggaudit.verify.stores.hf_cache import read_hf_snapshot
     commit = "2" * 40
     repo = tmp_path / "models--org--m"
     (repo / "refs").mkdir(parents=True)

@@ -14,11 +14,11 @@ import pytest
 
 from fake_kernel32 import FILE_FLAG_NO_BUFFERING, FakeKernel32
 from platforms import mapped_files_can_shrink, needs_fifo, needs_linux
-from ggaudit import readers
+from ggaudit.rows import readers
 from ggaudit.errors import ReadError
-from ggaudit.readers import (MODES, POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable, LinuxDirectReader,
-                             MacNoCacheReader, MmapReader, WindowsDirectReader, dio_alignment,
-                             is_short, map_view, open_reader, same_bytes)
+from ggaudit.rows.readers import (MODES, POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable,
+                                  LinuxDirectReader, MacNoCacheReader, MmapReader, WindowsDirectReader,
+                                  dio_alignment, is_short, map_view, open_reader, same_bytes)
 
 SIZE = 3 * 65536 + 1234  # not a multiple of any alignment, so the last span crosses EOF
 
@@ -188,7 +188,7 @@ def test_mmap_reader_of_an_empty_file(ddir: Path) -> None:
 
 _TRUNCATE_WHILE_READING = """
 import os, sys, threading, time
-from ggaudit.readers import MmapReader
+from ggaudit.rows.readers import MmapReader
 from ggaudit.errors import ReadError
 path = sys.argv[1]
 r = MmapReader(path)

@@ -12,12 +12,12 @@ from gguf import GGMLQuantizationType as T
 
 from fake_kernel32 import FakeKernel32
 from platforms import needs_fifo
-from ggaudit import rows as R
+from ggaudit.rows import replay as R
 from ggaudit.errors import ReadError, UsageError
-from ggaudit.layout import open_model
-from ggaudit.readers import BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
-from ggaudit.rows_gather import WAVE_BYTES, Gatherer, Sample, plan_reads
-from ggaudit.rows_select import sample_rows
+from ggaudit.format.layout import open_model
+from ggaudit.rows.readers import BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
+from ggaudit.rows.gather import WAVE_BYTES, Gatherer, Sample, plan_reads
+from ggaudit.rows.select import sample_rows
 from test_rows_support import PLE, Table, crossing, make_table
 
 
@@ -51,7 +51,7 @@ def test_all_paths_agree_for_page_crossing_rows_with_the_cache_on(ple) -> None:
 
 
 def test_tensor_defaults_to_the_ple_table_then_token_embd(ddir: Path) -> None:
-    from ggaudit.build import TensorSpec, write_gguf
+    from ggaudit.format.build import TensorSpec, write_gguf
     from test_rows_support import table_bytes
     both = ddir / "both.gguf"
     write_gguf(both, [TensorSpec("token_embd.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10)),
@@ -293,7 +293,7 @@ def test_reference_reader_matches_the_written_table(ple) -> None:
 def test_rows_too_large_to_buffer_are_refused(ddir: Path) -> None:
     import struct
 
-    from ggaudit.build import encode_tensor_info
+    from ggaudit.format.build import encode_tensor_info
     ne0 = (R.MAX_ROW_BYTES // 4) + 8  # F32 rows just over the limit
     header = b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + encode_tensor_info("token_embd.weight", T.F32, (ne0, 2), 0)
     header += bytes(-len(header) % 32)

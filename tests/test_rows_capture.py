@@ -12,9 +12,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
-from ggaudit import rows as R
+from ggaudit.rows import replay as R
 from ggaudit.errors import UsageError
-from ggaudit.rows_select import MAX_NPZ_BYTES
+from ggaudit.rows.select import MAX_NPZ_BYTES
 from test_rows_support import Table, make_table
 
 IDS = [5, 77, 4162, 4163, 4999]

@@ -1,7 +1,7 @@
 """Fault-injection self-test: readers and caches with deliberate engine bugs, each caught and classified.
 
 The expected outcome of every fault is computed here from the file's bytes and the fault's definition
-(not from ggaudit.rows' own planning): exact rows, first bad file offset, block, column and raw bytes.
+(not from ggaudit.rows.replay' own planning): exact rows, first bad file offset, block, column and raw bytes.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
-from ggaudit import rows as R
-from ggaudit.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
-from ggaudit.rows_gather import BufferPool
+from ggaudit.rows import replay as R
+from ggaudit.rows.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
+from ggaudit.rows.gather import BufferPool
 from test_rows_support import Table, crossing, make_table
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggaudit import rows as R
-from ggaudit.layout import open_model
+from ggaudit.rows import replay as R
+from ggaudit.format.layout import open_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PLE = "per_layer_token_embd.weight"

@@ -1,5 +1,5 @@
 """Shared helpers for the readers/rows tests (no tests here): whether O_DIRECT really works in a directory
-(for the `ddir` fixture in conftest.py), small embedding tables written with ggaudit.build, and the reference
+(for the `ddir` fixture in conftest.py), small embedding tables written with ggaudit.format.build, and the reference
 bytes of their rows."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.blocks import Encoding, layout_of
-from ggaudit.build import TensorSpec, write_gguf
-from ggaudit.layout import Tensor, open_model
-from ggaudit.readers import DirectIOUnavailable, open_reader
+from ggaudit.format.blocks import Encoding, layout_of
+from ggaudit.format.build import TensorSpec, write_gguf
+from ggaudit.format.layout import Tensor, open_model
+from ggaudit.rows.readers import DirectIOUnavailable, open_reader
 
 PLE = "per_layer_token_embd.weight"
 
@@ -99,7 +99,7 @@ def make_table(folder: Path, ggml_type: T = T.IQ4_NL, ne0: int = 160, n_rows: in
 
 
 def crossing(table: Table, boundary: int = 4096) -> list[int]:
-    """Rows straddling a multiple of *boundary*, found by brute force (independent of ggaudit.rows)."""
+    """Rows straddling a multiple of *boundary*, found by brute force (independent of ggaudit.rows.replay)."""
     rb = table.tensor.row_bytes
     return [r for r in range(table.tensor.n_rows)
             if table.offset(r) // boundary != (table.offset(r) + rb - 1) // boundary]

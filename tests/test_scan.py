@@ -1,4 +1,4 @@
-"""ggaudit.scan: every GGML type, a fault at a known place is found with exactly that tensor, row,
+"""ggaudit.scan.run: every GGML type, a fault at a known place is found with exactly that tensor, row,
 column, block, field, offset and bits; counts, limits, outliers, FP8 overrides, --deep agreement."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import pytest
 from gguf import GGMLQuantizationType as T
 import gguf.quants
 
-import ggaudit.scan as scan_module
-import ggaudit.scan_kernel as kernel
-import ggaudit.scan_workers as workers_module
-from ggaudit.blocks import LAYOUTS, BlockLayout, Encoding, FloatField
-from ggaudit.build import TensorSpec, write_gguf
-from ggaudit.digests import Sha256, read_through
+from ggaudit.scan import run as scan_module
+from ggaudit.scan import kernel as kernel
+from ggaudit.scan import workers as workers_module
+from ggaudit.format.blocks import LAYOUTS, BlockLayout, Encoding, FloatField
+from ggaudit.format.build import TensorSpec, write_gguf
+from ggaudit.verify.digests import Sha256, read_through
 from ggaudit.errors import UsageError
-from ggaudit.layout import open_model
-from ggaudit.report import Finding
-from ggaudit.scan import ScanConsumer, deep_supported, scan
+from ggaudit.format.layout import open_model
+from ggaudit.scan.report import Finding
+from ggaudit.scan.run import ScanConsumer, deep_supported, scan
 
 from test_scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke
 

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.blocks import LAYOUTS
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.blocks import LAYOUTS
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 
 from test_scan_support import finite_tensor, poke

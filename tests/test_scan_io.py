@@ -1,4 +1,4 @@
-"""ggaudit.scan when the file misbehaves: shrinks during a mapped scan (SIGBUS in a worker), a worker
+"""ggaudit.scan.run when the file misbehaves: shrinks during a mapped scan (SIGBUS in a worker), a worker
 dies, the file changes between opening and scanning, or shrinks under a streamed read."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-import ggaudit.scan as scan_module
-import ggaudit.scan_workers as workers_module
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.scan import run as scan_module
+from ggaudit.scan import workers as workers_module
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import ReadError
-from ggaudit.layout import open_model
-from ggaudit.scan import scan
+from ggaudit.format.layout import open_model
+from ggaudit.scan.run import scan
 
 from test_scan_support import finite_tensor
 

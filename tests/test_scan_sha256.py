@@ -17,14 +17,14 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-import ggaudit.scan as scan_module
+from ggaudit.scan import run as scan_module
 from ggaudit import io
-from ggaudit.blocks import LAYOUTS
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.blocks import LAYOUTS
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 from ggaudit.errors import UsageError
-from ggaudit.layout import open_model
-from ggaudit.scan import scan
+from ggaudit.format.layout import open_model
+from ggaudit.scan.run import scan
 
 from reliability_support import all_types_specs, write_split_set
 from test_scan_support import finite_tensor, poke

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.blocks import LAYOUTS, BlockLayout, Encoding, FloatField
+from ggaudit.format.blocks import LAYOUTS, BlockLayout, Encoding, FloatField
 
 #: Bit patterns of each non-finite kind, per encoding (kinds an encoding cannot hold are absent).
 NONFINITE_BITS: dict[Encoding, dict[str, int]] = {

@@ -22,11 +22,13 @@ import pytest
 
 import ggaudit.io
 from ggaudit.errors import FormatError, ManifestError, UsageError
-from ggaudit.layout import open_model
-from ggaudit.manifests import default_hf_cache, default_ollama_store, read_hf_snapshot, read_tensor_manifest
-from ggaudit.manifests import ollama as ollama_mod
+from ggaudit.format.layout import open_model
+from ggaudit.verify.stores.hf_cache import default_hf_cache, read_hf_snapshot
+from ggaudit.verify.stores.ollama import default_ollama_store
+from ggaudit.verify.manifests.tensor import read_tensor_manifest
+from ggaudit.verify.stores import ollama as ollama_mod
 from ggaudit.untrusted import quote
-from ggaudit.verify import verify_ollama, verify_sums, verify_tensor_manifest
+from ggaudit.verify.run import verify_ollama, verify_sums, verify_tensor_manifest
 
 from platforms import needs_fifo, needs_linux, needs_symlinks
 from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from ggaudit.errors import FormatError
-from ggaudit.layout import open_gguf, open_model
+from ggaudit.format.layout import open_gguf, open_model
 
 from reliability_support import (acceptable_cut_offsets, assert_one_line_error, fixture_files, run_cli,
                                  walk_header, write_rich_model, write_small_model, write_split_set)
 
-HAVE_SCAN = importlib.util.find_spec("ggaudit.scan") is not None
+HAVE_SCAN = importlib.util.find_spec("ggaudit.scan.run") is not None
 
 
 def _models(folder: Path) -> list[Path]:
@@ -38,7 +38,7 @@ def _scan_if_opened(path: Path) -> None:
     """What `scan` does first: open the whole model; then scan it when the scan module exists."""
     model = open_model(path)
     if HAVE_SCAN:
-        from ggaudit.scan import scan
+        from ggaudit.scan.run import scan
         scan(model)
 
 
@@ -113,7 +113,7 @@ def test_cut_files_fail_scan_with_format_error(models: list[Path], tmp_path: Pat
 def test_cli_reports_a_cut_file_in_one_line_with_exit_2(command: str, models: list[Path],
                                                        tmp_path: Path) -> None:
     if command == "scan" and not HAVE_SCAN:
-        pytest.skip("ggaudit.scan has not landed yet")
+        pytest.skip("ggaudit.scan.run has not landed yet")
     source = next(m for m in models if m.name == "rich.gguf")
     data = source.read_bytes()
     hmap = walk_header(data)

@@ -18,10 +18,12 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.build import TensorSpec, write_gguf
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 from ggaudit.errors import ManifestError, UsageError
-from ggaudit.manifests import parse_ollama_name, read_sums, read_tensor_manifest
+from ggaudit.verify.stores.ollama import parse_ollama_name
+from ggaudit.verify.stores.sums import read_sums
+from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.text import escape
 
 from platforms import WINDOWS, needs_symlinks
@@ -306,7 +308,7 @@ def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:
 # --- every part of an error line, invisible and bidi characters, undecodable bytes (issue 11) ----------
 
 from ggaudit.errors import FormatError  # noqa: E402
-from ggaudit.layout import open_model  # noqa: E402
+from ggaudit.format.layout import open_model  # noqa: E402
 from ggaudit.text import escape_message, escape_path  # noqa: E402
 
 #: Characters that show as nothing, as a space or reorder the line: each must be visible as an escape.

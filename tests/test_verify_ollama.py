@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.build import TensorSpec, gguf_bytes
+from ggaudit.format.build import TensorSpec, gguf_bytes
 from ggaudit.cli import main
-from ggaudit.layout import open_model
+from ggaudit.format.layout import open_model
 from ggaudit.errors import ManifestError
-from ggaudit.manifests import MEDIA_MODEL, MEDIA_PROJECTOR
-from ggaudit.verify import verify_ollama
+from ggaudit.verify.stores.ollama import MEDIA_MODEL, MEDIA_PROJECTOR
+from ggaudit.verify.run import verify_ollama
 
 from platforms import needs_symlinks
 

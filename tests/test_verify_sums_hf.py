@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ggaudit.cli import main
-from ggaudit.verify import verify_hf, verify_sums
+from ggaudit.verify.run import verify_hf, verify_sums
 
 from platforms import needs_symlinks
 

@@ -16,8 +16,8 @@ import click
 
 from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overall_status, status_word
 from ..errors import GGAuditError
-from ..layout import ArrayValue
-from ..locate import resolve_model
+from ..format.layout import ArrayValue
+from ..format.locate import resolve_model
 from ..text import escape, escape_message, escape_path
 from ..untrusted import shorten
 

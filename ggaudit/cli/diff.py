@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from ..diff import DiffReport, TensorDataDiff, diff_paths
-from ..diff_meta import MetadataChange
-from ..info import value_to_json
-from ..locate import resolve_model
+from ..verify.diff import DiffReport, TensorDataDiff, diff_paths
+from ..verify.diff_meta import MetadataChange
+from ..format.info import value_to_json
+from ..format.locate import resolve_model
 from ..text import escape, escape_path
 from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, handle_errors, show_value
 

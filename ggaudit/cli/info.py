@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..info import bytes_per_type, model_to_json
+from ..format.info import bytes_per_type, model_to_json
 from ..batch import run_models
-from ..layout import MetaValue, Model, open_model
-from ..locate import resolve_model
+from ..format.layout import MetaValue, Model, open_model
+from ..format.locate import resolve_model
 from ..text import escape, escape_path
 from .common import PathParam, emit_outcomes, expand_models, handle_errors, show_value
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..layout import open_model
-from ..locate import description_files, resolve_model
-from ..manifests.tensor import (DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output, tensor_manifest_text,
-                               tensor_manifest_to_json, write_tensor_manifest)
+from ..format.layout import open_model
+from ..format.locate import description_files, resolve_model
+from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output,
+                                       tensor_manifest_text, tensor_manifest_to_json, write_tensor_manifest)
 from ..text import escape, escape_path
 from .common import EXIT_CLEAN, PathParam, emit_json, handle_errors
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from ..errors import UsageError
-from ..readers import MODES
-from ..report import CAUSE_OVERFLOW
-from ..rows import Geometry, Mismatch, RowsReport, ShortRead, check_rows
+from ..rows.readers import MODES
+from ..scan.report import CAUSE_OVERFLOW
+from ..rows.replay import Geometry, Mismatch, RowsReport, ShortRead, check_rows
 from ..text import escape, escape_path
 from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, fail, handle_errors, stderr_is_tty
 

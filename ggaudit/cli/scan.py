@@ -10,9 +10,9 @@ import click
 
 from ..batch import run_models
 from ..errors import UsageError
-from ..locate import resolve_model
-from ..report import FP8_E4M3, ScanReport, render_text
-from ..scan import scan as scan_model
+from ..format.locate import resolve_model
+from ..scan.report import FP8_E4M3, ScanReport, render_text
+from ..scan.run import scan as scan_model
 from ..text import escape
 from .common import PathParam, emit_outcomes, expand_models, handle_errors, hint, stderr_is_tty
 

@@ -10,10 +10,10 @@ import click
 
 from ..batch import run_models
 from ..errors import UsageError
-from ..locate import OLLAMA_PREFIX, resolve_model
+from ..format.locate import OLLAMA_PREFIX, resolve_model
 from ..text import escape, escape_path
-from ..verify import (Mismatch, VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
-                      verify_tensor_manifest)
+from ..verify.run import (Mismatch, VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
+                          verify_tensor_manifest)
 from .common import PathParam, emit_outcomes, handle_errors, hint
 
 HF_PREFIX = "hf:"

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import ManifestError, UsageError
-from ..untrusted import OUTSIDE, confine, quote, real
-from ._common import HEX64, read_text
+from ...errors import ManifestError, UsageError
+from ...untrusted import OUTSIDE, confine, quote, real
+from ..manifests._common import HEX64, read_text
 from .ollama import home_folder
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import xxhash
 
-from . import io
-from .errors import ReadError, UsageError
+from .. import io
+from ..errors import ReadError, UsageError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .text import escape, escape_path
+from ..text import escape, escape_path
 
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier")
@@ -175,7 +175,7 @@ class FileDigest:
 
 @dataclass(frozen=True)
 class ScanReport:
-    """The result of :func:`ggaudit.scan.scan`."""
+    """The result of :func:`ggaudit.scan.run.scan`."""
 
     model: str
     files: tuple[str, ...]

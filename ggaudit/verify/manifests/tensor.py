@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .. import __version__
-from .. import io as fileio
+from ... import __version__
+from ... import io as fileio
 from ..digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
-from ..errors import ManifestError, UsageError
-from ..layout import GGUFFile, Model
-from ..untrusted import quote, shorten
+from ...errors import ManifestError, UsageError
+from ...format.layout import GGUFFile, Model
+from ...untrusted import quote, shorten
 from ._common import is_count, load_json
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Find NaN, Inf and outliers in every tensor of a model, at the level of stored bits, located exactly.
 
-What is read (facts in :mod:`ggaudit.blocks`):
+What is read (facts in :mod:`ggaudit.format.blocks`):
 
 * float tensors (F32, F16, BF16, F64): every element;
 * block-quantized tensors: only the float fields of each block (scales and mins), through a strided
@@ -10,15 +10,15 @@ What is read (facts in :mod:`ggaudit.blocks`):
   with ``gguf.quants`` and reported as ``overflow`` when they decode to Inf;
 * integer tensors: nothing, unless the caller says an I8 tensor holds FP8 E4M3 bytes.
 
-The core that finds and locates values is :mod:`ggaudit.scan_kernel`. Two ways to get the bytes
+The core that finds and locates values is :mod:`ggaudit.scan.kernel`. Two ways to get the bytes
 share it:
 
-* mapped (large models, :mod:`ggaudit.scan_workers`): worker processes map a window of the file per
+* mapped (large models, :mod:`ggaudit.scan.workers`): worker processes map a window of the file per
   task and read the fields in place, never copying the quantized data. A file that shrinks under a
   mapping raises SIGBUS, which kills only the worker; the broken pool becomes
   ``ReadError("file changed during scan")``.
 * streamed (small models): :class:`ScanConsumer` is a chunk consumer for
-  :func:`ggaudit.digests.read_through`, so a scan can share one read pass with digest consumers.
+  :func:`ggaudit.verify.digests.read_through`, so a scan can share one read pass with digest consumers.
   ``scan(..., hashes=("sha256",))`` does that: each file is read once, from its first byte to its
   last, and every chunk goes both to the hashers and to the scan (each in its own thread).
 """
@@ -37,15 +37,15 @@ from typing import Callable, Collection, Iterator, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from .blocks import FP8_E4M3_ELEMENTS, layout_of
-from .digests import ALGORITHMS, read_through
-from .errors import ReadError, UsageError
-from .layout import GGUFFile, Model, Tensor, open_model
+from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
+from ..verify.digests import ALGORITHMS, read_through
+from ..errors import ReadError, UsageError
+from ..format.layout import GGUFFile, Model, Tensor, open_model
 from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, FileDigest, ScanReport, ScanStats,
                      TensorScan)
-from .scan_kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
-from .scan_workers import run_mapped
-from .text import escape
+from .kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
+from .workers import run_mapped
+from ..text import escape
 
 __all__ = ["ScanConsumer", "deep_supported", "scan"]
 
@@ -71,7 +71,7 @@ class _Stopped(Exception):
 class ScanConsumer:
     """Scans the tensors of one file as its bytes stream past (``update(offset, data)``).
 
-    Usable with :func:`ggaudit.digests.read_through` beside digest consumers, so one read pass can
+    Usable with :func:`ggaudit.verify.digests.read_through` beside digest consumers, so one read pass can
     both hash a file and scan it. Chunks may cut blocks anywhere: a partial block is carried over.
     """
 

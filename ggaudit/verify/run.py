@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .digests import GitBlobSha1, Sha256, read_through
-from .errors import FormatError, ManifestError, ReadError, UsageError
-from .layout import FileIdentity, open_gguf
-from .manifests.hf_cache import read_hf_snapshot
-from .manifests.ollama import ollama_blob_path, ollama_partial_files, read_ollama_manifest
-from .manifests.sums import read_sums
+from ..errors import FormatError, ManifestError, ReadError, UsageError
+from ..format.layout import FileIdentity, open_gguf
+from .stores.hf_cache import read_hf_snapshot
+from .stores.ollama import ollama_blob_path, ollama_partial_files, read_ollama_manifest
+from .stores.sums import read_sums
 from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
-from .untrusted import OUTSIDE, confine, sibling_roots
+from ..untrusted import OUTSIDE, confine, sibling_roots
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import logging
 import os
 from pathlib import Path
 
-from .errors import ManifestError
-from .manifests.ollama import (MEDIA_MODEL, default_ollama_store, ollama_blob_path, parse_ollama_name,
-                               read_ollama_manifest)
+from ..errors import ManifestError
+from ..verify.stores.ollama import (MEDIA_MODEL, default_ollama_store, ollama_blob_path, parse_ollama_name,
+                                    read_ollama_manifest)
 
 log = logging.getLogger(__name__)
 

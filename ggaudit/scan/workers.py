@@ -32,11 +32,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import io
-from .errors import ReadError
-from .io import FileIdentity
-from .layout import GGUFFile
-from .scan_kernel import Acc, Options, Plan, by_file, scan_units
+from .. import io
+from ..errors import ReadError
+from ..io import FileIdentity
+from ..format.layout import GGUFFile
+from .kernel import Acc, Options, Plan, by_file, scan_units
 
 log = logging.getLogger(__name__)
 

@@ -24,15 +24,15 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
 
-from .blocks import Encoding, decode_bits
-from .errors import UsageError, check_arg
-from .layout import Model, Tensor, open_model
-from .readers import MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
-from .rows_gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Sweep, through_cache,
-                          uniform)
-from .rows_finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
-from .rows_select import (MAX_SELECTED, Capture, IdsFiles, Selection, crosses, crossing_mask, crossing_rows,
-                          crossing_rows_of, distinct, load_capture, parse_ids, select_rows)
+from ..format.blocks import Encoding, decode_bits
+from ..errors import UsageError, check_arg
+from ..format.layout import Model, Tensor, open_model
+from .readers import (MODES, PAGE, POISON, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader,
+                      open_reader)
+from .gather import BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Sweep, through_cache, uniform
+from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
+from .select import (MAX_SELECTED, Capture, IdsFiles, Selection, crosses, crossing_mask, crossing_rows,
+                     crossing_rows_of, distinct, load_capture, parse_ids, select_rows)
 
 __all__ = [
     "CaptureResult", "Classifier", "Geometry", "KINDS", "Mismatch", "NonFiniteValue", "PathStats", "RowCache",

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import ManifestError, UsageError
-from ..untrusted import OUTSIDE, confine, quote, real, shorten
-from ._common import HEX64, is_count, load_json
+from ...errors import ManifestError, UsageError
+from ...untrusted import OUTSIDE, confine, quote, real, shorten
+from ..manifests._common import HEX64, is_count, load_json
 
 log = logging.getLogger(__name__)
 

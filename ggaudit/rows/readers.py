@@ -22,9 +22,9 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from . import io
-from .errors import ReadError, UsageError
-from .io import address_of
+from .. import io
+from ..errors import ReadError, UsageError
+from ..io import address_of
 
 log = logging.getLogger(__name__)
 

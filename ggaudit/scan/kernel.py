@@ -19,9 +19,9 @@ import gguf.quants
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
-from .blocks import BlockLayout, Encoding, FloatField, decode_bits, iq1m_assemble, layout_of
+from ..format.blocks import BlockLayout, Encoding, FloatField, decode_bits, iq1m_assemble, layout_of
 from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, finite_or_none, hex_bits
-from .rows_select import distinct
+from ..arrays import distinct
 
 log = logging.getLogger(__name__)
 

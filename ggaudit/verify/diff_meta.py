@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from gguf import GGUFValueType as V
 
-from .layout import SCALAR_FORMATS, ArrayValue, GGUFFile, MetaValue
+from ..format.layout import SCALAR_FORMATS, ArrayValue, GGUFFile, MetaValue
 
 #: Reads ``length`` bytes of ``path`` at ``offset`` (the caller owns the descriptors).
 ReadFn = Callable[[str, int, int], bytes]

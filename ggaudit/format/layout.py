@@ -19,10 +19,10 @@ from typing import Any, Mapping
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from .blocks import known_type, layout_of
-from . import io
-from .errors import FormatError, ReadError, UsageError
-from .io import FileIdentity
-from .untrusted import OUTSIDE, confine, sibling_roots
+from .. import io
+from ..errors import FormatError, ReadError, UsageError
+from ..io import FileIdentity
+from ..untrusted import OUTSIDE, confine, sibling_roots
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from .blocks import FP8_E4M3_ELEMENTS, layout_of
+from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
 from .readers import BufferedReader
-from .report import Finding
-from .rows_select import distinct
-from .scan_kernel import Acc, Options, Plan, scan_units
+from ..scan.report import Finding
+from ..arrays import distinct
+from ..scan.kernel import Acc, Options, Plan, scan_units
 
 if TYPE_CHECKING:
-    from .rows import RowTable
+    from .replay import RowTable
 
 #: Bytes of rows tested per kernel call (whole rows, at least one): bounds the findings held at once.
 CHUNK_BYTES = 1 << 20

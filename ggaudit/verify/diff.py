@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import io
+from .. import io
 from .diff_meta import MetadataChange, diff_metadata
-from .layout import Model, Tensor, open_model
+from ..format.layout import Model, Tensor, open_model
 
 log = logging.getLogger(__name__)
 
