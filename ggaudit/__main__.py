@@ -4,24 +4,36 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 
 def run() -> None:
     """Start the command line. Ctrl-C while the command line's modules are still importing (the first
-    few hundred milliseconds) ends in exit 130 like Ctrl-C at any later moment, not in a traceback."""
+    few hundred milliseconds) ends in exit 130 like Ctrl-C at any later moment, not in a traceback; an
+    installation that cannot import (a numpy built for another Python, say) is one line and exit 3."""
     try:
         from .cli import main
-
+    except KeyboardInterrupt:
+        _end("ggaudit: interrupted\n", 130)
+    except Exception as err:
+        detail = "".join(traceback.format_exception(err)) if "--debug" in sys.argv[1:] else ""
+        _end(f"{detail}ggaudit: internal error: cannot load the command line: {type(err).__name__}: "
+             f"{str(err)[:200]!r} (check the installation; --debug shows the traceback)\n", 3)
+    try:
         main(prog_name="ggaudit")
     except KeyboardInterrupt:
-        for stream, text in ((sys.stdout, ""), (sys.stderr, "ggaudit: interrupted\n")):
-            try:
-                stream.write(text)
-                stream.flush()
-            except (OSError, ValueError, KeyboardInterrupt):
-                pass
-        # Skip interpreter teardown: a second Ctrl-C there would print a traceback after all.
-        os._exit(130)
+        _end("ggaudit: interrupted\n", 130)
+
+
+def _end(message: str, status: int) -> None:
+    for stream, text in ((sys.stdout, ""), (sys.stderr, message)):
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError, KeyboardInterrupt):
+            pass
+    # Skip interpreter teardown: a second Ctrl-C there would print a traceback after all.
+    os._exit(status)
 
 
 if __name__ == "__main__":

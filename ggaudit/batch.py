@@ -6,7 +6,7 @@ becomes that model's error and the others still report. Results come back in the
 were given, whatever order the jobs finish in.
 
     outcomes = run_models(["a.gguf", "b.gguf"], lambda m: scan(m, workers=0), jobs=2)
-    overall_status(outcomes, lambda r: r.has_findings)    # 0 clean, 1 findings, 2 any error
+    overall_status(outcomes)    # 0 clean, 1 findings, 2 any error
 """
 
 from __future__ import annotations
@@ -17,13 +17,27 @@ from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
-from typing import Callable, Generic, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import GGAuditError, ReadError, UsageError
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+#: An Outcome of a ScanReport is an Outcome of a Report: outcomes are read, never written.
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Report(Protocol):
+    """What every report is (ScanReport, VerifyReport, RowsReport, DiffReport, ModelInfo): ``ok`` when
+    nothing was found, and its JSON, which begins with ``schema`` and ``tool_version``."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
 
 STATUS_CLEAN = 0
 STATUS_FINDINGS = 1
@@ -34,11 +48,11 @@ _POLL_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
-class Outcome(Generic[R]):
+class Outcome(Generic[R_co]):
     """What auditing one model gave: a result, or the error that stopped it (never both)."""
 
     model: str
-    result: R | None = None
+    result: R_co | None = None
     error: GGAuditError | None = None
 
     @property
@@ -82,7 +96,7 @@ def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 
     if jobs == 1 or len(models) <= 1:
         return [_one(m, audit) for m in models]
     futures: list[Future[Outcome[R]]] = [Future() for _ in models]
-    todo = deque(zip(models, futures))
+    todo = deque(zip(models, futures, strict=True))
     stop = threading.Event()
 
     def work() -> None:
@@ -116,18 +130,10 @@ def _result(future: Future[Outcome[R]]) -> Outcome[R]:
             continue
 
 
-def overall_status(outcomes: Sequence[Outcome[R]], has_findings: Callable[[R], bool]) -> int:
-    """2 if any model failed, else 1 if any model has findings, else 0."""
+def overall_status(outcomes: Sequence[Outcome[Report]]) -> int:
+    """2 if any model failed, else 1 if any model's report is not ok, else 0."""
     if any(o.error is not None for o in outcomes):
         return STATUS_ERROR
-    if any(has_findings(o.result) for o in outcomes if o.result is not None):
+    if any(not o.result.ok for o in outcomes if o.result is not None):
         return STATUS_FINDINGS
     return STATUS_CLEAN
-
-
-def status_word(outcome: Outcome[R], has_findings: Callable[[R], bool]) -> str:
-    """``error``, ``findings`` or ``ok``: one model's status in JSON output."""
-    if outcome.error is not None:
-        return "error"
-    assert outcome.result is not None
-    return "findings" if has_findings(outcome.result) else "ok"

@@ -13,7 +13,7 @@ backslashes alone and changes nothing twice, yet lets no control, invisible or b
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import Any, Union
 
 from .text import escape, escape_message, escape_path
 
@@ -42,7 +42,7 @@ class GGAuditError(Exception):
         parts.append(escape_message(self.message))
         return ": ".join(parts)
 
-    def __reduce__(self):  # keep errors picklable across worker processes
+    def __reduce__(self) -> tuple[Any, ...]:  # keep errors picklable across worker processes
         return (_rebuild, (type(self), self.path, self.message, self.offset, self.field))
 
 

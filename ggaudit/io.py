@@ -12,12 +12,14 @@ Every module that reads a file opens it here (``open_readonly``) and reads it he
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import stat
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .errors import ReadError, UsageError
 
@@ -235,10 +237,8 @@ def advise(fd: int, offset: int, length: int, advice: str) -> None:
     fn = getattr(os, "posix_fadvise", None)
     if fn is None:
         return
-    try:
+    with contextlib.suppress(OSError):
         fn(fd, offset, length, os.POSIX_FADV_SEQUENTIAL if advice == "sequential" else os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
 
 
 def sync_folder(path: str | os.PathLike[str]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 #: What ``confine`` says about a path that cannot be followed to its end because a link leads back.
 LOOP = "is a symlink loop"

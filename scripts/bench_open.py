@@ -16,7 +16,7 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType as T, GGUFReader, GGUFValueType as V

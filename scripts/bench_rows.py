@@ -30,11 +30,11 @@ from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ggaudit.format.build import encode_kv, encode_tensor_info  # noqa: E402
-from ggaudit.format.layout import open_model  # noqa: E402
-from ggaudit.rows.readers import open_reader  # noqa: E402
-from ggaudit.rows.replay import RowTable, check_rows  # noqa: E402
-from ggaudit.rows.gather import Gatherer  # noqa: E402
+from ggaudit.format.build import encode_kv, encode_tensor_info
+from ggaudit.format.layout import open_model
+from ggaudit.rows.readers import open_reader
+from ggaudit.rows.replay import RowSelection, RowsOptions, RowTable, check_rows
+from ggaudit.rows.gather import Gatherer
 
 NAME = "per_layer_token_embd.weight"
 ROW_BYTES = 90  # IQ4_NL, ne0 = 160
@@ -130,12 +130,14 @@ def plain_read(path: Path) -> float:
 
 
 def sweep_rate(path: Path, workers: int) -> float:
-    """MB/s of the table through `check_rows --all --modes direct` (reads, reference and compare)."""
+    """MB/s of the table through a direct sweep of all rows (`rows --all --modes direct`: reads, reference
+    and compare)."""
     evict(path)
     start = time.perf_counter()
-    report = check_rows(str(path), all_rows=True, modes=["direct"], workers=workers)
+    report = check_rows(str(path), modes=["direct"], select=RowSelection(all_rows=True),
+                        options=RowsOptions(workers=workers))
     seconds = time.perf_counter() - start
-    assert report.clean, report.mismatches[:1]
+    assert report.ok, report.mismatches[:1]
     return report.n_rows * report.row_bytes / seconds / 1e6
 
 

@@ -18,16 +18,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ggaudit.format.blocks import layout_of  # noqa: E402
-from ggaudit.format.build import encode_kv, encode_tensor_info  # noqa: E402
-from ggaudit.scan.run import scan  # noqa: E402
+from ggaudit.format.blocks import layout_of
+from ggaudit.format.build import encode_kv, encode_tensor_info
+from ggaudit.scan.run import scan
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data"
 ALIGN = 32
@@ -64,10 +64,10 @@ def _write_model(path: Path, tensors: Sequence[tuple[str, T, tuple[int, int]]]) 
         pos = _align(pos + size)
     header = b"GGUF" + np.array([3], "<u4").tobytes() + np.array([len(tensors), 1], "<u8").tobytes()
     header += encode_kv("general.architecture", "bench")
-    header += b"".join(encode_tensor_info(n, t, s, r) for (n, t, s), r in zip(tensors, rel))
+    header += b"".join(encode_tensor_info(n, t, s, r) for (n, t, s), r in zip(tensors, rel, strict=False))
     with open(path, "wb") as out:
         out.write(header + bytes(_align(len(header)) - len(header)))
-        for (name, ggml_type, shape), size in zip(tensors, sizes):
+        for (_name, ggml_type, shape), size in zip(tensors, sizes, strict=False):
             data = _tensor_bytes(ggml_type, shape, rng)
             out.write(data.tobytes())
             out.write(bytes(_align(size) - size))
@@ -142,7 +142,7 @@ def bench(path: Path, repeat: int) -> None:
         scan_s = min(scan_s, _timed(lambda: scan(str(path))))
     read_gbs, scan_gbs = size / read_s / 1e9, size / scan_s / 1e9
     own, children = _peak_rss_mib(path)
-    print(f"{path.name}: {size / 1e9:.2f} GB, {len(report.tensors)} tensors, status {report.status}, "
+    print(f"{path.name}: {size / 1e9:.2f} GB, {len(report.tensors)} tensors, ok {report.ok}, "
           f"workers {report.stats.workers}")
     print(f"  plain read  {read_s * 1000:8.1f} ms  {read_gbs:6.2f} GB/s")
     print(f"  scan        {scan_s * 1000:8.1f} ms  {scan_gbs:6.2f} GB/s  ratio {scan_gbs / read_gbs:.2f}x")

@@ -27,7 +27,7 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
@@ -35,11 +35,11 @@ from gguf import GGMLQuantizationType as T
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ggaudit.format.build import encode_kv, encode_tensor_info  # noqa: E402
-from ggaudit.format.layout import open_model  # noqa: E402
-from ggaudit.verify.manifests.tensor import build_tensor_manifest  # noqa: E402
-from ggaudit.scan.run import scan  # noqa: E402
-from ggaudit.verify.run import verify_sums  # noqa: E402
+from ggaudit.format.build import encode_kv, encode_tensor_info
+from ggaudit.format.layout import open_model
+from ggaudit.verify.manifests.tensor import build_tensor_manifest
+from ggaudit.scan.run import scan
+from ggaudit.verify.run import verify_sums
 
 COLS = 4096                                  # Q4_K: 16 blocks of 144 bytes per row
 ROW_BYTES = COLS // 256 * 144

@@ -27,11 +27,11 @@ from gguf import GGUFValueType as V
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ggaudit.errors import GGAuditError  # noqa: E402
-from ggaudit.format.layout import GGUFFile, open_gguf, open_model  # noqa: E402
-from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest  # noqa: E402
-from ggaudit.scan.run import scan  # noqa: E402
-from ggaudit.verify.run import verify_tensor_manifest  # noqa: E402
+from ggaudit.errors import GGAuditError
+from ggaudit.format.layout import GGUFFile, open_gguf, open_model
+from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
+from ggaudit.scan.run import scan
+from ggaudit.verify.run import verify_tensor_manifest
 
 
 def header_differences(ours: GGUFFile, ref: Any) -> list[str]:
@@ -43,7 +43,7 @@ def header_differences(ours: GGUFFile, ref: Any) -> list[str]:
         out.append(f"(version, alignment, data offset): {mine} != {theirs}")
     if len(ours.tensors) != len(ref.tensors):
         out.append(f"tensor count: {len(ours.tensors)} != {len(ref.tensors)}")
-    for t, r in zip(ours.tensors, ref.tensors):
+    for t, r in zip(ours.tensors, ref.tensors, strict=False):
         want = (r.name, r.tensor_type, tuple(int(n) for n in r.shape), int(r.data_offset), int(r.n_bytes))
         if (t.name, t.ggml_type, t.shape, t.offset, t.nbytes) != want:
             out.append(f"tensor {t.name!r}: {(t.name, t.ggml_type, t.shape, t.offset, t.nbytes)} != {want}")

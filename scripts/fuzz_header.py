@@ -30,14 +30,14 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ggaudit.errors import FormatError  # noqa: E402
-from ggaudit.format.info import model_to_json  # noqa: E402
-from ggaudit.format.layout import Model, open_model  # noqa: E402
+from ggaudit.errors import FormatError
+from ggaudit.format.info import ModelInfo, model_to_json
+from ggaudit.format.layout import Model, open_model
 
 #: Values that break naive count and length handling.
 INTERESTING = (0, 1, 2, 3, 4, 7, 8, 31, 32, 33, 64, 255, 256, 4095, 4096, 65535, 65536, (1 << 31) - 1,
@@ -99,18 +99,18 @@ def _no_controls(lines: Sequence[str], where: str) -> None:
 
 
 def _exercise(path: str, deep: bool) -> None:
-    from ggaudit.cli.info import render_info
+    from ggaudit.cli.reporters.text import info_lines
 
     model = open_model(path)
-    _no_controls(render_info(model), "info")
+    _no_controls(info_lines(ModelInfo(model=model)), "info")
     json.dumps(model_to_json(model), allow_nan=False)
     try:
-        from ggaudit.scan.report import render_text
+        from ggaudit.cli.reporters.text import scan_lines
         from ggaudit.scan.run import scan
     except ImportError:
         return
     report = scan(model, deep=deep, workers=0, limit=4)
-    _no_controls(list(render_text(report)), "scan")
+    _no_controls(list(scan_lines(report)), "scan")
     json.dumps(report.to_json(), allow_nan=False)
     _round_trips(path, model)
 
@@ -121,7 +121,7 @@ def _round_trips(path: str, model: Model) -> None:
     from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
     from ggaudit.verify.run import verify_tensor_manifest
 
-    if not diff_models(model, model).same:
+    if not diff_models(model, model).ok:
         raise Bug("diff of a file with itself found differences")
     manifest = path + ".manifest.json"
     write_tensor_manifest(build_tensor_manifest(model), manifest, replace=True)
@@ -145,7 +145,7 @@ class Target:
                 warnings.simplefilter("error")
                 _exercise(self.path, deep)
         except FormatError as err:
-            if err.path is None or err.offset is None and err.field is None:
+            if err.path is None or (err.offset is None and err.field is None):
                 raise Bug(f"FormatError without a location: {err}") from err
             return "rejected"
         except Exception as err:

@@ -28,7 +28,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,8 +38,8 @@ from ggaudit.verify.manifests.tensor import (MANIFEST_FORMAT, MANIFEST_VERSION, 
 from ggaudit.verify.stores.ollama import MEDIA_MODEL, ollama_blob_path, parse_ollama_name, read_ollama_manifest
 from ggaudit.verify.stores.hf_cache import parse_hf_spec
 from ggaudit.verify.stores.sums import read_sums
-from ggaudit.errors import ManifestError, UsageError  # noqa: E402
-from ggaudit.untrusted import confine  # noqa: E402
+from ggaudit.errors import ManifestError, UsageError
+from ggaudit.untrusted import confine
 
 HEX = "0123456789abcdef" * 4
 DIGEST = "sha256:" + "ab" * 32
@@ -225,7 +225,7 @@ def capture_seeds() -> list[bytes]:
     seeds.append(buf.getvalue())
     obj = io.BytesIO()
     np.save(obj, np.array([1, "x"], dtype=object), allow_pickle=True)
-    return seeds + [obj.getvalue(), b"", b"PK\x03\x04"]
+    return [*seeds, obj.getvalue(), b"", b"PK\x03\x04"]
 
 
 def ids_seeds() -> list[bytes]:

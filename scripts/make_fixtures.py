@@ -17,7 +17,8 @@ import struct
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType as T, GGUFValueType, quants

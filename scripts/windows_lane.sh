@@ -32,6 +32,8 @@
 #   * platform.system() & co go through _wmi, which calls propsys.VariantToString, unimplemented in Wine 8.0: abort.
 #     scripts/windows_lane/sitecustomize.py (copied into the lane's site dir) sets sys.modules["_wmi"] = None.
 #   * numpy >= 2.1 for Windows imports ucrtbase.crealf, missing in Wine 8.0: numpy is pinned to 2.0.2.
+#   * jsonschema >= 4.18 needs rpds-py, whose Rust extension fails to load under Wine 8.0 ("DLL load failed"):
+#     jsonschema is held below 4.18 (attrs and pyrsistent, whose C part falls back to Python).
 #   * The embeddable build ignores PYTHONPATH (its ._pth file sets sys.path, and the cwd is not on it): python312._pth
 #     lists the site dir (which gets a copy of scripts/windows_lane/sitecustomize.py), the repo root, `import site`.
 #     PYTHONDONTWRITEBYTECODE is still honoured, so host PYTHON* settings are unset for the run.
@@ -53,8 +55,8 @@ EMBED_ZIP_DIR="cp312"
 EMBED_PTH="python312._pth"
 # Added to pyproject's requirements for the lane: Windows-only deps pip misses (markers evaluated on the host).
 LANE_EXTRA_REQS=("colorama>=0.4")
-# Constraints for the lane: numpy >= 2.1 aborts at import under Wine 8.0 (no ucrtbase.crealf).
-LANE_CONSTRAINTS=("numpy==2.0.2")
+# Constraints for the lane: what Wine 8.0 cannot load (see above).
+LANE_CONSTRAINTS=("numpy==2.0.2" "jsonschema<4.18")
 PIP_PLATFORM_ARGS=(--platform win_amd64 --python-version 3.12 --implementation cp --abi cp312 --only-binary=:all:)
 
 # ---- arguments ----------------------------------------------------------------------------------------------------

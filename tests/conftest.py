@@ -1,27 +1,59 @@
-"""Fixtures shared by the readers/rows tests (pytest finds them here; no import needed)."""
+"""Fixtures shared by the tests (pytest finds them here; no import needed).
+
+Tests write only inside pytest's temporary directory, and so do the tools they use: hypothesis (which
+by default writes a `.hypothesis` folder into the current directory, the checkout) and tempfile.
+"""
 
 from __future__ import annotations
 
-import shutil
+import errno
+import mmap
+import os
+import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
-from test_rows_support import supports_direct
+from rows_support import supports_direct
+
+
+@pytest.hookimpl(trylast=True)      # after pytest's own tmp_path plugin has set up its factory
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection, which already writes: hypothesis keeps files while test modules are imported, and
+    # tests/platforms.py probes for symlinks in a temporary folder. The scripts' helpers the tests call
+    # (fuzz seed corpora) make temporary folders of their own: tempfile puts them here too.
+    factory = config._tmp_path_factory  # type: ignore[attr-defined]
+    set_hypothesis_home_dir(factory.mktemp("hypothesis"))
+    tempfile.tempdir = str(factory.mktemp("tempfile"))
+
+
+def _alignment_enforced(folder: Path) -> bool:
+    """Linux: whether O_DIRECT in *folder* refuses a misaligned offset, as a disk's filesystem does. A tmpfs
+    refuses O_DIRECT before Linux 6.6 and accepts it without alignment rules since."""
+    if not sys.platform.startswith("linux"):
+        return True
+    probe = folder / ".odirect-rules-probe"
+    probe.write_bytes(b"\0" * 8192)
+    fd = os.open(probe, os.O_RDONLY | os.O_DIRECT)
+    try:
+        os.preadv(fd, [mmap.mmap(-1, 4096)], 1)
+    except OSError as err:
+        return err.errno == errno.EINVAL
+    else:
+        return False
+    finally:
+        os.close(fd)
+        probe.unlink()
 
 
 @pytest.fixture
-def ddir(tmp_path: Path) -> Iterator[Path]:
-    """tmp_path if O_DIRECT works there, else a temp dir on the disk holding the repo (never tmpfs)."""
-    if supports_direct(tmp_path):
-        yield tmp_path
-        return
-    other = Path(tempfile.mkdtemp(dir=Path(__file__).resolve().parents[2]))
-    try:
-        if not supports_direct(other):
-            pytest.skip(f"neither {tmp_path} nor {other} supports O_DIRECT")
-        yield other
-    finally:
-        shutil.rmtree(other)
+def ddir(tmp_path: Path) -> Path:
+    """tmp_path, where direct reads work there with their alignment rules. On a tmpfs they do not: run the
+    suite with TMPDIR on a disk (README: Quick start) rather than have a test write outside its temporary
+    directory."""
+    if not (supports_direct(tmp_path) and _alignment_enforced(tmp_path)):
+        pytest.skip("the temporary folder takes no direct reads with alignment rules (a tmpfs?): run with "
+                    "TMPDIR=/var/tmp to test them")
+    return tmp_path

@@ -10,6 +10,7 @@ reads without an offset); a read that crosses the end delivers the bytes up to i
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -91,10 +92,8 @@ class FakeKernel32:
         block = self.allocations.pop(address, None)
         if block is None:
             return self._fail(ERROR_INVALID_PARAMETER)
-        try:
+        with contextlib.suppress(BufferError):  # a view of it is still alive in the caller; freed with the view
             block.close()
-        except BufferError:  # a view of it is still alive in the caller; it is freed with the view
-            pass
         return 1
 
     def ReadFile(self, handle: int, buffer: int, length: int, read_ptr: object, overlapped_ptr: object) -> int:

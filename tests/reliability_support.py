@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from click.testing import CliRunner, Result
@@ -47,8 +47,11 @@ def load_script(name: str) -> ModuleType:
 
 
 def fixture_files() -> list[Path]:
-    """The bundled fixtures (all shards of split sets included), sorted; empty until they exist."""
-    return sorted(FIXTURES.glob("*.gguf")) if FIXTURES.is_dir() else []
+    """The bundled fixtures (all shards of split sets included), sorted. They are committed, so finding
+    none fails the test that asked (tests/test_fixtures.py checks each one against its generator)."""
+    found = sorted(FIXTURES.glob("*.gguf"))
+    assert found, f"no fixtures in {FIXTURES}: they are committed (scripts/make_fixtures.py writes them)"
+    return found
 
 
 def tensor_payload(ggml_type: T, shape: tuple[int, ...], seed: int) -> bytes:
@@ -194,7 +197,7 @@ class _Walk:
             count = self.u64(section, guards, "count")
             promise = (count_at, self.pos + count * (_MIN_ELEM.get(V(etype)) or _SCALAR_SIZE[V(etype)]))
             for _ in range(count):
-                self.value(etype, section, guards + (promise,))
+                self.value(etype, section, (*guards, promise))
         else:
             self.leaf(_SCALAR_SIZE[V(vtype)], section, guards)
 

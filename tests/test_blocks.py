@@ -21,7 +21,8 @@ import gguf.quants
 from ggaudit.format.blocks import LAYOUTS, Encoding, decode_bits, layout_of
 from ggaudit.scan.run import deep_supported
 
-from test_scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke
+from scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke
+import itertools
 
 DECODABLE = [t for t in QUANT_TYPES if deep_supported(t)]
 UNDECODABLE = [t for t in QUANT_TYPES if not deep_supported(t)]
@@ -52,10 +53,10 @@ def test_table_covers_every_gguf_type_with_gguf_sizes() -> None:
     for t, lay in LAYOUTS.items():
         assert (lay.block_size, lay.block_bytes) == GGML_QUANT_SIZES[t]
         spans = sorted((f.offset, f.offset + f.size) for f in lay.fields)
-        for (a0, a1), (b0, _) in zip(spans, spans[1:]):
+        for (_a0, a1), (b0, _) in itertools.pairwise(spans):
             assert a1 <= b0, f"{t.name}: fields overlap"
-        assert all(0 <= f.offset and f.offset + f.size <= lay.block_bytes for f in lay.fields)
-        assert all(0 <= f.first_col and f.first_col + f.width <= lay.block_size for f in lay.fields)
+        assert all(f.offset >= 0 and f.offset + f.size <= lay.block_bytes for f in lay.fields)
+        assert all(f.first_col >= 0 and f.first_col + f.width <= lay.block_size for f in lay.fields)
 
 
 @pytest.mark.parametrize("ggml_type", INTEGER_TYPES, ids=lambda t: t.name)
@@ -65,7 +66,7 @@ def test_integer_types_have_no_float_fields(ggml_type: T) -> None:
 
 def test_undecodable_types_still_undecodable() -> None:
     assert {t.name for t in UNDECODABLE} == {"Q8_1", "Q8_K", "Q1_0"}
-    for t in UNDECODABLE + [T.F64]:
+    for t in [*UNDECODABLE, T.F64]:
         with pytest.raises(NotImplementedError):
             gguf.quants.dequantize(np.zeros(layout_of(t).block_bytes, np.uint8), t)
 

@@ -10,6 +10,7 @@ import numpy as np
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
+import ggaudit
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 
@@ -45,9 +46,12 @@ def test_info_json_has_documented_keys(tmp_path: Path) -> None:
     offsets = _model(path)
     result = CliRunner().invoke(main, ["info", str(path), "--json"])
     assert result.exit_code == 0
-    doc = json.loads(result.output)
-    assert set(doc) == {"schema", "model", "architecture", "size", "tensor_count", "files", "bytes_per_type",
-                        "tensors"}
+    envelope = json.loads(result.output)
+    assert (envelope["schema"], envelope["status"], len(envelope["models"])) == ("ggaudit/cli-output/1", "clean", 1)
+    doc = envelope["models"][0]
+    assert list(doc) == ["schema", "tool_version", "ok", "model", "architecture", "size", "tensor_count", "files",
+                         "bytes_per_type", "tensors"]
+    assert (doc["schema"], doc["tool_version"], doc["ok"]) == ("ggaudit/info/1", ggaudit.__version__, True)
     assert doc["tensors"][1] == {"name": "blk.0.ffn.weight", "type": "Q8_0", "shape": [64, 2],
                                  "offset": offsets["blk.0.ffn.weight"], "nbytes": 136, "row_bytes": 68,
                                  "rows": 2, "file": str(path)}
@@ -62,7 +66,7 @@ def test_info_escapes_hostile_names_in_text_but_keeps_them_in_json(tmp_path: Pat
     assert text.exit_code == 0
     assert "\x1b" not in text.output
     assert any(line.startswith("  \\x1b[2J ") for line in text.output.splitlines())
-    doc = json.loads(CliRunner().invoke(main, ["info", str(path), "--json"]).output)
+    doc = json.loads(CliRunner().invoke(main, ["info", str(path), "--json"]).output)["models"][0]
     assert doc["tensors"][0]["name"] == "\x1b[2J"
 
 
@@ -113,8 +117,9 @@ def test_info_of_an_ollama_model_shows_model_then_projector(tmp_path: Path) -> N
     result = CliRunner().invoke(main, ["info", "ollama:tiny", "--store", str(tmp_path / "store"), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert [(m["model"], m["status"], m["report"]["architecture"]) for m in doc["models"]] == [
-        (str(model_blob), "ok", "llama"), (str(projector_blob), "ok", "clip")]
+    assert doc["status"] == "clean"
+    assert [(m["model"], m["ok"], m["architecture"]) for m in doc["models"]] == [
+        (str(model_blob), True, "llama"), (str(projector_blob), True, "clip")]
 
 
 def test_info_of_several_models_keeps_going_past_a_bad_one(tmp_path: Path) -> None:

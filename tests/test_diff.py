@@ -52,7 +52,7 @@ def test_identical_data_is_same_even_at_other_offsets(pair: tuple[Path, Path, di
     a, b, offs_a, offs_b = pair
     assert offs_a["token_embd.weight"] != offs_b["token_embd.weight"]
     report = diff_paths(a, b)
-    assert report.same
+    assert report.ok
     assert report.identical == ("token_embd.weight", "blk.0.attn_norm.weight", "blk.0.ffn_up.weight")
 
 
@@ -63,7 +63,7 @@ def test_flipped_byte_reports_exact_position_and_raw_blocks(pair: tuple[Path, Pa
     _flip(b, offs_b["token_embd.weight"] + rel + in_block, 0x40)
     _flip(b, offs_b["token_embd.weight"] + 25 * Q4K_ROW, 0x01)      # a second differing row
     report = diff_paths(a, b)
-    assert not report.same
+    assert not report.ok
     (d,) = report.data_diffs
     assert (d.name, d.ggml_type, d.shape, d.rows_differing, d.n_rows) == ("token_embd.weight", "Q4_K", (512, 30), 2, 30)
     f = d.first
@@ -139,8 +139,10 @@ def test_cli_text_json_and_exit_codes(pair: tuple[Path, Path, dict, dict]) -> No
         f"  actual   (b): {raw_b.hex()}",
     ]
     assert raw_a[3] == before
-    doc = json.loads(runner.invoke(main, ["diff", str(a), str(b), "--json"]).output)
-    assert doc["same"] is False
+    envelope = json.loads(runner.invoke(main, ["diff", str(a), str(b), "--json"]).output)
+    assert envelope["status"] == "findings" and len(envelope["models"]) == 1
+    doc = envelope["models"][0]
+    assert (doc["schema"], doc["ok"], doc["a"], doc["b"]) == ("ggaudit/diff-report/1", False, str(a), str(b))
     assert doc["data_diffs"][0]["first"]["raw_b"] == raw_b.hex()
 
 
@@ -194,7 +196,7 @@ def test_metadata_differences_key_by_key_with_the_first_differing_element(tmp_pa
     tokens_b = list(TOKENS)
     tokens_b[1234] = "T1234!"
     scores = [float(i) for i in range(300)]
-    scores_b = scores[:77] + [-1.5] + scores[78:]
+    scores_b = [*scores[:77], -1.5, *scores[78:]]
     a, b = _meta_pair(tmp_path, {
         "general.architecture": "llama", "general.name": "tiny", "only.a": "x",
         "tokenizer.ggml.tokens": Typed(V.STRING, TOKENS, is_array=True),
@@ -206,7 +208,7 @@ def test_metadata_differences_key_by_key_with_the_first_differing_element(tmp_pa
         "only.b": True,
     })
     report = diff_paths(a, b)
-    assert not report.same and not report.data_diffs and report.identical == ("output_norm.weight",)
+    assert not report.ok and not report.data_diffs and report.identical == ("output_norm.weight",)
     got = [(c.key, c.what, c.type_a, c.type_b, c.element, c.element_a, c.element_b) for c in report.metadata]
     assert got == [
         ("general.name", "value", "string", "string", None, None, None),
@@ -239,7 +241,7 @@ def test_metadata_differences_key_by_key_with_the_first_differing_element(tmp_pa
         "ONLY-IN-B metadata only.b (bool) = True",
     ]
     assert res.output.splitlines()[-1].endswith(", 6 metadata keys differ")
-    doc = json.loads(CliRunner().invoke(main, ["diff", str(a), str(b), "--json"]).output)
+    doc = json.loads(CliRunner().invoke(main, ["diff", str(a), str(b), "--json"]).output)["models"][0]
     assert doc["metadata"][2]["element"] == 1234 and doc["metadata"][2]["value_a"]["count"] == 5000
     assert (doc["metadata"][3]["element_a"], doc["metadata"][3]["element_b"]) == (77.0, -1.5)
 
@@ -260,4 +262,4 @@ def test_arrays_equal_as_far_as_both_go_differ_at_the_shorter_count(tmp_path: Pa
 def test_same_metadata_in_another_order_of_keys_is_same(tmp_path: Path) -> None:
     a, b = _meta_pair(tmp_path, {"general.architecture": "llama", "general.name": "tiny"},
                       {"general.name": "tiny", "general.architecture": "llama"})
-    assert diff_paths(a, b).same
+    assert diff_paths(a, b).ok

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ from ggaudit.verify.stores.sums import read_sums
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.verify.manifests.tensor import build_tensor_manifest
 from ggaudit.rows.readers import open_reader
-from ggaudit.rows.replay import check_rows
+from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 from ggaudit.verify.run import verify_sums, verify_tensor_manifest
 
 from reliability_support import REPO, assert_one_line_error, run_cli
@@ -61,7 +62,8 @@ def _stderr_lines(result: Result) -> list[str]:
     (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero"),
     (RuntimeError(), "RuntimeError"),
     # Its message is quoted escaped and cut: never a terminal sequence, never megabytes.
-    (ValueError("bad \x1b]0;title\x07" + "x" * 300), "ValueError: bad \\x1b]0;title\\x07" + "x" * (200 - 14) + "... (314 chars)"),
+    (ValueError("bad \x1b]0;title\x07" + "x" * 300),
+     "ValueError: bad \\x1b]0;title\\x07" + "x" * (200 - 14) + "... (314 chars)"),
     (KeyError("k"), "KeyError: 'k'"),
 ])
 def test_internal_error_is_one_line_and_exit_3(monkeypatch: pytest.MonkeyPatch, exc: Exception,
@@ -145,7 +147,8 @@ def test_closed_stdout_ends_quietly_with_the_runs_status(extra: list[str], statu
 
 
 def test_closed_stdout_of_json_output_ends_quietly() -> None:
-    args = [sys.executable, "-m", "ggaudit", "scan", "--json", *[os.path.join("fixtures", "all_types-q4_k-inf.gguf")] * 12]
+    args = [sys.executable, "-m", "ggaudit", "scan", "--json",
+            *[os.path.join("fixtures", "all_types-q4_k-inf.gguf")] * 12]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline().rstrip() == b"{"
@@ -178,19 +181,22 @@ def test_a_nul_byte_in_a_path_is_a_read_error(call: Any) -> None:
     assert str(caught.value) == "model\\x00.gguf: path holds a NUL byte"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"ids": 5}, "ids: must be a string or None, not int"),
-    ({"tensor": ["t"]}, "tensor: must be a string or None, not list"),
-    ({"random": "3"}, "random: must be an integer or None, not str"),
-    ({"random": True}, "random: must be an integer or None, not bool"),
-    ({"seed": -1, "random": 2}, "--seed: must be a non-negative integer, not -1"),
-    ({"workers": 2.0}, "workers: must be an integer, not float"),
-    ({"modes": "mmap"}, "modes: must be a list of read paths, not str"),
-    ({"modes": ["bogus"]}, "unknown read path 'bogus'; choose from buffered, mmap, direct"),
-])
-def test_check_rows_refuses_bad_arguments(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize("call, message", [
+    (lambda m: check_rows(m, 5), "rows: must be a sequence, range or numpy array of row IDs, not int; for one row, "
+                                 "pass a list of one"),
+    (lambda m: check_rows(m, "1,2"), "rows: must be a sequence, range or numpy array of row IDs, not str"),
+    (lambda m: check_rows(m, [1], tensor=["t"]), "tensor: must be a string or None, not list"),
+    (lambda m: check_rows(m, select=RowSelection(random="3")), "random: must be an integer or None, not str"),
+    (lambda m: check_rows(m, select=RowSelection(random=True)), "random: must be an integer or None, not bool"),
+    (lambda m: check_rows(m, select=RowSelection(random=2, seed=-1)), "seed: must be an integer in 0..4294967295"),
+    (lambda m: check_rows(m, [1], options=RowsOptions(workers=2.0)), "workers: must be an integer, not float"),
+    (lambda m: check_rows(m, [1], modes="mmap"), "modes: must be a list of read paths, not str"),
+    (lambda m: check_rows(m, [1], modes=["bogus"]), "modes: unknown read path 'bogus'; choose from buffered, mmap, "
+                                                    "direct"),
+], ids=["rows-int", "rows-str", "tensor", "random-str", "random-bool", "seed", "workers", "modes-str", "modes"])
+def test_check_rows_refuses_bad_arguments(tmp_path: Path, call: Callable[[Path], object], message: str) -> None:
     with pytest.raises(UsageError) as caught:
-        check_rows(_table(tmp_path / "m.gguf"), **kwargs)
+        call(_table(tmp_path / "m.gguf"))
     assert str(caught.value) == message
 
 
@@ -205,9 +211,9 @@ def test_open_reader_refuses_an_unknown_read_path(tmp_path: Path, mode: Any) -> 
 def test_build_tensor_manifest_refuses_a_bad_group_size(tmp_path: Path, group_bytes: Any) -> None:
     model = open_model(_table(tmp_path / "m.gguf"))
     with pytest.raises(UsageError) as caught:
-        build_tensor_manifest(model, group_bytes)
+        build_tensor_manifest(model, group_bytes=group_bytes)
     assert str(caught.value) == f"group_bytes: must be a positive integer, not {group_bytes!r}"
-    assert build_tensor_manifest(model, 1).group_bytes == 1
+    assert build_tensor_manifest(model, group_bytes=1).group_bytes == 1
 
 
 @pytest.mark.parametrize("reader, what", [(verify_sums, "checksum file"), (read_sums, "checksum file"),
@@ -232,7 +238,7 @@ def test_cli_reports_a_missing_or_folder_sums_file_in_one_line(tmp_path: Path) -
 def _manifest_with(tmp_path: Path, key: str, raw_number: str) -> tuple[Path, int]:
     model = open_model(_table(tmp_path / "m.gguf"))
     from ggaudit.verify.manifests.tensor import tensor_manifest_to_json
-    text = json.dumps(tensor_manifest_to_json(build_tensor_manifest(model, 64)))
+    text = json.dumps(tensor_manifest_to_json(build_tensor_manifest(model, group_bytes=64)))
     marker = f'"{key}": '
     at = text.index(marker) + len(marker)
     end = at + len(str(json.loads(text[at:].split(",")[0].rstrip("}]"))))

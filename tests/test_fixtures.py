@@ -43,7 +43,7 @@ def _readme_faults() -> list[dict[str, str]]:
     section = text.split("## Faults", 1)[1]
     lines = [ln for ln in section.splitlines() if ln.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    return [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+    return [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[2:]]
 
 
 def _rows(t: Tensor, path: Path) -> np.ndarray:

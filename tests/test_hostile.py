@@ -15,7 +15,7 @@ import time
 import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -296,7 +296,7 @@ def test_every_count_length_dim_and_offset_of_a_real_header_survives_hostile_val
     boundary values, is rejected (or accepted) quickly and with little memory; never anything else."""
     write_gguf(tmp_path / "rich.gguf", all_types_specs()[8:12], RICH_METADATA, alignment=64)
     data = (tmp_path / "rich.gguf").read_bytes()
-    VALUES = (len(data), (1 << 32) - 1, (1 << 63) - 1, (1 << 64) - 1)  # noqa: N806
+    VALUES = (len(data), (1 << 32) - 1, (1 << 63) - 1, (1 << 64) - 1)
     fields, per_array = [], {}
     for leaf in walk_header(data).leaves:
         # Every field outside arrays; inside an array, its first two elements stand for the rest.

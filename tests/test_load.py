@@ -3,7 +3,7 @@
 * ``ggaudit.batch.run_models`` audits several models (optionally ``jobs`` at a time): each model's
   report or error comes back, in the order given, and one failure never loses the others; the exit
   status is 2 if any failed, else 1 if any has findings, else 0.
-* ``cli.common.emit_outcomes`` renders them: a test command wired exactly as scan/verify should be.
+* ``cli.reporters.emit_outcomes`` renders them: a test command wired exactly as scan/verify should be.
 * ``rows`` with 16 workers and 2048-row batches over a 13 MB table keeps its traced memory far below
   the table's size and gives identical results on repeated runs.
 """
@@ -27,18 +27,16 @@ from gguf import GGMLQuantizationType as T
 
 from ggaudit.batch import overall_status, run_models
 from ggaudit.format.build import encode_kv, encode_tensor_info
-from ggaudit.cli.common import emit_outcomes, handle_errors
+from ggaudit.cli.common import handle_errors
+from ggaudit.cli.reporters import emit_outcomes
 from ggaudit.errors import FormatError, ReadError
 from ggaudit.format.layout import open_model
-from ggaudit.scan.report import render_text
 from ggaudit.rows.replay import RowTable, rows_geometry, table_geometry
-from ggaudit.rows.select import select_rows
+from ggaudit.rows.select import RowSelection, select_rows
 from ggaudit.scan.run import scan
 from ggaudit.verify.run import verify_blob
 
 from reliability_support import FIXTURES, fixture_files, write_small_model
-
-pytestmark = pytest.mark.skipif(not (FIXTURES / "all_types-f32-nan.gguf").exists(), reason="fixtures not built")
 
 
 @pytest.fixture()
@@ -62,17 +60,17 @@ def test_scan_of_several_models_keeps_every_result_in_order(models: dict[str, Pa
     order = ["clean", "nan", "missing", "cut", "other"]
     outcomes = run_models([str(models[k]) for k in order], _scan, jobs=jobs)
     assert [o.model for o in outcomes] == [str(models[k]) for k in order]
-    by = dict(zip(order, outcomes))
-    assert by["clean"].ok and not by["clean"].result.has_findings
-    assert by["other"].ok and not by["other"].result.has_findings
+    by = dict(zip(order, outcomes, strict=False))
+    assert by["clean"].ok and by["clean"].result.ok
+    assert by["other"].ok and by["other"].result.ok
     nan_tensor = next(t for t in by["nan"].result.tensors if t.findings)
     assert (nan_tensor.name, nan_tensor.findings[0].row, nan_tensor.findings[0].column,
             nan_tensor.findings[0].offset) == ("types.f32.weight", 3, 100, 9744)
     assert isinstance(by["missing"].error, ReadError) and by["missing"].error.path == str(models["missing"])
     assert isinstance(by["cut"].error, FormatError) and by["cut"].error.path == str(models["cut"])
-    assert overall_status(outcomes, lambda r: r.has_findings) == 2
-    assert overall_status([by["clean"], by["nan"]], lambda r: r.has_findings) == 1
-    assert overall_status([by["clean"], by["other"]], lambda r: r.has_findings) == 0
+    assert overall_status(outcomes) == 2
+    assert overall_status([by["clean"], by["nan"]]) == 1
+    assert overall_status([by["clean"], by["other"]]) == 0
 
 
 def test_jobs_give_the_same_reports_as_one_at_a_time(models: dict[str, Path]) -> None:
@@ -111,7 +109,7 @@ def test_verify_of_several_blobs_reports_each(blobs: list[Path], jobs: int) -> N
     assert [o.result.ok for o in outcomes] == [True, False, True, False]
     assert outcomes[1].result.mismatches[0].kind == "sha256"
     assert outcomes[3].result.mismatches[0].kind == "missing"
-    assert overall_status(outcomes, lambda r: not r.ok) == 1
+    assert overall_status(outcomes) == 1
 
 
 # --- the CLI side, wired the way scan/verify should wire it -----------------------------------------
@@ -123,8 +121,7 @@ def test_verify_of_several_blobs_reports_each(blobs: list[Path], jobs: int) -> N
 @handle_errors
 def multi_scan(models: tuple[str, ...], jobs: int, as_json: bool) -> None:
     outcomes = run_models(list(models), lambda m: scan(m, workers=0 if jobs > 1 else None), jobs=jobs)
-    raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=lambda r: r.to_json(),
-                                   render=render_text, has_findings=lambda r: r.has_findings))
+    raise SystemExit(emit_outcomes(outcomes, "json" if as_json else "text"))
 
 
 def _invoke(*args: object) -> Any:
@@ -148,22 +145,31 @@ def test_cli_several_models_text(models: dict[str, Path]) -> None:
 def test_cli_several_models_json(models: dict[str, Path]) -> None:
     result = _invoke(models["nan"], models["missing"], models["other"], "--json")
     assert result.exit_code == 2
-    doc = json.loads(result.output)
-    assert doc["status"] == "error"
-    assert [m["status"] for m in doc["models"]] == ["findings", "error", "ok"]
-    assert doc["models"][1]["error"]["path"] == str(models["missing"])
-    assert doc["models"][1]["error"]["kind"] == "ReadError"
-    assert doc["models"][0]["report"]["status"] == "findings"
+    doc = json.loads(result.stdout)
+    assert (doc["schema"], doc["status"]) == ("ggaudit/cli-output/1", "error")
+    assert [m.get("ok") for m in doc["models"]] == [False, None, True]
+    assert doc["models"][1] == {"target": str(models["missing"]), "error": {
+        "message": f"{models['missing']}: cannot open: No such file or directory", "path": str(models["missing"]),
+        "offset": None, "field": None, "kind": "ReadError"}}
+    assert [m.get("model") for m in doc["models"]] == [str(models["nan"]), None, str(models["other"])]
+    # The error is also its one line on stderr, as without --json.
+    assert result.stderr == f"ggaudit: error: {models['missing']}: cannot open: No such file or directory\n"
     only = _invoke(models["other"], models["clean"], "--json")
-    assert only.exit_code == 0 and json.loads(only.output)["status"] == "ok"
+    assert only.exit_code == 0 and json.loads(only.stdout)["status"] == "clean"
 
 
-def test_cli_one_model_is_unchanged(models: dict[str, Path]) -> None:
-    """A single MODEL prints the plain report (no wrapper) and a single error is the usual one line."""
+def test_cli_one_model_is_the_same_document(models: dict[str, Path]) -> None:
+    """A single MODEL prints the same envelope as several, and a single error is the usual one line."""
     result = _invoke(models["nan"], "--json")
-    assert result.exit_code == 1 and json.loads(result.output)["status"] == "findings"
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1 and doc["status"] == "findings" and len(doc["models"]) == 1
+    among = json.loads(_invoke(models["nan"], models["clean"], "--json").stdout)["models"][0]
+    assert {**doc["models"][0], "stats": None} == {**among, "stats": None}     # the time taken differs
     failed = _invoke(models["missing"])
     assert failed.exit_code == 2 and failed.stderr.count("\n") == 1 and failed.output == failed.stderr
+    failed_json = _invoke(models["missing"], "--json")
+    assert (failed_json.exit_code, failed_json.stderr) == (2, failed.stderr)
+    assert [m["target"] for m in json.loads(failed_json.stdout)["models"]] == [str(models["missing"])]
 
 
 def _real_cli_takes_several(command: str) -> bool:
@@ -195,15 +201,16 @@ def test_real_cli_reports_each_of_several_models(command: str, models: dict[str,
 # --- rows under load ----------------------------------------------------------------------------------
 
 def test_rows_many_workers_big_batches_bounded_and_repeatable(tmp_path: Path) -> None:
-    from ggaudit.rows.replay import check_rows
+    from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 
     path = write_small_model(tmp_path / "big.gguf", name="per_layer_token_embd.weight", rows=200_000,
                              ggml_type=T.Q8_0)
     size = path.stat().st_size
 
     def run() -> dict[str, Any]:
-        report = check_rows(path, random=3000, seed=7, workers=16, batch=2048, cache_rows=512)
-        out = report.to_dict()
+        report = check_rows(path, select=RowSelection(random=3000, seed=7),
+                            options=RowsOptions(workers=16, batch=2048, cache_rows=512))
+        out = report.to_json()
         for stats in out["stats"]:
             stats.pop("seconds")
             stats.pop("buffers")     # how many pooled buffers the threads happened to need
@@ -216,8 +223,8 @@ def test_rows_many_workers_big_batches_bounded_and_repeatable(tmp_path: Path) ->
     second = run()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert first["clean"] and first["rows_checked"] == 3000
-    assert {s["path"] for s in first["stats"]} == {"buffered", "mmap", "direct"}
+    assert first["ok"] and first["rows_checked"] == 3000
+    assert {s["mode"] for s in first["stats"]} == {"buffered", "mmap", "direct"}
     assert first == second
     # Rows live in pooled, reused buffers: memory is a small fraction of the 13 MB table.
     assert peak < size // 2 and peak < 24 << 20, (peak, size)
@@ -238,7 +245,7 @@ def test_page_crossing_rows_of_a_54_gb_table_take_little_memory_and_time(tmp_pat
     tracemalloc.start()
     started = time.perf_counter()
     try:
-        selection = select_rows(table, page_crossing=True)
+        selection = select_rows(table, select=RowSelection(page_crossing=True))
         geometry = rows_geometry(table, selection.rows)
         _, peak = tracemalloc.get_traced_memory()
     finally:

@@ -17,7 +17,7 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
-from ggaudit.rows.replay import check_rows
+from ggaudit.rows.replay import RowSelection, check_rows
 from ollama_support import ollama_store
 from platforms import WINDOWS, needs_fifo, needs_symlinks
 from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
@@ -118,7 +118,7 @@ def test_library_writer_refuses_an_existing_file_unless_asked(tmp_path: Path) ->
     first = out.read_bytes()
     with pytest.raises(UsageError) as err:
         write_tensor_manifest(built, out)
-    assert str(err.value) == f"{out}: exists; give --force to replace it"
+    assert str(err.value) == f"{out}: exists; give replace=True to replace it"
     with pytest.raises(UsageError):
         write_tensor_manifest(built, model, replace=True, inputs=[model])
     write_tensor_manifest(built, out, replace=True)
@@ -157,10 +157,13 @@ def test_dash_writes_the_manifest_to_stdout_and_nothing_else(tmp_path: Path) -> 
     model = write_small_model(tmp_path / "m.gguf")
     out = tmp_path / "file.json"
     assert run_cli(["manifest", model, "-o", out]).exit_code == 0
-    for extra in ([], ["--json"]):
-        result = run_cli(["manifest", model, "-o", "-", *extra])
-        assert (result.exit_code, result.stderr) == (0, "")
-        assert result.stdout == out.read_text()
+    result = run_cli(["manifest", model, "-o", "-"])
+    assert (result.exit_code, result.stderr, result.stdout) == (0, "", out.read_text())
+    # With --json it is the one model of the JSON every command prints.
+    result = run_cli(["manifest", model, "-o", "-", "--json"])
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert json.loads(result.stdout) == {"schema": "ggaudit/cli-output/1", "status": "clean",
+                                         "models": [json.loads(out.read_text())]}
     assert sorted(os.listdir(tmp_path)) == ["file.json", "m.gguf"]
 
 
@@ -199,7 +202,7 @@ def test_whole_tensor_digest_alone_differing_is_a_tensor_data_mismatch(tmp_path:
         f"  actual:   {good}",
         f"summary: 1 files hashed, {size} bytes, 1 mismatches",
     ]
-    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)
+    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)["models"][0]
     assert [(m["kind"], m["tensor"], m["rows"], m["expected"], m["actual"]) for m in as_json["mismatches"]] == [
         ("tensor-data", EMB, [0, 63], "0" * 32, good)]
 
@@ -225,7 +228,7 @@ def test_real_damage_still_reports_row_groups_only(tmp_path: Path) -> None:
     with open(model, "r+b") as f:
         f.seek(doc["tensors"][0]["offset"] + 40 * ROW + 10)
         f.write(b"\x55")
-    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)
+    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)["models"][0]
     assert [(m["kind"], m["rows"], m["detail"]) for m in as_json["mismatches"]] == [
         ("sha256", None, "sha256 differs"), ("tensor-data", [40, 47], "xxh3-128 of 1 row group(s) differs")]
 
@@ -250,12 +253,12 @@ def test_repeated_ids_ids_files_and_modes_are_joined(tmp_path: Path) -> None:
     result = run_cli(["rows", model, "--ids", "1", "--ids", "5-6", "--ids-file", tmp_path / "a",
                       "--ids-file", tmp_path / "b", "--modes", "mmap", "--modes", "buffered", "--json"])
     assert result.exit_code == 1, result.output
-    doc = json.loads(result.stdout)
-    assert doc["selection"] == f"--ids 1,5-6 + --ids-file {tmp_path / 'a'} + --ids-file {tmp_path / 'b'}"
+    doc = json.loads(result.stdout)["models"][0]
+    assert doc["selection"] == "rows 1,5-6,30,40-41"
     assert doc["rows_checked"] == 6
     assert doc["modes"] == ["mmap", "buffered"]
-    assert [(s["path"], s["rows"]) for s in doc["stats"]] == [("mmap", 6), ("buffered", 6)]
-    assert (doc["nonfinite_rows"], doc["delivered"], doc["clean"]) == (4, True, False)
+    assert [(s["mode"], s["rows"]) for s in doc["stats"]] == [("mmap", 6), ("buffered", 6)]
+    assert (doc["nonfinite_rows"], doc["delivered"], doc["ok"]) == (4, True, False)
     assert doc["compared"] == ["mmap", "buffered"]
 
 
@@ -285,12 +288,14 @@ def test_empty_modes_is_exit_2(tmp_path: Path) -> None:
 
 def test_library_refuses_what_would_check_nothing(tmp_path: Path) -> None:
     model = write_small_model(tmp_path / "m.gguf")
-    with pytest.raises(UsageError, match=r"^no rows selected by --ids ''; nothing was checked$"):
-        check_rows(model, ids="", modes=["buffered"])
-    with pytest.raises(UsageError, match=r"^no read path and no --against capture: nothing to compare"):
-        check_rows(model, ids="1", modes=())
-    report = check_rows(model, ids="1", ids_file=[], modes=["buffered"])
-    assert report.rows_checked == 1 and report.clean
+    with pytest.raises(UsageError, match=r"^rows \[\] selected no rows; nothing was checked$"):
+        check_rows(model, [], modes=["buffered"])
+    with pytest.raises(UsageError, match=r"^modes: no read path, and no capture to compare \(against\): nothing to "):
+        check_rows(model, [1], modes=())
+    with pytest.raises(UsageError, match=r"^rows: none given and none selected: pass row IDs, or select="):
+        check_rows(model, select=RowSelection(seed=3), modes=["buffered"])
+    report = check_rows(model, [1], modes=["buffered"])
+    assert report.rows_checked == 1 and report.ok
 
 
 # --- class 7: rows: bytes delivered, values non-finite; a capture-only run says so ------------------
@@ -304,11 +309,11 @@ def test_nan_scale_in_a_selected_row_is_exit_1_with_both_facts(tmp_path: Path) -
         "result: every path delivered the file's bytes; 2 selected rows hold non-finite values "
         f"(first: row 5, block 1, field d = 0x7e00 nan, offset {offset + 5 * ROW + 34})")
     one = run_cli(["rows", model, "--ids", "9", "--modes", "buffered", "--json"])
-    doc = json.loads(one.stdout)
+    doc = json.loads(one.stdout)["models"][0]
     assert one.exit_code == 1
     assert doc["first_nonfinite"] == {"kind": "nan", "row": 9, "block": 1, "column": 32, "field": "d",
                                       "offset": offset + 9 * ROW + 34, "bits": "0x7e00", "cause": "field"}
-    assert (doc["nonfinite_rows"], doc["delivered"], doc["clean"], doc["mismatch_count"]) == (1, True, False, 0)
+    assert (doc["nonfinite_rows"], doc["delivered"], doc["ok"], doc["mismatch_count"]) == (1, True, False, 0)
     # Rows around them are fine: exit 0 and the old line.
     clean = run_cli(["rows", model, "--ids", "0-4,6-8", "--modes", "buffered"])
     assert clean.exit_code == 0 and clean.stdout.splitlines()[-1] == \
@@ -336,9 +341,11 @@ def test_capture_without_read_paths_says_what_was_compared(tmp_path: Path) -> No
     np.savez(tmp_path / "cap.npz", ids=ids, rows=rows)
     alone = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
     assert alone.exit_code == 0, alone.output
-    assert alone.stdout.splitlines()[-1] == "result: clean: the capture matched the file in all 3 rows (no read path run)"
+    assert alone.stdout.splitlines()[-1] == ("result: clean: the capture matched the file in all 3 rows "
+                                             "(no read path run)")
     doc = json.loads(run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--json"]).stdout)
-    assert (doc["compared"], doc["stats"], doc["delivered"], doc["clean"]) == (["capture"], [], True, True)
+    doc = doc["models"][0]
+    assert (doc["compared"], doc["stats"], doc["delivered"], doc["ok"]) == (["capture"], [], True, True)
     both = run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--modes", "buffered"])
     assert both.exit_code == 0, both.output
     assert both.stdout.splitlines()[-1] == "result: clean: every path and the capture delivered the file's bytes"

@@ -250,7 +250,7 @@ def test_mmap_reads_of_a_shrunk_file_name_the_first_missing_byte(blob: tuple[str
 @pytest.mark.parametrize("mode", MODES)
 def test_a_directory_is_refused_as_one(tmp_path: Path, mode: str) -> None:
     # Windows refuses to open a folder with EACCES; the message says what it is on every OS.
-    with pytest.raises(ReadError, match=": is a directory$"):
+    with pytest.raises(ReadError, match=r": is a directory$"):
         open_reader(str(tmp_path), mode).close()
 
 

@@ -23,8 +23,6 @@ import pytest
 
 from reliability_support import FIXTURES, run_cli
 
-pytestmark = pytest.mark.skipif(not (FIXTURES / "ple_iq4_nl.gguf").exists(), reason="fixtures not built")
-
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 import tracemalloc
 from pathlib import Path
 
@@ -11,14 +11,14 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from fake_kernel32 import FakeKernel32
-from platforms import needs_fifo
 from ggaudit.rows import replay as R
 from ggaudit.errors import ReadError, UsageError
 from ggaudit.format.layout import open_model
-from ggaudit.rows.readers import BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
+from ggaudit.rows.readers import POISON, BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
+from ggaudit.rows.classify import locate
 from ggaudit.rows.gather import WAVE_BYTES, Gatherer, Sample, plan_reads
 from ggaudit.rows.select import sample_rows
-from test_rows_support import PLE, Table, crossing, make_table
+from rows_support import PLE, Table, crossing, make_table
 
 
 @pytest.fixture(params=[(T.IQ4_NL, 90), (T.Q8_0, 170)], ids=["IQ4_NL", "Q8_0"])
@@ -30,9 +30,9 @@ def ple(request: pytest.FixtureRequest, ddir: Path) -> Table:
 
 
 def test_all_paths_agree_for_all(ple) -> None:
-    report = R.check_rows(ple.path, all_rows=True, workers=2)
-    assert report.clean and report.rows_checked == 5000 and report.mismatch_count == 0
-    assert [s.path for s in report.stats] == ["buffered", "mmap", "direct"]
+    report = R.check_rows(ple.path, select=R.RowSelection(all_rows=True), options=R.RowsOptions(workers=2))
+    assert report.ok and report.rows_checked == 5000 and report.mismatch_count == 0
+    assert [s.mode for s in report.stats] == ["buffered", "mmap", "direct"]
     assert all(s.stage == "sweep" and s.rows == 5000 for s in report.stats)
     assert report.stats[2].alignment_source in ("statx", "fallback")
     assert report.geometry.page == len(crossing(ple))
@@ -40,9 +40,10 @@ def test_all_paths_agree_for_all(ple) -> None:
 
 
 def test_all_paths_agree_for_page_crossing_rows_with_the_cache_on(ple) -> None:
-    report = R.check_rows(ple.path, page_crossing=True, cache_rows=16, batch=40, workers=3)
+    report = R.check_rows(ple.path, select=R.RowSelection(page_crossing=True),
+                          options=R.RowsOptions(workers=3, batch=40, cache_rows=16))
     want = crossing(ple)
-    assert report.clean, report.mismatches[:1]
+    assert report.ok, report.mismatches[:1]
     assert report.rows_checked == len(want) > 50
     assert report.geometry == R.Geometry(len(want), len(want), len(want), len(crossing(ple, 65536)))
     for s in report.stats:
@@ -52,81 +53,63 @@ def test_all_paths_agree_for_page_crossing_rows_with_the_cache_on(ple) -> None:
 
 def test_tensor_defaults_to_the_ple_table_then_token_embd(ddir: Path) -> None:
     from ggaudit.format.build import TensorSpec, write_gguf
-    from test_rows_support import table_bytes
+    from rows_support import table_bytes
     both = ddir / "both.gguf"
     write_gguf(both, [TensorSpec("token_embd.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10)),
                       TensorSpec(PLE, T.IQ4_NL, (160, 10), table_bytes(T.IQ4_NL, 160, 10))])
-    assert R.check_rows(str(both), ids="1", modes=["buffered"]).tensor == PLE
+    assert R.check_rows(str(both), [1], modes=["buffered"]).tensor == PLE
     only = ddir / "only.gguf"
     write_gguf(only, [TensorSpec("token_embd.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10))])
-    assert R.check_rows(str(only), ids="1", modes=["buffered"]).tensor == "token_embd.weight"
+    assert R.check_rows(str(only), [1], modes=["buffered"]).tensor == "token_embd.weight"
     none = ddir / "none.gguf"
     write_gguf(none, [TensorSpec("output.weight", T.Q8_0, (64, 10), table_bytes(T.Q8_0, 64, 10))])
-    with pytest.raises(UsageError, match="name one with --tensor"):
-        R.check_rows(str(none), ids="1")
-    assert R.check_rows(str(none), ids="1", tensor="output.weight", modes=["mmap"]).clean
+    with pytest.raises(UsageError, match=r"; name the table to replay$"):
+        R.check_rows(str(none), [1])
+    assert R.check_rows(str(none), [1], tensor="output.weight", modes=["mmap"]).ok
 
 
-def test_parse_ids() -> None:
-    assert R.parse_ids("4162,4170-4175", 5000).tolist() == [4162, 4170, 4171, 4172, 4173, 4174, 4175]
-    assert R.parse_ids("1 2\n# three\n3-4 # four\n", 10, "ids.txt").tolist() == [1, 2, 3, 4]
-    for text, message in (("12x", "'12x' is not a row ID"), ("9-3", "'9-3' is not a valid range"),
-                          ("5000", "row 5000 is outside the table (rows 0..4999)"),
-                          ("-4", "'-4' is not a row ID")):
-        with pytest.raises(UsageError) as info:
-            R.parse_ids(text, 5000)
-        assert message in str(info.value) and str(info.value).startswith("--ids: ")
-
-
-@pytest.mark.parametrize("token", ["7" * 100_000 + "x", "1-" + "9" * 100_000, "5-" + "3" * 60 + "x"])
-def test_a_huge_bad_token_is_quoted_cut(token: str) -> None:
-    """A megabyte-long token in --ids is quoted by its first 40 characters and its length, not whole."""
-    with pytest.raises(UsageError) as info:
-        R.parse_ids(token, 5000)
-    assert str(info.value) == (f"--ids: {token[:40]!r}... ({len(token)} chars) is not a row ID or a range like "
-                               "4170-4200")
-
-
-def test_a_huge_row_number_is_quoted_cut() -> None:
-    with pytest.raises(UsageError) as info:
-        R.parse_ids("1-" + "9" * 4000, 5000)
-    assert str(info.value) == f"--ids: row {'9' * 40}... (4000 chars) is outside the table (rows 0..4999)"
-
-
-def test_selection_rules(ple, tmp_path: Path) -> None:
+def test_selection_rules(ple) -> None:
     table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
-    ids_file = tmp_path / "ids.txt"
-    ids_file.write_text("7\n4170-4172\n")
-    sel = R.select_rows(table, ids="4162,7", ids_file=str(ids_file))
-    assert sel.rows.tolist() == [4162, 7, 4170, 4171, 4172]
-    a = R.select_rows(table, random=50, seed=9)
-    again = R.select_rows(table, random=50, seed=9)
+    sel = R.select_rows(table, [4162, 7, 4170, 4171, 4172])
+    assert sel.rows.tolist() == [4162, 7, 4170, 4171, 4172] and sel.description == "rows 4162,7,4170-4172"
+    a = R.select_rows(table, select=R.RowSelection(random=50, seed=9))
+    again = R.select_rows(table, select=R.RowSelection(random=50, seed=9))
     assert a.rows.tolist() == again.rows.tolist() and len(set(a.rows.tolist())) == 50 and a.seed == 9
+    assert a.description == "random 50 seed 9"
     assert all(0 <= r < 5000 for r in a.rows)
-    assert R.select_rows(table, random=5).seed is not None
-    with pytest.raises(UsageError, match="drop --ids"):
-        R.select_rows(table, all_rows=True, ids="1")
-    with pytest.raises(UsageError, match="choose rows"):
-        R.select_rows(table)
-    with pytest.raises(UsageError, match="choose 1..5000 rows"):
-        R.select_rows(table, random=5001)
-    with pytest.raises(UsageError, match="cannot read ID file"):
-        R.select_rows(table, ids_file=str(tmp_path / "missing"))
-    with pytest.raises(UsageError, match=r": cannot read ID file: is a directory$"):
-        R.select_rows(table, ids_file=str(tmp_path))
+    assert R.select_rows(table, select=R.RowSelection(random=5)).seed is not None
+    both = R.select_rows(table, range(3), R.RowSelection(random=5, seed=1, page_crossing=True))
+    assert both.description == "rows 0-2 + random 5 seed 1 + page-crossing"
+    five = R.select_rows(table, select=R.RowSelection(random=5, seed=1)).rows.tolist()
+    got = both.rows.tolist()
+    assert got[:3] == [0, 1, 2] and len(got) == len(set(got))     # each once, in the order first chosen
+    assert set(got) == {0, 1, 2} | set(five) | set(crossing(ple))
+    swept = R.select_rows(table, select=R.RowSelection(all_rows=True))
+    assert (swept.rows, swept.description) == (None, "all 5000 rows")
+    for args, message in (
+            (([1], R.RowSelection(all_rows=True)), "all_rows: sweeps the whole table; drop rows"),
+            ((), "rows: none given and none selected: pass row IDs, or select=RowSelection(all_rows=True), "
+                 "RowSelection(random=N) or RowSelection(page_crossing=True)"),
+            ((None, R.RowSelection(random=5001)), "random: choose 1..5000 rows, not 5001"),
+            (([],), "rows [] selected no rows; nothing was checked"),
+            (([], "random"), "select: must be a RowSelection or None, not str")):
+        with pytest.raises(UsageError) as err:
+            R.select_rows(table, *args)
+        assert str(err.value) == message
 
 
-@needs_fifo
-def test_an_ids_file_that_is_a_fifo_is_refused_without_waiting(ple, tmp_path: Path) -> None:
+def test_selections_are_described_by_their_runs_cut_to_60_characters(ple) -> None:
     table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
-    os.mkfifo(tmp_path / "ids")     # no writer: reading it would wait forever
-    with pytest.raises(UsageError, match=r": cannot read ID file: not a regular file$"):
-        R.select_rows(table, ids_file=str(tmp_path / "ids"))
+    assert R.select_rows(table, range(5000)).description == "rows 0-4999"
+    assert R.select_rows(table, [9, 3, 4, 5, 1]).description == "rows 9,3-5,1"
+    many = R.select_rows(table, range(0, 5000, 2)).description
+    assert many == "rows " + ",".join(map(str, range(0, 5000, 2)))[:57] + "..."
+    assert R.select_rows(table, [1000 + i for i in range(14)] + [3]).description == "rows 1000-1013,3"
 
 
 def test_geometry_counts_match_brute_force(ple) -> None:
     ids = [0, 1, 44, 45, 46, 700, 728, 729, 4999]
-    report = R.check_rows(ple.path, ids=",".join(map(str, ids)), modes=["buffered"])
+    report = R.check_rows(ple.path, ids, modes=["buffered"])
     cross = {name: set(crossing(ple, b)) for name, b in (("page", 4096), ("sector", 512), ("64k", 65536))}
     assert report.geometry == R.Geometry(len(ids), *(len(cross[n] & set(ids)) for n in ("page", "sector", "64k")))
 
@@ -153,7 +136,7 @@ def test_reads_stay_within_max_read() -> None:
     a, rb, limit = 512, 90, 2048
     plan = plan_reads(1000, rb, list(range(100)), a, limit)
     assert [(p.i, p.j) for p in plan][:2] == [(0, 17), (17, 34)]  # spans [512, 2560) and [2048, 4096)
-    assert plan[-1].j == 100 and all(p.i == q.j for q, p in zip(plan, plan[1:]))
+    assert plan[-1].j == 100 and all(p.i == q.j for q, p in itertools.pairwise(plan))
     for p in plan:
         assert -(-p.end // a) * a - p.first // a * a <= limit
         assert p.end - p.first == (p.j - p.i) * rb
@@ -161,12 +144,13 @@ def test_reads_stay_within_max_read() -> None:
 
 def test_cache_miss_then_hit_counts(ple) -> None:
     n = 20
-    report = R.check_rows(ple.path, ids=f"100-{99 + n}", modes=["buffered"], cache_rows=1000, batch=n)
+    report = R.check_rows(ple.path, range(100, 100 + n), modes=["buffered"],
+                          options=R.RowsOptions(batch=n, cache_rows=1000))
     s = report.stats[0]
     # main cache: n misses then n hits; pressure cache (n/2 rows): n misses forwards, then the n/2 it still
     # holds hit backwards and the other n/2 miss.
     assert (s.cache_hits, s.cache_misses, s.cache_evictions) == (n + n // 2, n + n + n // 2, n // 2 + n // 2)
-    assert report.clean
+    assert report.ok
 
 
 @pytest.mark.parametrize("mode", ["direct", "buffered"])
@@ -227,11 +211,11 @@ def test_gather_holds_at_most_a_wave_of_buffers(ple) -> None:
 
 def test_prefetch_stage_agrees_and_holds_two_batches_of_buffers(ple) -> None:
     rows = list(range(0, 5000, 97))[:48]  # no two share a page: one read (and buffer) per row
-    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), batch=8, workers=3, prefetch=True)
-    assert report.clean and not report.short_reads
-    assert [(s.path, s.stage) for s in report.stats] == \
+    report = R.check_rows(ple.path, rows, options=R.RowsOptions(workers=3, batch=8, prefetch=True))
+    assert report.ok and not report.short_reads
+    assert [(s.mode, s.stage) for s in report.stats] == \
         [(p, stage) for p in ("buffered", "mmap", "direct") for stage in ("gather", "prefetch")]
-    for gather, prefetch in zip(report.stats[::2], report.stats[1::2]):
+    for gather, prefetch in zip(report.stats[::2], report.stats[1::2], strict=True):
         assert gather.reads == prefetch.reads == prefetch.rows == len(rows) and gather.buffers <= 8
         # Batch k's 8 buffers stay out of the pool while batch k+1 takes 8 more; then k's are reused.
         assert prefetch.buffers == 2 * 8
@@ -243,32 +227,41 @@ def test_direct_unavailable_is_said_once_and_the_rest_goes_on(ple) -> None:
             raise DirectIOUnavailable(path, "the filesystem refuses direct I/O")
         return open_reader(path, mode)
 
-    report = R.check_rows(ple.path, ids="1-9", reader_factory=factory)
-    assert report.clean and [s.path for s in report.stats] == ["buffered", "mmap"]
+    report = R.check_rows(ple.path, range(1, 10), options=R.RowsOptions(reader_factory=factory))
+    assert report.ok and [s.mode for s in report.stats] == ["buffered", "mmap"]
     assert report.warnings == (f"direct: skipped: {ple.path}: the filesystem refuses direct I/O",)
 
 
 @pytest.mark.parametrize("sector", [512, 4096])
 def test_windows_direct_path_through_the_stand_in(ple, sector: int) -> None:
     k = FakeKernel32(sector=sector)
-    report = R.check_rows(ple.path, page_crossing=True, ids="0-99", modes=["direct"], cache_rows=8,
-                          reader_factory=lambda path, mode: WindowsDirectReader(path, k))
-    assert report.clean and report.stats[0].alignment == sector
+    report = R.check_rows(ple.path, range(100), modes=["direct"], select=R.RowSelection(page_crossing=True),
+                          options=R.RowsOptions(cache_rows=8,
+                                                reader_factory=lambda path, mode: WindowsDirectReader(path, k)))
+    assert report.ok and report.stats[0].alignment == sector
     assert all(o % sector == 0 and n % sector == 0 for o, n in k.reads)
-    swept = R.check_rows(ple.path, all_rows=True, modes=["direct"],
-                         reader_factory=lambda path, mode: WindowsDirectReader(path, k))
-    assert swept.clean
+    swept = R.check_rows(ple.path, modes=["direct"], select=R.RowSelection(all_rows=True),
+                         options=R.RowsOptions(reader_factory=lambda path, mode: WindowsDirectReader(path, k)))
+    assert swept.ok
 
 
 def test_bad_arguments(ple) -> None:
-    with pytest.raises(UsageError, match="unknown read path 'disk'"):
-        R.check_rows(ple.path, ids="1", modes=["disk"])
-    with pytest.raises(UsageError, match="--workers"):
-        R.check_rows(ple.path, ids="1", workers=0)
-    with pytest.raises(UsageError, match="--fp8 applies to I8 tables"):
-        R.check_rows(ple.path, ids="1", fp8=True)
-    with pytest.raises(UsageError, match="no tensor named"):
-        R.check_rows(ple.path, ids="1", tensor="nope")
+    for kwargs, message in (
+            ({"modes": ["disk"]}, "modes: unknown read path 'disk'; choose from buffered, mmap, direct"),
+            ({"options": R.RowsOptions(fp8=True)},
+             f"{ple.path}: {PLE}: fp8 applies to I8 tables; this one is {ple.tensor.ggml_type.name}"),
+            ({"tensor": "nope"}, f"{ple.path}: tensor: no tensor named 'nope'"),
+            ({"modes": ()}, "modes: no read path, and no capture to compare (against): nothing to compare the file "
+                            "with"),
+            ({"select": R.RowSelection(all_rows=True), "options": R.RowsOptions(cache_rows=8)},
+             "cache_rows: a sweep of all rows reads in large chunks, not through a row cache; use 0 or choose rows"),
+            ({"select": R.RowSelection(all_rows=True), "options": R.RowsOptions(prefetch=True)},
+             "prefetch: a sweep of all rows reads in large chunks, not in prefetched batches; drop it or choose "
+             "rows"),
+            ({"options": {"workers": 2}}, "options: must be a RowsOptions or None, not dict")):
+        with pytest.raises(UsageError) as err:
+            R.check_rows(ple.path, None if "select" in kwargs else [1], **kwargs)
+        assert str(err.value) == message
 
 
 def test_decode_and_locate(ple) -> None:
@@ -278,7 +271,7 @@ def test_decode_and_locate(ple) -> None:
     assert values.shape == (160,) and np.isfinite(values).all()
     bad = bytearray(row)
     bad[table.tensor.block_bytes * 3 + 5] ^= 0xFF  # a quant byte of block 3
-    block, column = table.locate(table.tensor.block_bytes * 3 + 5, row, bytes(bad))
+    block, column = locate(table, table.tensor.block_bytes * 3 + 5, row, bytes(bad))
     assert block == 3 and 96 <= column < 128
     assert table.decode(bytes(bad))[column] != values[column]
 
@@ -302,16 +295,17 @@ def test_rows_too_large_to_buffer_are_refused(ddir: Path) -> None:
         f.write(header)
         f.truncate(len(header) + ne0 * 8)
     with pytest.raises(UsageError, match=f"rows of {ne0 * 4} bytes are larger than"):
-        R.check_rows(str(path), ids="0")
+        R.check_rows(str(path), [0])
 
 
 def test_progress_is_reported_per_batch_and_per_chunk(ple) -> None:
     calls: list[tuple[str, int, int]] = []
-    R.check_rows(ple.path, ids="0-99", batch=40, modes=["mmap", "direct"],
-                 progress=lambda path, done, total: calls.append((path, done, total)))
+    R.check_rows(ple.path, range(100), modes=["mmap", "direct"],
+                 options=R.RowsOptions(batch=40, progress=lambda mode, done, total: calls.append((mode, done, total))))
     assert calls == [(m, d, 100) for m in ("mmap", "direct") for d in (40, 80, 100)]
     calls.clear()
-    R.check_rows(ple.path, all_rows=True, modes=["buffered"], progress=lambda *c: calls.append(c))
+    R.check_rows(ple.path, modes=["buffered"], select=R.RowSelection(all_rows=True),
+                 options=R.RowsOptions(progress=lambda *c: calls.append(c)))
     assert calls == [("buffered", 5000, 5000)]
 
 
@@ -334,6 +328,31 @@ def test_classifier_kinds_for_cache_hits_and_zeroed_rows(ple: Table) -> None:
         ("cache-crosstalk", row + 3, ple.offset(row + 3))
     assert crosstalk.detail == f"cache hit for row {row} held row {row + 3}"
     assert (hit_garbage.kind, hit_garbage.other_row, hit_garbage.byte) == ("garbage", None, 0)
+
+
+def test_classifier_names_every_source_the_same_way(ple: Table) -> None:
+    """A row's content found at an offset that starts no row is named by its offset, for a cache hit
+    (this said "held row None" before the classifiers were merged) as for a fresh read; a row that
+    stops into poison is a short read from there; the previous row's bytes are stale."""
+    table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
+    rb, row = table.row_bytes, 300
+    expected, at = ple.row(row), ple.offset(row + 3) + 1
+    shifted = (ple.row(row + 3) + ple.row(row + 4))[1:rb + 1]
+    poisoned = expected[:40] + bytes([POISON]) * (rb - 40)
+    with BufferedReader(ple.path) as ref:
+        c = R.Classifier(table, ref)
+        hit = c.mismatch(Sample(row, shifted, via_cache=True), expected, "mmap", "cache-hit")
+        read = c.mismatch(Sample(row, shifted), expected, "mmap", "gather")
+        short = c.mismatch(Sample(row, poisoned), expected, "direct", "gather")
+        stale = c.mismatch(Sample(row, ple.row(row - 1)), expected, "direct", "gather", previous=ple.row(row - 1))
+    assert (hit.kind, hit.other_row, hit.other_offset, hit.mode) == ("cache-crosstalk", None, at, "mmap")
+    assert hit.detail == f"cache hit for row {row} held the bytes of offset {at}"
+    assert (read.kind, read.other_row, read.other_offset, read.detail) == ("misplaced", None, at,
+                                                                            f"the bytes of offset {at}")
+    k = next(i for i in range(40, rb) if expected[i] != POISON)
+    assert (short.kind, short.byte, short.offset) == ("short-read", k, ple.offset(row) + k)
+    assert short.detail == f"poison from offset {ple.offset(row) + k} on: the read stopped there"
+    assert (stale.kind, stale.detail) == ("stale", "the bytes of the previous row gathered into the same buffer")
 
 
 @pytest.mark.parametrize("base", [0, 100, 4095, 4096, 5000])
@@ -361,7 +380,7 @@ def test_random_rows_of_a_huge_table_in_memory_of_the_sample() -> None:
         tracemalloc.stop()
     ranked = np.sort(rows)
     assert rows.dtype == np.int64 and rows.size == n and (ranked[1:] > ranked[:-1]).all()  # n distinct rows
-    assert 0 <= ranked[0] and ranked[-1] < n_rows
+    assert ranked[0] >= 0 and ranked[-1] < n_rows
     assert not (rows[1:] > rows[:-1]).all()  # in random order, not sorted
     assert peak < 40 * n, peak / n
     assert np.array_equal(rows, sample_rows(np.random.default_rng(7), n_rows, n))  # the seed decides
@@ -372,5 +391,5 @@ def test_random_rows_of_a_huge_table_in_memory_of_the_sample() -> None:
 
 def test_a_row_chosen_twice_is_replayed_once_where_first_chosen(ple) -> None:
     table = R.RowTable(ple.tensor, Path(ple.path).stat().st_size)
-    sel = R.select_rows(table, ids="9,3,9,1-3,7")
+    sel = R.select_rows(table, [9, 3, 9, 1, 2, 3, 7])
     assert sel.rows.tolist() == [9, 3, 1, 2, 7]

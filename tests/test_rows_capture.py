@@ -15,7 +15,7 @@ from gguf import quants
 from ggaudit.rows import replay as R
 from ggaudit.errors import UsageError
 from ggaudit.rows.select import MAX_NPZ_BYTES
-from test_rows_support import Table, make_table
+from rows_support import Table, make_table
 
 IDS = [5, 77, 4162, 4163, 4999]
 
@@ -38,7 +38,7 @@ def test_clean_raw_and_decoded_captures(ple: Table, tmp_path: Path) -> None:
                        ("f32.npz", decoded_rows(ple, IDS, np.float32))):
         np.savez(tmp_path / name, ids=np.array(IDS), rows=data)
         report = R.check_rows(ple.path, against=str(tmp_path / name), modes=())
-        assert report.clean and report.capture.rows == 5 and report.capture.mismatched_rows == 0
+        assert report.ok and report.capture.rows == 5 and report.capture.mismatched_rows == 0
         assert report.rows_checked == 5 and report.selection == "capture IDs"
         assert report.capture.kind == ("raw" if name == "raw.npz" else "decoded")
         if name != "raw.npz":
@@ -54,7 +54,7 @@ def test_raw_capture_with_one_corrupted_row(ple: Table, tmp_path: Path) -> None:
     good = quants.dequantize(np.frombuffer(ple.row(4162), np.uint8), T.IQ4_NL)
     bad = quants.dequantize(data[2], T.IQ4_NL)
     column = int(np.flatnonzero(good != bad)[0])
-    assert (m.path, m.row, m.block, m.column, m.byte) == ("capture", 4162, 3, column, 61)
+    assert (m.mode, m.row, m.block, m.column, m.byte) == ("capture", 4162, 3, column, 61)
     assert m.offset == ple.offset(4162) + 61 and m.row_offset == ple.offset(4162)
     assert m.expected.split()[0] == f"{ple.row(4162)[61]:02x}" and m.actual.split()[0] == f"{data[2, 61]:02x}"
     assert (m.kind, m.differing, m.expected_finite, m.actual_finite) == ("garbage", 1, True, True)
@@ -99,6 +99,31 @@ def test_decoded_capture_stale_misplaced_and_zero_tail(ple: Table, tmp_path: Pat
     assert (got[4163].kind, got[5].kind, got[4999].kind) == ("stale", "misplaced", "short-read")
     assert (got[5].other_row, got[5].other_offset) == (9, ple.offset(9))
     assert got[4999].column == 40 and got[4999].block == 1 and got[4999].actual == "00000000"
+    # The bytes' words, said of values: one vocabulary for both forms.
+    assert [got[r].detail.split("; stored block: ")[0] for r in (4163, 5, 4999)] == [
+        "the values of the previous row gathered into the same buffer", "the values of row 9",
+        "zeros from column 40 on: the read stopped there"]
+
+
+def test_decoded_and_raw_captures_look_as_far_for_where_a_row_came_from(ple: Table, tmp_path: Path) -> None:
+    """Row 5 holds row 600's content (600 rows, 53 KB away: within 64 KiB) and row 77 holds values found
+    nowhere: raw and decoded captures name the same source and say the same kinds."""
+    def f32_rows(table: Table, ids: list[int]) -> np.ndarray:
+        return decoded_rows(table, ids, np.float32)
+
+    for name, rows_of in (("raw", raw_rows), ("decoded", f32_rows)):
+        rows = rows_of(ple, IDS)
+        rows[0] = rows_of(ple, [600])[0]
+        rows[1, 1::2] = rows[1, ::2][:rows.shape[1] // 2]   # every odd byte or value copied from the even one
+        np.savez(tmp_path / f"{name}.npz", ids=np.array(IDS), rows=rows)
+        report = R.check_rows(ple.path, against=str(tmp_path / f"{name}.npz"), modes=())
+        got = {m.row: m for m in report.mismatches}
+        unit = "bytes" if name == "raw" else "values"
+        assert (got[5].kind, got[5].other_row, got[5].other_offset) == ("misplaced", 600, ple.offset(600)), name
+        assert got[5].detail.startswith(f"the {unit} of row 600") and got[5].unit == unit
+        assert (got[77].kind, got[77].other_row, got[77].unit) == ("garbage", None, unit)
+        assert got[77].detail.startswith(f"{unit} found nowhere near the row")
+        assert report.by_kind == (("misplaced", 1), ("garbage", 1))
 
 
 def test_decoded_capture_off_by_a_little_reports_max_abs_diff(ple: Table, tmp_path: Path) -> None:
@@ -117,7 +142,7 @@ def test_structured_npy_capture_and_capture_with_modes(ple: Table, tmp_path: Pat
     arr["ids"], arr["rows"] = IDS, rows
     np.save(tmp_path / "cap.npy", arr)
     report = R.check_rows(ple.path, against=str(tmp_path / "cap.npy"), modes=["mmap"])
-    assert report.clean and report.capture.rows == 5 and report.stats[0].rows == 5
+    assert report.ok and report.capture.rows == 5 and report.stats[0].rows == 5
 
 
 def test_fp8_i8_table_finiteness(tmp_path: Path) -> None:
@@ -126,7 +151,7 @@ def test_fp8_i8_table_finiteness(tmp_path: Path) -> None:
     data[1, 17] = 0x7F  # FP8 E4M3 NaN
     np.savez(tmp_path / "cap.npz", ids=np.array([3, 4]), rows=data)
     plain = R.check_rows(table.path, against=str(tmp_path / "cap.npz"), modes=())
-    fp8 = R.check_rows(table.path, against=str(tmp_path / "cap.npz"), modes=(), fp8=True)
+    fp8 = R.check_rows(table.path, against=str(tmp_path / "cap.npz"), modes=(), options=R.RowsOptions(fp8=True))
     assert (plain.mismatches[0].actual_finite, fp8.mismatches[0].actual_finite) == (True, False)
     assert (fp8.mismatches[0].row, fp8.mismatches[0].column, fp8.mismatches[0].expected_finite) == (4, 17, True)
 

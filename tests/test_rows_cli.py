@@ -10,7 +10,7 @@ from click.testing import CliRunner, Result
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.cli import main
-from test_rows_support import make_table
+from rows_support import make_table
 
 
 def run(*args: str) -> Result:
@@ -25,7 +25,7 @@ def test_clean_run_text(tmp_path: Path) -> None:
     assert lines[0] == f"file {t.path}"
     assert lines[1] == (f"tensor per_layer_token_embd.weight: Q8_0, 160 columns, 170-byte rows, 300 rows at "
                         f"offset {t.tensor.offset}")
-    assert lines[2].startswith("rows: 9 (--ids 4,100-102 + --random 5 --seed 7); crossing: 4096-byte page ")
+    assert lines[2].startswith("rows: 9 (rows 4,100-102 + random 5 seed 7); crossing: 4096-byte page ")
     assert [line.split(" ")[0] for line in lines[3:6]] == ["buffered", "mmap", "direct"]
     assert lines[-1] == "result: clean: every path delivered the file's bytes"
 
@@ -57,11 +57,11 @@ def test_json_output(tmp_path: Path) -> None:
     t = make_table(tmp_path, T.IQ4_NL, n_rows=200)
     result = run(t.path, "--ids", "1-3", "--modes", "direct,mmap", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    assert (data["clean"], data["rows_checked"], data["modes"], data["mismatches"]) == (True, 3, ["direct", "mmap"], [])
+    data = json.loads(result.stdout)["models"][0]
+    assert (data["ok"], data["rows_checked"], data["modes"], data["mismatches"]) == (True, 3, ["direct", "mmap"], [])
     assert data["tensor"] == "per_layer_token_embd.weight" and data["row_bytes"] == 90
     assert set(data["geometry"]) == {"rows", "page", "sector", "window_64k"}
-    assert [s["path"] for s in data["stats"]] == ["direct", "mmap"]
+    assert [s["mode"] for s in data["stats"]] == ["direct", "mmap"]
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
@@ -69,12 +69,19 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
     cases = [
         (["--ids", "199,200"], "ggaudit: error: --ids: row 200 is outside the table (rows 0..199)"),
         (["--ids", "1", "--all"], "ggaudit: error: --all sweeps the whole table; drop --ids"),
-        (["--all", "--cache-rows", "8"], "ggaudit: error: --all sweeps in large chunks, not through a row cache; "
-                                         "drop --cache-rows or choose rows with --ids, --random or --page-crossing"),
-        (["--ids", "1", "--modes", "disk"], "ggaudit: error: unknown read path 'disk'; choose from buffered, mmap, "
-                                            "direct"),
+        (["--all", "--cache-rows", "8"], "ggaudit: error: --cache-rows: a sweep of all rows reads in large chunks, "
+                                         "not through a row cache; use 0 or choose rows"),
+        (["--ids", "1", "--modes", "disk"], "ggaudit: error: --modes: unknown read path 'disk'; choose from buffered, "
+                                            "mmap, direct"),
+        (["--ids", "1", "--workers", "0"], "ggaudit: error: --workers: must be at least 1, not 0"),
+        (["--all", "--random", "5", "--page-crossing"], "ggaudit: error: --all sweeps the whole table; drop "
+                                                        "--random, --page-crossing"),
+        (["--ids", "1", "--random", "0"], "ggaudit: error: --random: must be at least 1, not 0"),
+        (["--random", "201"], "ggaudit: error: --random: choose 1..200 rows, not 201"),
+        (["--ids", "1", "--fp8"], f"ggaudit: error: {t.path}: per_layer_token_embd.weight: fp8 applies to I8 "
+                                  "tables; this one is IQ4_NL"),
         (["--ids", "1", "--modes", ","], "ggaudit: error: --modes needs at least one of buffered,mmap,direct"),
-        (["--ids", "1", "--tensor", "x"], f"ggaudit: error: {t.path}: tensor: no tensor named 'x'"),
+        (["--ids", "1", "--tensor", "x"], f"ggaudit: error: {t.path}: --tensor: no tensor named 'x'"),
         ([], "ggaudit: error: choose rows: --ids, --ids-file, --random N, --page-crossing or --all"),
     ]
     for extra, line in cases:
@@ -92,7 +99,7 @@ def test_names_are_escaped_in_text_and_exact_in_json(tmp_path: Path) -> None:
     assert text.exit_code == 0 and "\x1b" not in text.stdout
     assert "tensor evil\\x1b[31m.weight: Q8_0" in text.stdout
     js = run(t.path, "--tensor", name, "--ids", "1", "--modes", "buffered", "--json")
-    assert json.loads(js.stdout)["tensor"] == name
+    assert json.loads(js.stdout)["models"][0]["tensor"] == name
 
 
 def test_json_mismatch_fields(tmp_path: Path) -> None:
@@ -102,14 +109,14 @@ def test_json_mismatch_fields(tmp_path: Path) -> None:
     np.savez(tmp_path / "cap.npz", ids=np.array([7, 8]), rows=rows)
     result = run(t.path, "--against", str(tmp_path / "cap.npz"), "--json")
     assert result.exit_code == 1, result.output
-    data = json.loads(result.stdout)
+    data = json.loads(result.stdout)["models"][0]
     (m,) = data["mismatches"]
     k = next(i for i in range(90) if t.row(8)[i] != t.row(9)[i])
-    assert {key: m[key] for key in ("kind", "path", "stage", "row", "other_row", "other_offset", "byte", "offset")} \
-        == {"kind": "misplaced", "path": "capture", "stage": "capture", "row": 8, "other_row": 9,
+    assert {key: m[key] for key in ("kind", "mode", "stage", "row", "other_row", "other_offset", "byte", "offset")} \
+        == {"kind": "misplaced", "mode": "capture", "stage": "capture", "row": 8, "other_row": 9,
             "other_offset": t.offset(9), "byte": k, "offset": t.offset(8) + k}
     assert m["expected"] == t.row(8)[k:k + 16].hex(" ") and m["actual"] == t.row(9)[k:k + 16].hex(" ")
-    assert data["by_kind"] == {"misplaced": 1} and data["clean"] is False
+    assert data["by_kind"] == {"misplaced": 1} and data["ok"] is False
     assert data["capture"] == {"file": str(tmp_path / "cap.npz"), "kind": "raw", "dtype": "uint8", "rows": 2,
                                "mismatched_rows": 1, "max_abs_diff": None}
 
@@ -124,6 +131,5 @@ def test_prefetch_flag_adds_a_stage_and_is_refused_with_all(tmp_path: Path) -> N
     assert lines[-1] == "result: clean: every path delivered the file's bytes"
     refused = run(t.path, "--all", "--prefetch")
     assert refused.exit_code == 2 and refused.stdout == ""
-    assert refused.stderr.splitlines() == ["ggaudit: error: --all sweeps in large chunks, not in prefetched "
-                                           "batches; drop --prefetch or choose rows with --ids, --random or "
-                                           "--page-crossing"]
+    assert refused.stderr.splitlines() == ["ggaudit: error: --prefetch: a sweep of all rows reads in large chunks, "
+                                           "not in prefetched batches; drop it or choose rows"]

@@ -6,8 +6,8 @@ The expected outcome of every fault is computed here from the file's bytes and t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from gguf import quants
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
 from ggaudit.rows.gather import BufferPool
-from test_rows_support import Table, crossing, make_table
+from rows_support import Table, crossing, make_table
 
 
 class Wrapped(Reader):
@@ -156,8 +156,8 @@ def poisoned_from(table: Table, row: int, file_offset: int) -> bytes:
 @pytest.mark.parametrize("mode", ["direct", "buffered"])
 def test_short_read_treated_as_complete(ple: Table, mode: str) -> None:
     rows = isolated_crossing_rows(ple)
-    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=[mode], workers=1,
-                          reader_factory=faulty(ShortTreatedAsComplete, (mode,)))
+    report = R.check_rows(ple.path, rows, modes=[mode],
+                          options=R.RowsOptions(workers=1, reader_factory=faulty(ShortTreatedAsComplete, (mode,))))
     with open_reader(ple.path, mode) as probe:
         a = probe.alignment.offset
     assert not report.short_reads  # the fault hides the short count: only the bytes give it away
@@ -166,7 +166,7 @@ def test_short_read_treated_as_complete(ple: Table, mode: str) -> None:
         start = align_down(ple.offset(m.row), a)
         span = align_up(ple.offset(m.row) + 90, a) - start
         stop = start + span // 2 // a * a
-        assert (m.kind, m.path, m.stage, m.offset) == ("short-read", mode, "gather", stop)
+        assert (m.kind, m.mode, m.stage, m.offset) == ("short-read", mode, "gather", stop)
         assert m.byte == stop - ple.offset(m.row) and m.block == m.byte // 18
         assert m.column == first_bad_column(ple.row(m.row), poisoned_from(ple, m.row, stop))
         assert m.expected == ple.row(m.row)[m.byte:m.byte + 16].hex(" ")
@@ -177,23 +177,23 @@ def test_short_read_treated_as_complete(ple: Table, mode: str) -> None:
 
 def test_honest_short_read_is_a_finding(ple: Table) -> None:
     rows = isolated_crossing_rows(ple, 3)
-    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=["direct"], workers=1,
-                          reader_factory=faulty(HonestShort))
-    assert [(s.path, s.stage, s.returned * 2 == s.requested) for s in report.short_reads] == \
+    report = R.check_rows(ple.path, rows, modes=["direct"],
+                          options=R.RowsOptions(workers=1, reader_factory=faulty(HonestShort)))
+    assert [(s.mode, s.stage, s.returned * 2 == s.requested) for s in report.short_reads] == \
         [("direct", "gather", True)] * 3
     a = report.stats[0].alignment
     assert sorted(s.offset for s in report.short_reads) == sorted(align_down(ple.offset(r), a) for r in rows)
-    assert not report.clean and report.by_kind == (("short-read", 3),)
+    assert not report.ok and report.by_kind == (("short-read", 3),)
 
 
 def test_span_one_sector_short_for_page_crossing_rows(ple: Table) -> None:
     cross = isolated_crossing_rows(ple, 6)
     inside = [r for r in range(3000, 5000, 150) if r not in crossing(ple)][:6]
-    report = R.check_rows(ple.path, ids=",".join(map(str, cross + inside)), modes=["direct", "mmap"], workers=1,
-                          reader_factory=faulty(SpanSectorShort))
+    report = R.check_rows(ple.path, cross + inside, modes=["direct", "mmap"],
+                          options=R.RowsOptions(workers=1, reader_factory=faulty(SpanSectorShort)))
     a = report.stats[0].alignment
     assert {m.row for m in report.mismatches} == set(cross)
-    assert {(m.kind, m.path) for m in report.mismatches} == {("short-read", "direct")}
+    assert {(m.kind, m.mode) for m in report.mismatches} == {("short-read", "direct")}
     for m in report.mismatches:
         end = ple.offset(m.row) + 90
         assert m.offset == align_up(end, a) - a
@@ -203,8 +203,8 @@ def test_span_one_sector_short_for_page_crossing_rows(ple: Table) -> None:
 
 def test_off_by_one_row_offset_is_misplaced_and_names_the_row(ple: Table) -> None:
     rows = [10, 500, 1000, 1001, 4998]
-    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=["buffered"],
-                          reader_factory=faulty(ShiftedOffset, ("buffered",), shift=90))
+    report = R.check_rows(ple.path, rows, modes=["buffered"],
+                          options=R.RowsOptions(reader_factory=faulty(ShiftedOffset, ("buffered",), shift=90)))
     got = {m.row: m for m in report.mismatches}
     assert set(got) == set(rows)
     for r in rows:
@@ -216,16 +216,16 @@ def test_off_by_one_row_offset_is_misplaced_and_names_the_row(ple: Table) -> Non
 
 
 def test_off_by_one_byte_is_misplaced_at_the_offset(ple: Table) -> None:
-    report = R.check_rows(ple.path, ids="2000", modes=["mmap"], reader_factory=faulty(ShiftedOffset, ("mmap",),
-                                                                                      shift=1))
+    report = R.check_rows(ple.path, [2000], modes=["mmap"],
+                          options=R.RowsOptions(reader_factory=faulty(ShiftedOffset, ("mmap",), shift=1)))
     (m,) = report.mismatches
     assert (m.kind, m.other_row, m.other_offset) == ("misplaced", None, ple.offset(2000) + 1)
 
 
 def test_buffer_handed_out_before_the_read_lands(ple: Table) -> None:
-    rows = list(range(100, 140)) + [3000]
-    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), modes=["direct"], workers=2,
-                          reader_factory=faulty(HandedOutEarly))
+    rows = [*range(100, 140), 3000]
+    report = R.check_rows(ple.path, rows, modes=["direct"],
+                          options=R.RowsOptions(workers=2, reader_factory=faulty(HandedOutEarly)))
     assert {m.row for m in report.mismatches} == set(rows) and report.by_kind == (("stale", len(rows)),)
     m = next(m for m in report.mismatches if m.row == 3000)
     assert m.byte == 0 and m.offset == ple.offset(3000) and m.actual == " ".join(["a5"] * 16)
@@ -238,8 +238,8 @@ def test_cache_keyed_by_page_gives_cache_crosstalk(ple: Table) -> None:
     def by_page(capacity: int, table: R.RowTable) -> R.RowCache:
         return R.RowCache(capacity, key=lambda row: table.row_offset(row) // 4096)
 
-    report = R.check_rows(ple.path, ids="200-259", modes=["buffered"], cache_rows=1000, batch=len(rows),
-                          cache_factory=by_page)
+    report = R.check_rows(ple.path, range(200, 260), modes=["buffered"],
+                          options=R.RowsOptions(batch=len(rows), cache_rows=1000, cache_factory=by_page))
     hit = {m.row: m for m in report.mismatches if m.stage == "cache-hit"}
     # The cache holds, for each page, the last row put there: the page's highest row in the batch.
     last_on_page = {}
@@ -253,18 +253,20 @@ def test_cache_keyed_by_page_gives_cache_crosstalk(ple: Table) -> None:
 
 def test_a_correct_stack_has_no_findings_on_the_same_selections(ple: Table) -> None:
     rows = isolated_crossing_rows(ple) + list(range(100, 140)) + list(range(200, 260))
-    report = R.check_rows(ple.path, ids=",".join(map(str, rows)), cache_rows=1000, workers=2)
-    assert report.clean and not report.short_reads
+    report = R.check_rows(ple.path, rows, options=R.RowsOptions(workers=2, cache_rows=1000))
+    assert report.ok and not report.short_reads
 
 
 def test_fail_fast_stops_at_the_first_mismatch(ple: Table) -> None:
-    report = R.check_rows(ple.path, ids="10-19", modes=["buffered", "direct"], fail_fast=True, batch=1,
-                          reader_factory=faulty(ShiftedOffset, ("buffered",), shift=90))
-    assert report.mismatch_count == 1 and [s.path for s in report.stats] == ["buffered"]
+    report = R.check_rows(ple.path, range(10, 20), modes=["buffered", "direct"],
+                          options=R.RowsOptions(batch=1, fail_fast=True,
+                                                reader_factory=faulty(ShiftedOffset, ("buffered",), shift=90)))
+    assert report.mismatch_count == 1 and [s.mode for s in report.stats] == ["buffered"]
 
 
 def test_sweep_catches_a_short_read_too(ple: Table) -> None:
-    report = R.check_rows(ple.path, all_rows=True, modes=["direct"], reader_factory=faulty(ShortTreatedAsComplete))
+    report = R.check_rows(ple.path, modes=["direct"], select=R.RowSelection(all_rows=True),
+                          options=R.RowsOptions(reader_factory=faulty(ShortTreatedAsComplete)))
     a = report.stats[0].alignment
     start = align_down(ple.offset(0), a)
     stop = start + (align_up(ple.offset(5000), a) - start) // 2 // a * a  # one read covers the whole table
@@ -278,7 +280,8 @@ def test_sweep_catches_a_short_read_too(ple: Table) -> None:
 
 
 def test_sweep_catches_a_buffer_handed_out_before_the_read_lands(ple: Table) -> None:
-    report = R.check_rows(ple.path, all_rows=True, modes=["direct"], reader_factory=faulty(HandedOutEarly))
+    report = R.check_rows(ple.path, modes=["direct"], select=R.RowSelection(all_rows=True),
+                          options=R.RowsOptions(reader_factory=faulty(HandedOutEarly)))
     assert report.mismatch_count == 5000 and not report.short_reads
     assert report.by_kind == (("stale", R.MAX_REPORTED), ("unclassified", 5000 - R.MAX_REPORTED))
     first = min(report.mismatches, key=lambda m: m.offset)
@@ -294,21 +297,23 @@ def test_prefetch_into_buffers_still_held_is_misplaced_and_names_the_row(ple: Ta
     # 45 * 4096 bytes apart, at the same place within their aligned spans, so on every path row first[i]
     # then shows exactly row second[i]; 184 KB away, only the prefetched batch can name it.
     first, second = [100, 900, 1700], [2148, 2948, 3748]
-    report = R.check_rows(ple.path, ids=",".join(map(str, first + second)), modes=[mode], workers=1, batch=3,
-                          prefetch=True, pool_factory=lambda reader, size: RingOfOneBatch(reader, size, 3))
+    report = R.check_rows(ple.path, first + second, modes=[mode],
+                          options=R.RowsOptions(workers=1, batch=3, prefetch=True,
+                                                pool_factory=lambda reader, size: RingOfOneBatch(reader, size, 3)))
     assert [(s.stage, s.reads, s.rows) for s in report.stats] == [("gather", 6, 6), ("prefetch", 6, 6)]
-    assert all((ple.offset(o) - ple.offset(r)) % report.stats[0].alignment == 0 for r, o in zip(first, second))
+    assert all((ple.offset(o) - ple.offset(r)) % report.stats[0].alignment == 0
+               for r, o in zip(first, second, strict=True))
     # The copying gather is immune (each row leaves its buffer before the next take); the last batch is
     # consumed with nothing prefetched behind it, so it is clean too.
     assert report.by_kind == (("misplaced", 3),) and not report.short_reads
     got = {m.row: m for m in report.mismatches}
     assert {r: (m.stage, m.other_row, m.other_offset) for r, m in got.items()} == \
-        {r: ("prefetch", o, ple.offset(o)) for r, o in zip(first, second)}
-    for r, o in zip(first, second):
+        {r: ("prefetch", o, ple.offset(o)) for r, o in zip(first, second, strict=True)}
+    for r, o in zip(first, second, strict=True):
         m, want, held = got[r], ple.row(r), ple.row(o)
         k = next(i for i in range(90) if want[i] != held[i])
-        assert (m.kind, m.path, m.byte, m.offset, m.block) == ("misplaced", mode, k, ple.offset(r) + k, k // 18)
+        assert (m.kind, m.mode, m.byte, m.offset, m.block) == ("misplaced", mode, k, ple.offset(r) + k, k // 18)
         assert m.column == first_bad_column(want, held) and m.detail == f"the bytes of row {o}"
         assert (m.expected, m.actual) == (want[k:k + 16].hex(" "), held[k:k + 16].hex(" "))
-        assert m.differing == sum(a != b for a, b in zip(want, held))
+        assert m.differing == sum(a != b for a, b in zip(want, held, strict=True))
         assert m.expected_finite is True and m.actual_finite is True and m.length == 90

@@ -17,15 +17,16 @@ PLE = "per_layer_token_embd.weight"
 @pytest.mark.parametrize("name,row_bytes,crossing", [("ple_iq4_nl.gguf", 90, 23), ("ple_q8_0.gguf", 170, 42)])
 def test_all_paths_agree_on_the_fixture(name: str, row_bytes: int, crossing: int) -> None:
     path = str(FIXTURES / name)
-    swept = R.check_rows(path, all_rows=True, workers=2)
-    assert swept.clean and swept.rows_checked == 1024 and swept.row_bytes == row_bytes
+    swept = R.check_rows(path, select=R.RowSelection(all_rows=True), options=R.RowsOptions(workers=2))
+    assert swept.ok and swept.rows_checked == 1024 and swept.row_bytes == row_bytes
     assert swept.geometry.page == crossing
-    crossed = R.check_rows(path, page_crossing=True, cache_rows=8, batch=16, workers=2)
-    assert crossed.clean and crossed.rows_checked == crossing == crossed.geometry.page
-    assert [s.path for s in crossed.stats] == ["buffered", "mmap", "direct"]
+    crossed = R.check_rows(path, select=R.RowSelection(page_crossing=True),
+                           options=R.RowsOptions(workers=2, batch=16, cache_rows=8))
+    assert crossed.ok and crossed.rows_checked == crossing == crossed.geometry.page
+    assert [s.mode for s in crossed.stats] == ["buffered", "mmap", "direct"]
     assert all(s.cache_hits and s.cache_evictions for s in crossed.stats)
-    token = R.check_rows(path, tensor="token_embd.weight", all_rows=True, modes=["direct"])
-    assert token.clean and token.n_rows == 256
+    token = R.check_rows(path, tensor="token_embd.weight", modes=["direct"], select=R.RowSelection(all_rows=True))
+    assert token.ok and token.n_rows == 256
 
 
 def test_capture_of_the_clean_fixture_pins_the_flipped_byte(tmp_path: Path) -> None:
@@ -44,8 +45,9 @@ def test_capture_of_the_clean_fixture_pins_the_flipped_byte(tmp_path: Path) -> N
 
 def test_a_table_in_the_second_shard_of_a_split_set() -> None:
     first = str(FIXTURES / "split-00001-of-00002.gguf")
-    report = R.check_rows(first, tensor="blk.0.ffn_down.weight", all_rows=True, workers=2)
-    assert report.clean and report.file == str(FIXTURES / "split-00002-of-00002.gguf")
+    report = R.check_rows(first, tensor="blk.0.ffn_down.weight", select=R.RowSelection(all_rows=True),
+                          options=R.RowsOptions(workers=2))
+    assert report.ok and report.file == str(FIXTURES / "split-00002-of-00002.gguf")
     assert (report.n_rows, report.row_bytes, report.table_offset) == (64, 36, 256)
-    default = R.check_rows(first, ids="0-255", cache_rows=64)
-    assert default.clean and default.tensor == "token_embd.weight" and default.file == first
+    default = R.check_rows(first, range(256), options=R.RowsOptions(cache_rows=64))
+    assert default.ok and default.tensor == "token_embd.weight" and default.file == first

@@ -14,7 +14,7 @@ from ggaudit.format.blocks import LAYOUTS
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 
-from test_scan_support import finite_tensor, poke
+from scan_support import finite_tensor, poke
 
 
 def _model(path: Path, *, fault: bool = True, name: str = "blk.0.ffn_down.weight") -> dict[str, int]:
@@ -64,11 +64,13 @@ def test_json_has_the_documented_shape(tmp_path: Path) -> None:
     offsets = _model(path)
     code, lines, err = _run(str(path), "--json", "--deep")
     # A warning says less was checked than asked: on stderr even when it is not a terminal.
-    assert code == 1 and err == ("ggaudit: warning: --deep: gguf.quants cannot decode Q8_K; 1 tensor of that "
+    assert code == 1 and err == ("ggaudit: warning: deep: gguf.quants cannot decode Q8_K; 1 tensor of that "
                                  "type checked by block fields only\n")
-    doc = json.loads("\n".join(lines))
-    assert doc["status"] == "findings" and doc["model"] == str(path)
-    assert doc["warnings"] == ["--deep: gguf.quants cannot decode Q8_K; 1 tensor of that type checked by "
+    envelope = json.loads("\n".join(lines))
+    assert (envelope["schema"], envelope["status"], len(envelope["models"])) == ("ggaudit/cli-output/1", "findings", 1)
+    doc = envelope["models"][0]
+    assert (doc["schema"], doc["ok"], doc["model"]) == ("ggaudit/scan-report/1", False, str(path))
+    assert doc["warnings"] == ["deep: gguf.quants cannot decode Q8_K; 1 tensor of that type checked by "
                                "block fields only"]
     names = [t["name"] for t in doc["tensors"]]
     assert names == ["token_embd.weight", "blk.0.ffn_down.weight", "ids", "q8k"]
@@ -84,11 +86,12 @@ def test_json_has_the_documented_shape(tmp_path: Path) -> None:
     assert doc["tensors"][2]["check"] == "not applicable" and doc["tensors"][2]["max_abs"] is None
 
 
-def test_clean_json_status_ok(tmp_path: Path) -> None:
+def test_clean_json_status_clean(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     _model(path, fault=False)
     code, lines, _ = _run(str(path), "--json")
-    assert code == 0 and json.loads("\n".join(lines))["status"] == "ok"
+    doc = json.loads("\n".join(lines))
+    assert code == 0 and (doc["status"], doc["models"][0]["ok"]) == ("clean", True)
 
 
 def test_names_are_escaped_in_text_and_exact_in_json(tmp_path: Path) -> None:
@@ -100,7 +103,7 @@ def test_names_are_escaped_in_text_and_exact_in_json(tmp_path: Path) -> None:
     assert any(line.startswith("tensor evil\\x1b[2J.weight (Q4_K") for line in lines)
     assert not any("\x1b" in line for line in lines)
     code, lines, _ = _run(str(path), "--json")
-    assert json.loads("\n".join(lines))["tensors"][1]["name"] == name
+    assert json.loads("\n".join(lines))["models"][0]["tensors"][1]["name"] == name
 
 
 def test_limit_fail_fast_tensor_and_max_abs(tmp_path: Path) -> None:
@@ -165,7 +168,7 @@ def test_fp8_override_on_the_command_line(tmp_path: Path) -> None:
 def test_progress_only_on_a_terminal_warnings_always(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.gguf"
     _model(path)
-    warning = ("ggaudit: warning: --deep: gguf.quants cannot decode Q8_K; 1 tensor of that type checked by "
+    warning = ("ggaudit: warning: deep: gguf.quants cannot decode Q8_K; 1 tensor of that type checked by "
                "block fields only\n")
     code, _, err = _run(str(path), "--deep")
     assert (code, err) == (1, warning)                  # not a terminal: the warning, no progress
@@ -187,9 +190,9 @@ def test_ollama_model_scans_the_model_blob_and_the_projector(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["scan", "ollama:tiny", "--store", str(tmp_path / "store"), "--json"])
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
-    assert [(m["model"], m["status"]) for m in doc["models"]] == [(str(model_blob), "findings"),
-                                                                  (str(projector_blob), "ok")]
-    finding = doc["models"][0]["report"]["tensors"][1]["findings"][0]
+    assert doc["status"] == "findings"
+    assert [(m["model"], m["ok"]) for m in doc["models"]] == [(str(model_blob), False), (str(projector_blob), True)]
+    finding = doc["models"][0]["tensors"][1]["findings"][0]
     q4k = LAYOUTS[T.Q4_K]
     assert (finding["kind"], finding["row"], finding["block"], finding["field"], finding["offset"]) == (
         "+inf", 1, 1, "d", offsets["blk.0.ffn_down.weight"] + 3 * q4k.block_bytes)

@@ -18,7 +18,7 @@ from ggaudit.errors import ReadError
 from ggaudit.format.layout import open_model
 from ggaudit.scan.run import scan
 
-from test_scan_support import finite_tensor
+from scan_support import finite_tensor
 
 needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="patching workers needs fork")

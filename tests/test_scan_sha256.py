@@ -27,7 +27,7 @@ from ggaudit.format.layout import open_model
 from ggaudit.scan.run import scan
 
 from reliability_support import all_types_specs, write_split_set
-from test_scan_support import finite_tensor, poke
+from scan_support import finite_tensor, poke
 
 Q4K_OFFSET_OF = "blk.0.ffn_down.weight"
 
@@ -138,7 +138,7 @@ def test_fail_fast_keeps_the_findings_and_says_the_digest_is_missing(tmp_path: P
     hashed = scan(path, hashes=("sha256",), fail_fast=True)
     plain = scan(path, fail_fast=True)
     assert _comparable(hashed.to_json()) == {**_comparable(plain.to_json()), "warnings": [
-        *plain.warnings, "--fail-fast: the read stopped early; no digests for 1 of 1 files"]}
+        *plain.warnings, "stopped at the first finding (fail_fast): no digests for 1 of 1 files"]}
     assert hashed.digests == () and hashed.to_json()["digests"] == []
 
 
@@ -158,8 +158,8 @@ def test_cli_text_adds_one_sha256sum_style_line_per_file(tmp_path: Path) -> None
 
 def test_cli_json_adds_digests_and_keeps_every_other_key(tmp_path: Path) -> None:
     shards = write_split_set(tmp_path)
-    plain = json.loads(_cli(shards[0], "--json").stdout)
-    hashed = json.loads(_cli(shards[0], "--json", "--sha256").stdout)
+    plain = json.loads(_cli(shards[0], "--json").stdout)["models"][0]
+    hashed = json.loads(_cli(shards[0], "--json", "--sha256").stdout)["models"][0]
     assert hashed["digests"] == [{"path": str(s), "size": s.stat().st_size, "sha256": _sha256(s)} for s in shards]
     assert _comparable(hashed) == _comparable(plain)
     assert list(hashed)[:len(plain)] == list(plain)

@@ -17,7 +17,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from gguf import GGMLQuantizationType as T

@@ -413,7 +413,8 @@ def _deflate_garbage() -> bytes:
     (_deflate_garbage(), ".npz", ""),
     (_object_npy(), ".npy", "holds Python objects, which are refused"),
     (_object_member_npz(), ".npz", "holds Python objects, which are refused"),
-    (_cut_npy(), ".npy", "cannot load the capture: EOF: the header promises 304 bytes of array data, the file holds 294"),
+    (_cut_npy(), ".npy",
+     "cannot load the capture: EOF: the header promises 304 bytes of array data, the file holds 294"),
     (b"\x80\x04K\x01.", ".npz", "pickled"),
 ], ids=["empty", "random", "cut-zip", "bad-crc", "bad-deflate", "object-npy", "object-npz", "cut-npy", "pickle"])
 def test_damaged_captures_are_one_line(model: Path, tmp_path: Path, content: bytes, suffix: str, said: str) -> None:
@@ -491,8 +492,8 @@ def test_good_captures_still_load(model: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("seed, said", [
-    ("-1", "--seed"),
-    ("4294967296", "--seed must be an integer in 0..4294967295"),
+    ("-1", "ggaudit: error: --seed: must be an integer in 0..4294967295"),
+    ("4294967296", "ggaudit: error: --seed: must be an integer in 0..4294967295"),
     ("9" * 5000, "--seed"),
     ("abc", "--seed"),
     ("1.5", "--seed"),

@@ -6,7 +6,6 @@ in, as an independent walk of the intact header says; the CLI gives exit 2 and o
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -15,15 +14,14 @@ import pytest
 
 from ggaudit.errors import FormatError
 from ggaudit.format.layout import open_gguf, open_model
+from ggaudit.scan.run import scan
 
 from reliability_support import (acceptable_cut_offsets, assert_one_line_error, fixture_files, run_cli,
                                  walk_header, write_rich_model, write_small_model, write_split_set)
 
-HAVE_SCAN = importlib.util.find_spec("ggaudit.scan.run") is not None
-
 
 def _models(folder: Path) -> list[Path]:
-    """The bundled fixtures, plus models built here so the sweep never runs on nothing."""
+    """The bundled fixtures, plus models built here: a header with every value type, a small model, a split set."""
     built = [write_rich_model(folder / "rich.gguf"), write_small_model(folder / "small.gguf"),
              *write_split_set(folder)]
     return fixture_files() + built
@@ -34,12 +32,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return _models(tmp_path_factory.mktemp("trunc-models"))
 
 
-def _scan_if_opened(path: Path) -> None:
-    """What `scan` does first: open the whole model; then scan it when the scan module exists."""
-    model = open_model(path)
-    if HAVE_SCAN:
-        from ggaudit.scan.run import scan
-        scan(model)
+def _open_and_scan(path: Path) -> None:
+    """What `scan` does: open the whole model, then scan it."""
+    scan(open_model(path))
 
 
 def test_every_header_byte_cut_is_reported_at_the_field_it_falls_in(models: list[Path],
@@ -106,14 +101,12 @@ def test_cut_files_fail_scan_with_format_error(models: list[Path], tmp_path: Pat
             path = tmp_path / f"scan-{cut}-{source.name}"
             path.write_bytes(data[:cut])
             with pytest.raises(FormatError):
-                _scan_if_opened(path)
+                _open_and_scan(path)
 
 
 @pytest.mark.parametrize("command", ["info", "scan"])
 def test_cli_reports_a_cut_file_in_one_line_with_exit_2(command: str, models: list[Path],
                                                        tmp_path: Path) -> None:
-    if command == "scan" and not HAVE_SCAN:
-        pytest.skip("ggaudit.scan.run has not landed yet")
     source = next(m for m in models if m.name == "rich.gguf")
     data = source.read_bytes()
     hmap = walk_header(data)

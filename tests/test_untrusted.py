@@ -63,7 +63,7 @@ def test_info_escapes_every_hostile_string_and_json_keeps_them(evil_model: Path)
     for name in EVIL:
         assert escape(name) in text.stdout
     assert escape(f"key{CLEAR}") in text.stdout and escape("value\x1b[31mred\x07") in text.stdout
-    doc = json.loads(run_cli(["info", evil_model, "--json"]).stdout)
+    doc = json.loads(run_cli(["info", evil_model, "--json"]).stdout)["models"][0]
     assert [t["name"] for t in doc["tensors"]] == EVIL
     assert doc["files"][0]["metadata"][f"key{CLEAR}"]["value"] == "value\x1b[31mred\x07"
 
@@ -73,7 +73,7 @@ def test_scan_escapes_names_in_text_and_keeps_them_in_json(evil_model: Path) -> 
     assert text.exit_code == 1, text.output
     _terminal_safe(text.stdout)
     assert f"tensor {escape(EVIL[1])} (F32" in text.stdout
-    doc = json.loads(run_cli(["scan", evil_model, "--json"]).stdout)
+    doc = json.loads(run_cli(["scan", evil_model, "--json"]).stdout)["models"][0]
     bad = [t for t in doc["tensors"] if t["findings"]]
     assert [t["name"] for t in bad] == [EVIL[1]]
     assert bad[0]["findings"][0]["column"] == 5
@@ -84,7 +84,7 @@ def test_rows_escapes_the_tensor_name(evil_model: Path) -> None:
     assert text.exit_code == 0, text.output
     _terminal_safe(text.stdout)
     assert f"tensor {escape(EVIL[0])}: Q8_0" in text.stdout
-    doc = json.loads(run_cli(["rows", evil_model, "--tensor", EVIL[0], "--ids", "0-3", "--json"]).stdout)
+    doc = json.loads(run_cli(["rows", evil_model, "--tensor", EVIL[0], "--ids", "0-3", "--json"]).stdout)["models"][0]
     assert doc["tensor"] == EVIL[0]
 
 
@@ -129,7 +129,7 @@ def test_verify_sums_escapes_names_and_json_keeps_them(tmp_path: Path) -> None:
     assert text.exit_code == 1, text.output
     _terminal_safe(text.stdout)
     assert f"({escape(name)})" in text.stdout
-    doc = json.loads(run_cli(["verify", "--sums", sums, "--json"]).stdout)
+    doc = json.loads(run_cli(["verify", "--sums", sums, "--json"]).stdout)["models"][0]
     assert doc["mismatches"][0]["subject"] == name
     assert doc["checked"][1]["subject"] == name and doc["checked"][1]["ok"] is True
 
@@ -187,7 +187,7 @@ def test_tensor_manifest_names_are_escaped_in_verify_text(tmp_path: Path, evil_m
     assert text.exit_code == 1, text.output
     _terminal_safe(text.stdout)
     assert escape(ghost) in text.stdout
-    report = json.loads(run_cli(["verify", evil_model, "--manifest", out, "--json"]).stdout)
+    report = json.loads(run_cli(["verify", evil_model, "--manifest", out, "--json"]).stdout)["models"][0]
     assert [m["tensor"] for m in report["mismatches"]] == [ghost]
 
 
@@ -227,7 +227,7 @@ def test_ollama_media_type_is_escaped_in_text(tmp_path: Path) -> None:
     assert text.exit_code == 1
     _terminal_safe(text.stdout)
     assert f"({escape(media)})" in text.stdout
-    doc = json.loads(run_cli(["verify", "ollama:evil", "--store", store, "--json"]).stdout)
+    doc = json.loads(run_cli(["verify", "ollama:evil", "--store", store, "--json"]).stdout)["models"][0]
     assert doc["mismatches"][0]["subject"] == media
 
 
@@ -386,7 +386,7 @@ def _two_names(path: Path, first: bytes, second: bytes) -> Path:
     placeholders = ["@" * len(first), "#" * len(second)]
     write_gguf(path, [TensorSpec(name, T.F32, (8,), bytes(32)) for name in placeholders])
     data = path.read_bytes()
-    for placeholder, raw in zip(placeholders, (first, second)):
+    for placeholder, raw in zip(placeholders, (first, second), strict=False):
         data = data.replace(placeholder.encode(), raw, 1)
     path.write_bytes(data)
     return path
@@ -400,7 +400,7 @@ def test_an_undecodable_byte_and_a_spelled_out_escape_look_different(tmp_path: P
     assert result.exit_code == 0, result.stderr
     rows = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("  a")]
     assert rows == ["a\\\\xff", "a\\xff"]
-    names = [t["name"] for t in json.loads(run_cli(["info", "--json", path]).stdout)["tensors"]]
+    names = [t["name"] for t in json.loads(run_cli(["info", "--json", path]).stdout)["models"][0]["tensors"]]
     assert names == ["a\\xff", "a\udcff"]       # exact: the byte is U+DCFF, as surrogateescape decodes it
 
 

@@ -46,7 +46,7 @@ def model(tmp_path: Path) -> tuple[Path, Path, dict[str, int]]:
     path = tmp_path / "m.gguf"
     offsets = write_gguf(path, _specs(), {"general.architecture": "llama"})
     manifest = tmp_path / "m.manifest.json"
-    write_tensor_manifest(build_tensor_manifest(open_model(path), GROUP), manifest)
+    write_tensor_manifest(build_tensor_manifest(open_model(path), group_bytes=GROUP), manifest)
     return path, manifest, offsets
 
 
@@ -121,10 +121,10 @@ def test_split_set_manifest_localises_to_the_right_shard(tmp_path: Path) -> None
     specs = _specs()
     shards = [tmp_path / f"m-0000{k}-of-00002.gguf" for k in (1, 2)]
     offsets = {}
-    for k, (shard, part) in enumerate(zip(shards, (specs[:2], specs[2:]))):
+    for k, (shard, part) in enumerate(zip(shards, (specs[:2], specs[2:]), strict=False)):
         offsets.update(write_gguf(shard, part, {"split.no": k, "split.count": 2, "split.tensors.count": 3}))
     manifest = tmp_path / "set.json"
-    write_tensor_manifest(build_tensor_manifest(open_model(shards[1]), GROUP), manifest)
+    write_tensor_manifest(build_tensor_manifest(open_model(shards[1]), group_bytes=GROUP), manifest)
     assert [f["name"] for f in json.loads(manifest.read_text())["files"]] == [s.name for s in shards]
     _flip(shards[1], offsets["blk.0.attn_q.weight"] + 63 * 128)
     report = verify_tensor_manifest(shards[0], manifest)
@@ -144,7 +144,7 @@ def test_renamed_single_file_is_checked_in_place_with_a_warning(tmp_path: Path,
 
 
 def test_bad_inputs_exit_2(tmp_path: Path, model: tuple[Path, Path, dict[str, int]]) -> None:
-    path, manifest, _ = model
+    path, _manifest, _ = model
     runner = CliRunner()
     (tmp_path / "junk.json").write_text("[]")
     res = runner.invoke(main, ["verify", str(path), "--manifest", str(tmp_path / "junk.json")])
@@ -169,7 +169,7 @@ def test_manifest_reads_each_byte_of_the_file_exactly_once(model: tuple[Path, Pa
 
     monkeypatch.setattr(io, "pread_into", counting)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert build_tensor_manifest(opened, GROUP).files[0].sha256 == digest
+    assert build_tensor_manifest(opened, group_bytes=GROUP).files[0].sha256 == digest
     assert sorted(spans) == [(0, path.stat().st_size)]      # one chunk: a small file, read once
 
 
@@ -179,7 +179,7 @@ def test_missing_shard_and_damaged_header_are_findings(tmp_path: Path) -> None:
     for k, shard in enumerate(shards):
         write_gguf(shard, specs[k:k + 1], {"split.no": k, "split.count": 3, "split.tensors.count": 3})
     manifest = tmp_path / "set.json"
-    write_tensor_manifest(build_tensor_manifest(open_model(shards[0]), GROUP), manifest)
+    write_tensor_manifest(build_tensor_manifest(open_model(shards[0]), group_bytes=GROUP), manifest)
     shards[1].unlink()
     _flip(shards[2], 0)                             # 'GGUF' -> 'ǴGUF': the header no longer parses
     report = verify_tensor_manifest(shards[0], manifest)
@@ -196,7 +196,7 @@ def test_model_not_named_in_a_multi_file_manifest_is_a_usage_error(tmp_path: Pat
     for k, shard in enumerate(shards):
         write_gguf(shard, specs[k:k + 1] if k == 0 else specs[1:], {"split.no": k, "split.count": 2,
                                                                     "split.tensors.count": 3})
-    write_tensor_manifest(build_tensor_manifest(open_model(shards[0]), GROUP), tmp_path / "set.json")
+    write_tensor_manifest(build_tensor_manifest(open_model(shards[0]), group_bytes=GROUP), tmp_path / "set.json")
     res = CliRunner().invoke(main, ["verify", str(tmp_path / "other.gguf"), "--manifest", str(tmp_path / "set.json")])
     assert res.exit_code == 2
     assert res.stderr == (f"ggaudit: error: {tmp_path / 'other.gguf'}: not one of the manifest's files "
@@ -231,8 +231,8 @@ def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
 
 
 @needs_drop
-def test_shard_in_a_folder_without_permission_is_unreadable_not_missing(tmp_path: Path,
-                                                                        model: tuple[Path, Path, dict[str, int]]) -> None:
+def test_shard_in_a_folder_without_permission_is_unreadable_not_missing(
+        tmp_path: Path, model: tuple[Path, Path, dict[str, int]]) -> None:
     path, manifest, _ = model
     locked = tmp_path / "locked"
     locked.mkdir()

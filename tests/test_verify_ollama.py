@@ -180,7 +180,7 @@ def test_cli_exit_codes_and_fio_style_lines(store: Store) -> None:
     assert f"MISMATCH missing: file {params} ({PARAMS}): file not found" in lines
     assert lines[-1].startswith("summary: 3 files hashed") and lines[-1].endswith("3 mismatches")
     doc = json.loads(runner.invoke(main, ["verify", "ollama:acme/vis:q4", "--store", str(store.root),
-                                          "--json"]).output)
+                                          "--json"]).stdout)["models"][0]
     assert doc["ok"] is False and [m["kind"] for m in doc["mismatches"]] == ["sha256", "size", "missing"]
 
 
@@ -225,7 +225,7 @@ def test_manifest_and_diff_accept_ollama_names(store: Store, tmp_path: Path) -> 
         f.write(b"\xff")
     damaged = runner.invoke(main, [*verify, "--json"])
     assert damaged.exit_code == 1
-    kinds = [(m["kind"], m["path"], m.get("rows")) for m in json.loads(damaged.output)["mismatches"]]
+    kinds = [(m["kind"], m["path"], m["rows"]) for m in json.loads(damaged.stdout)["models"][0]["mismatches"]]
     assert kinds == [("sha256", str(projector), None), ("tensor-data", str(projector), [0, 7])]
     differ = runner.invoke(main, ["diff", "ollama:tiny", "ollama:acme/vis:q4", "--store", str(store.root)])
     assert differ.exit_code == 1
@@ -245,7 +245,9 @@ def test_several_targets_are_reported_in_order(store: Store) -> None:
              for name in ("ollama:tiny", "ollama:acme/vis:q4")]
     assert result.stdout == "".join(alone)
     doc = json.loads(runner.invoke(main, [*args, "--json"]).stdout)
-    assert [m["status"] for m in doc["models"]] == ["ok", "findings", "error"]
+    assert doc["status"] == "error"
+    assert [m.get("ok", m.get("target")) for m in doc["models"]] == [True, False, "ollama:nope"]
+    assert doc["models"][2]["error"]["kind"] == "ManifestError"
 
 
 @needs_symlinks

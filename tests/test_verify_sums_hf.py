@@ -130,7 +130,7 @@ def test_hf_reports_corrupt_blob_broken_link_and_leftovers(hf_cache: Path) -> No
     assert report.warnings == (f"leftover of an interrupted download: {repo / 'blobs' / 'deadbeef.incomplete'}",)
     result = CliRunner(env={"HF_HUB_CACHE": str(hf_cache)}).invoke(main, ["verify", "hf:org/tiny", "--json"])
     assert result.exit_code == 1
-    doc = json.loads(result.stdout)
+    doc = json.loads(result.stdout)["models"][0]
     assert sorted(m["subject"] for m in doc["mismatches"]) == ["README.md", "gguf/tiny.gguf"]
     # A warning goes to stderr whether or not it is a terminal: the JSON on stdout stays clean.
     assert result.stderr == ("ggaudit: warning: leftover of an interrupted download: "

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from .common import OneLineErrorsGroup
 from .diff import diff
 from .info import info

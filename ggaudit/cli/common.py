@@ -1,25 +1,26 @@
-"""What every command shares: error handling, exit codes, JSON output, stderr warnings."""
+"""What every command shares: error handling, exit codes, stderr warnings. Output is cli/reporters'."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import functools
-import json
 import logging
 import os
 import sys
 import traceback
-from typing import Any, Callable, Iterable, Iterator, NoReturn, Sequence, TypeVar
+from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overall_status, status_word
+from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
 from ..errors import GGAuditError
-from ..format.layout import ArrayValue
 from ..format.locate import resolve_model
-from ..text import escape, escape_message, escape_path
+from ..text import escape_message, escape_path
 from ..untrusted import shorten
+from ..verify.manifests.tensor import TensorManifest, tensor_manifest_to_json
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
@@ -56,7 +57,13 @@ class OneLineErrorsGroup(click.Group):
                 fail(escape_path(err.format_message()) + where)
 
 
-class PathParam(click.ParamType):
+if TYPE_CHECKING:
+    _StrParam = click.ParamType[str]
+else:   # click 8.2, which pyproject allows, has no generic ParamType
+    _StrParam = click.ParamType
+
+
+class PathParam(_StrParam):
     """A path option or argument, checked only for being a folder or not. click.Path quotes the path with
     repr(), which doubles every Windows backslash; this says it as ``PATH: is a directory``."""
 
@@ -94,7 +101,7 @@ def guarded(call: Callable[[], R]) -> R:
     except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         raise
     except GGAuditError as err:
-        fail(str(err))
+        fail(str(as_flags(err)))
     except OSError as err:
         fail(_describe_os_error(err))
     except MemoryError:
@@ -102,8 +109,25 @@ def guarded(call: Callable[[], R]) -> R:
     except KeyboardInterrupt:
         click.echo("ggaudit: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except Exception as err:  # noqa: BLE001 - anything else is a bug, reported as one
+    except Exception as err:  # anything else is a bug, reported as one
         internal_error(err)
+
+
+#: The library's parameters that an option of the command line sets: its errors name the parameter
+#: (``max_abs: must be ...``), the command line names the option the user typed (``--max-abs: ...``).
+FLAGS = {"tensors": "--tensor", "tensor": "--tensor", "as_fp8": "--as", "max_abs": "--max-abs", "limit": "--limit",
+         "seed": "--seed", "random": "--random", "group_bytes": "--group-bytes", "jobs": "--jobs",
+         "store": "--store", "manifest": "--manifest", "sums": "--sums", "against": "--against",
+         "modes": "--modes", "workers": "--workers", "batch": "--batch", "cache_rows": "--cache-rows",
+         "prefetch": "--prefetch", "fp8": "--fp8", "all_rows": "--all", "page_crossing": "--page-crossing"}
+
+
+def as_flags(err: GGAuditError) -> GGAuditError:
+    """``err`` with its field said as the command line's option, where one sets that parameter."""
+    flag = FLAGS.get(err.field or "")
+    if flag is None:
+        return err
+    return type(err)(err.path, err.message, offset=err.offset, field=flag)
 
 
 def internal_error(err: BaseException) -> NoReturn:
@@ -183,10 +207,6 @@ def _quiet_broken_pipes() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
-
-
 def stderr_is_tty() -> bool:
     return sys.stderr.isatty()
 
@@ -195,53 +215,6 @@ def hint(message: str) -> None:
     """A warning (less was checked than asked, say) on stderr: always, terminal or not, since a warning
     dropped from a log is a check the reader believes was made. Only progress is for terminals."""
     click.echo(message, err=True)
-
-
-def error_to_json(err: GGAuditError) -> dict[str, Any]:
-    """An error as JSON: the one-line text, and its parts exact."""
-    return {"message": str(err), "path": err.path, "offset": err.offset, "field": err.field,
-            "kind": type(err).__name__}
-
-
-def emit_outcomes(outcomes: Sequence[Outcome[R]], *, as_json: bool, to_json: Callable[[R], Any],
-                  render: Callable[[R], Iterable[str]], has_findings: Callable[[R], bool]) -> int:
-    """Print what several models gave, in the order given, and return the exit status.
-
-    One model prints exactly what a single-model command prints (an error: one line, exit 2). Several:
-    each report in turn on stdout and each error as its own line on stderr; with --json one object
-    ``{"status": "ok"|"findings"|"error", "models": [{"model", "status", "report" | "error"}]}``.
-    Status: 2 if any model failed, else 1 if any has findings, else 0.
-    """
-    status = overall_status(outcomes, has_findings)
-    if len(outcomes) == 1 and outcomes[0].error is not None:
-        fail(str(outcomes[0].error))
-    if len(outcomes) == 1:
-        result = _result(outcomes[0])
-        if as_json:
-            emit_json(to_json(result))
-        else:
-            for line in render(result):
-                click.echo(line)
-        return status
-    if as_json:
-        emit_json({"status": ("ok", "findings", "error")[status], "models": [
-            {"model": o.model, "status": status_word(o, has_findings),
-             **({"error": error_to_json(o.error)} if o.error is not None else {"report": to_json(_result(o))})}
-            for o in outcomes]})
-        return status
-    for o in outcomes:
-        if o.error is not None:
-            click.echo(f"ggaudit: error: {o.error}", err=True)
-        else:
-            for line in render(_result(o)):
-                click.echo(line)
-    return status
-
-
-def _result(outcome: Outcome[R]) -> R:
-    """The result of an outcome that holds no error (an outcome holds one or the other)."""
-    assert outcome.result is not None, outcome
-    return outcome.result
 
 
 def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
@@ -256,22 +229,21 @@ def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
     return paths
 
 
-#: Longest string a metadata value shows before it is cut.
-MAX_SHOWN = 80
+#: ``-o -`` writes to stdout.
+STDOUT = "-"
 
 
-def show_value(value: Any) -> str:
-    """A metadata value for a terminal: escaped, quoted strings cut at MAX_SHOWN, arrays as type x count
-    and their first elements."""
-    if isinstance(value, ArrayValue):
-        head = ", ".join(show_value(v) for v in value.head)
-        more = ", ..." if value.count > len(value.head) else ""
-        return f"[{value.elem_type.name.lower()} x {value.count}] [{head}{more}]"
-    if isinstance(value, str):
-        # Quotes inside are escaped too, or a tokenizer's quote token reads as three quotes. The
-        # backslash itself is already escaped, so a backslash-quote can only mean a quote.
-        text = escape(value).replace("'", "\\'")
-        if len(text) > MAX_SHOWN:
-            return f"'{text[:MAX_SHOWN]}...' ({len(value)} chars)"
-        return f"'{text}'"
-    return str(value)
+@dataclass(frozen=True, kw_only=True)
+class ManifestWritten:
+    """What ``ggaudit manifest`` made, as a report: the manifest, and where it was written (STDOUT, or a
+    file). Its JSON is the manifest's own (``format``/``version`` name it, as in the file)."""
+
+    output: str
+    manifest: TensorManifest
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return tensor_manifest_to_json(self.manifest)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from ..batch import run_models
 from ..errors import UsageError
+from ..format.locate import open_model
 from ..rows.readers import MODES
-from ..scan.report import CAUSE_OVERFLOW
-from ..rows.replay import Geometry, Mismatch, RowsReport, ShortRead, check_rows
-from ..text import escape, escape_path
-from .common import EXIT_CLEAN, EXIT_FINDINGS, PathParam, emit_json, fail, handle_errors, stderr_is_tty
+from ..rows.replay import RowSelection, RowsOptions, RowsReport, check_rows, pick_tensor
+from .common import PathParam, handle_errors, stderr_is_tty
+from .ids import given_ids
+from .reporters import emit_outcomes, format_options
 
 
 def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -20,6 +22,17 @@ def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
     if not modes:
         raise UsageError(None, "--modes needs at least one of " + ",".join(MODES))
     return modes
+
+
+def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool, random_n: int | None,
+                  page_crossing: bool, against: str | None) -> None:
+    """Refuse, in the command line's words, a choice of rows that is none or too many."""
+    chosen = [flag for flag, on in (("--ids", bool(ids)), ("--ids-file", bool(ids_files)),
+                                    ("--random", random_n is not None), ("--page-crossing", page_crossing)) if on]
+    if all_rows and chosen:
+        raise UsageError(None, f"--all sweeps the whole table; drop {', '.join(chosen)}")
+    if not all_rows and not chosen and against is None:
+        raise UsageError(None, "choose rows: --ids, --ids-file, --random N, --page-crossing or --all")
 
 
 @click.command()
@@ -48,132 +61,40 @@ def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@format_options
 @handle_errors
 def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
-         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, as_json: bool) -> None:
+         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, fmt: str) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     chosen = _modes(modes)
     if chosen is None:
         chosen = () if against is not None else MODES
-    # Repeated selectors add up, as repeated --tensor does elsewhere.
-    report = check_rows(model, tensor=tensor, ids=",".join(ids) if ids else None, ids_file=ids_files or None,
-                        all_rows=all_rows, random=random_n,
-                        seed=seed, page_crossing=page_crossing, modes=chosen, workers=workers, batch=batch,
-                        cache_rows=cache_rows, prefetch=prefetch, against=against, fp8=fp8, fail_fast=fail_fast,
-                        progress=_progress if stderr_is_tty() else None)
-    if stderr_is_tty():
-        click.echo("\r\x1b[K", err=True, nl=False)
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        for line in render(report):
-            click.echo(line)
-    if not report.compared and report.clean:
-        fail("nothing was compared: every read path was skipped (see the warnings)")
-    raise SystemExit(EXIT_CLEAN if report.clean else EXIT_FINDINGS)
+    options = RowsOptions(workers=workers, batch=batch, cache_rows=cache_rows, prefetch=prefetch, fp8=fp8,
+                          fail_fast=fail_fast, progress=_progress if stderr_is_tty() else None)
+
+    def replay(_: str) -> RowsReport:
+        opened = open_model(model)
+        n_rows = pick_tensor(opened, tensor).n_rows    # the model and the table are said wrong first
+        _check_choice(ids, ids_files, all_rows, random_n, page_crossing, against)
+        select = RowSelection(all_rows=all_rows, random=random_n, seed=seed, page_crossing=page_crossing)
+        listed = None
+        if ids or ids_files:
+            # Repeated selectors add up, as repeated --tensor does elsewhere.
+            listed, said = given_ids(ids, ids_files, n_rows)
+            if not listed.size and random_n is None and not page_crossing:
+                raise UsageError(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
+        report = check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
+                            against=against)
+        if stderr_is_tty():
+            click.echo("\r\x1b[K", err=True, nl=False)
+        if not report.compared and report.ok:   # a check that compared nothing must not pass for a clean one
+            raise UsageError(model, "nothing was compared: every read path was skipped ("
+                             + "; ".join(report.warnings) + ")")
+        return report
+
+    raise SystemExit(emit_outcomes(run_models([model], replay), fmt))
 
 
-def _progress(path: str, done: int, total: int) -> None:
-    click.echo(f"\r{path}: {done}/{total} rows ({100 * done // max(total, 1)}%)", err=True, nl=False)
-
-
-def _yes(value: bool | None) -> str:
-    return "unknown" if value is None else ("yes" if value else "no")
-
-
-def _count(n: int, unit: str) -> str:
-    return f"{n} {unit} differ" if n != 1 else f"1 {unit.rstrip('s')} differs"
-
-
-def _geometry(g: Geometry) -> str:
-    return f"4096-byte page {g.page}, 512-byte sector {g.sector}, 64 KiB {g.window_64k}"
-
-
-def render_mismatch(m: Mismatch) -> list[str]:
-    """A mismatch the way fio reports a verify failure: where, then expected before actual."""
-    other = f" (row {m.other_row})" if m.other_row is not None else ""
-    lines = [
-        f"mismatch: {m.path} row {m.row} [{m.kind}{other}] ({m.stage})",
-        f"  file {escape_path(m.file)}, offset {m.row_offset} (0x{m.row_offset:x}), length {m.length}",
-        f"  tensor {escape(m.tensor)}, row {m.row}, block {m.block}, column {m.column} "
-        f"(byte {m.byte} of the row, offset {m.offset} (0x{m.offset:x}))",
-        f"  expected: {m.expected}",
-        f"  actual:   {m.actual}",
-        f"  {_count(m.differing, m.unit)}; decoded row finite: expected "
-        f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}"
-        + (f"; max abs diff {m.max_abs_diff:g}" if m.max_abs_diff is not None else ""),
-    ]
-    if m.detail:
-        lines.append(f"  {m.detail}")
-    return lines
-
-
-def render_short(s: ShortRead) -> str:
-    return (f"short read: {s.path} ({s.stage}) file {escape_path(s.file)}, offset {s.offset} (0x{s.offset:x}), "
-            f"asked {s.requested} bytes, got {s.returned}, not at end of file")
-
-
-def render(report: RowsReport) -> list[str]:
-    r = report
-    lines = [f"file {escape_path(r.file)}",
-             f"tensor {escape(r.tensor)}: {r.ggml_type}, {r.n_cols} columns, {r.row_bytes}-byte rows, "
-             f"{r.n_rows} rows at offset {r.table_offset}",
-             f"rows: {r.rows_checked} ({escape(r.selection)}); crossing: {_geometry(r.geometry)}"]
-    for s in r.stats:
-        cache = f", cache {s.cache_hits} hits / {s.cache_misses} misses / {s.cache_evictions} evictions" \
-            if s.cache_hits or s.cache_misses else ""
-        lines.append(f"{s.path} ({s.stage}): {s.rows} rows, {s.reads} reads, {s.bytes} bytes, "
-                     f"alignment {s.alignment} ({s.alignment_source}), {s.buffers} buffers{cache}, "
-                     f"{s.seconds:.3f} s")
-    for w in r.warnings:
-        lines.append(f"warning: {w}")
-    if r.capture is not None:
-        c = r.capture
-        diff = f", max abs diff {c.max_abs_diff:g}" if c.max_abs_diff is not None else ""
-        lines.append(f"capture {escape_path(c.file)}: {c.rows} {c.kind} rows ({c.dtype}), "
-                     f"{c.mismatched_rows} differ{diff}")
-    for m in r.mismatches:
-        lines.extend(render_mismatch(m))
-    lines.extend(render_short(s) for s in r.short_reads)
-    if r.mismatch_count > len(r.mismatches):
-        lines.append(f"... {r.mismatch_count - len(r.mismatches)} more mismatches not shown")
-    if r.short_read_count > len(r.short_reads):
-        lines.append(f"... {r.short_read_count - len(r.short_reads)} more short reads not shown")
-    lines.append(_result(r))
-    return lines
-
-
-def _result(r: RowsReport) -> str:
-    """The verdict: what delivered the file's bytes (or how many did not), then whether the rows
-    themselves hold non-finite values."""
-    if not r.compared:
-        verdict = "nothing compared: every read path was skipped"
-    elif r.delivered:
-        verdict = _delivered(r)
-    else:
-        kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
-        verdict = (f"{r.mismatch_count} mismatches ({kinds}), {r.short_read_count} short reads; "
-                   f"mismatched rows crossing: {_geometry(r.mismatch_geometry)}")
-    if r.nonfinite_rows:
-        verdict += f"; {_nonfinite(r)}"
-    return f"result: {'clean: ' if r.clean and r.compared else ''}{verdict}"
-
-
-def _delivered(r: RowsReport) -> str:
-    if r.capture is None:
-        return "every path delivered the file's bytes"
-    if not r.stats:
-        return f"the capture matched the file in all {r.capture.rows} rows (no read path run)"
-    return "every path and the capture delivered the file's bytes"
-
-
-def _nonfinite(r: RowsReport) -> str:
-    f = r.first_nonfinite
-    rows = f"{r.nonfinite_rows} selected row{'s hold' if r.nonfinite_rows != 1 else ' holds'} non-finite values"
-    if f is None:
-        return rows
-    where = f"column {f.column}" if f.field == "value" else f"block {f.block}, field {escape(f.field)}"
-    how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
-    return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"
+def _progress(mode: str, done: int, total: int) -> None:
+    click.echo(f"\r{mode}: {done}/{total} rows ({100 * done // max(total, 1)}%)", err=True, nl=False)

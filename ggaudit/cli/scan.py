@@ -11,10 +11,11 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..format.locate import resolve_model
-from ..scan.report import FP8_E4M3, ScanReport, render_text
+from ..scan.report import FP8_E4M3, ScanReport
 from ..scan.run import scan as scan_model
 from ..text import escape
-from .common import PathParam, emit_outcomes, expand_models, handle_errors, hint, stderr_is_tty
+from .common import PathParam, expand_models, handle_errors, hint, stderr_is_tty
+from .reporters import emit_outcomes, format_options
 
 
 @click.command()
@@ -32,11 +33,11 @@ from .common import PathParam, emit_outcomes, expand_models, handle_errors, hint
 @click.option("--sha256", is_flag=True,
               help="Also print each file's sha256, computed from the same single read as the scan.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Models scanned at once.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@format_options
 @handle_errors
 def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None,
          overrides: tuple[str, ...], limit: int, fail_fast: bool, store: str | None, sha256: bool, jobs: int,
-         as_json: bool) -> None:
+         fmt: str) -> None:
     """Find NaN and Inf (and with --max-abs, outliers) in each MODEL's tensors.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
@@ -63,8 +64,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     for outcome in outcomes:
         for warning in outcome.result.warnings if outcome.result is not None else ():
             hint(f"ggaudit: warning: {escape(warning)}")
-    raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=lambda r: r.to_json(), render=render_text,
-                                   has_findings=lambda r: r.has_findings))
+    raise SystemExit(emit_outcomes(outcomes, fmt))
 
 
 def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:

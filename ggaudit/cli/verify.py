@@ -3,20 +3,15 @@ blob's own name, or a tensor manifest. Exit 0 all good, 1 mismatches, 2 unreadab
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
-from ..format.locate import OLLAMA_PREFIX, resolve_model
-from ..text import escape, escape_path
-from ..verify.run import (Mismatch, VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
-                          verify_tensor_manifest)
-from .common import PathParam, emit_outcomes, handle_errors, hint
-
-HF_PREFIX = "hf:"
+from ..format.locate import OLLAMA_PREFIX
+from ..text import escape
+from ..verify.dispatch import verify as check
+from .common import PathParam, handle_errors, hint
+from .reporters import emit_outcomes, format_options
 
 
 @click.command()
@@ -29,11 +24,11 @@ HF_PREFIX = "hf:"
               help="Verify TARGET against a tensor manifest written by `ggaudit manifest`.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Verify this many TARGETs at once.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@format_options
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
 @handle_errors
 def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
-           manifest_file: str | None, jobs: int, as_json: bool, fail_fast: bool) -> None:
+           manifest_file: str | None, jobs: int, fmt: str, fail_fast: bool) -> None:
     """Check the bytes of each TARGET against the digests they should have.
 
     \b
@@ -51,65 +46,13 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     if sums is not None:
         if items or manifest_file is not None:
             raise UsageError(None, "--sums FILE takes no TARGET and no --manifest")
-        outcomes = run_models([sums], lambda path: verify_sums(path, fail_fast=fail_fast))
+        outcomes = run_models([sums], lambda path: check(sums=path, fail_fast=fail_fast))
     elif not items:
         raise UsageError(None, "give a TARGET, --ollama NAME or --sums FILE")
     else:
-        outcomes = run_models(items, lambda t: _verify_one(t, store, manifest_file, fail_fast), jobs=jobs)
+        outcomes = run_models(items, lambda t: check(t, manifest=manifest_file, store=store, fail_fast=fail_fast),
+                              jobs=jobs)
     for outcome in outcomes:
         for warning in outcome.result.warnings if outcome.result is not None else ():
             hint(f"ggaudit: warning: {escape(warning)}")
-    raise SystemExit(emit_outcomes(outcomes, as_json=as_json, to_json=report_to_json, render=render_report,
-                                   has_findings=lambda r: not r.ok))
-
-
-def _verify_one(target: str, store: str | None, manifest_file: str | None, fail_fast: bool) -> VerifyReport:
-    if manifest_file is not None:
-        model = resolve_model(target, store=store)[0]
-        return verify_tensor_manifest(model, manifest_file, fail_fast=fail_fast)
-    if target.startswith(OLLAMA_PREFIX):
-        return verify_ollama(target[len(OLLAMA_PREFIX):], store, fail_fast=fail_fast)
-    if target.startswith(HF_PREFIX):
-        return verify_hf(target[len(HF_PREFIX):], fail_fast=fail_fast)
-    return verify_blob(target)
-
-
-def report_to_json(report: VerifyReport) -> dict[str, Any]:
-    doc = dataclasses.asdict(report)
-    doc["ok"] = report.ok
-    return doc
-
-
-def describe_mismatch(m: Mismatch) -> list[str]:
-    """fio style: where (file, offset, length; tensor, rows), what, then expected before actual."""
-    where = [f"file {escape_path(m.path)}"]
-    if m.offset is not None:
-        where.append(f"offset {m.offset}")
-    if m.length is not None:
-        where.append(f"length {m.length}")
-    place = ", ".join(where)
-    if m.tensor is not None:
-        place += f"; tensor {escape(m.tensor)}"
-        if m.rows is not None:
-            place += f", rows {m.rows[0]}-{m.rows[1]}"
-    elif m.subject:
-        place += f" ({escape(m.subject)})"
-    lines = [f"MISMATCH {m.kind}: {place}: {escape(m.detail)}"]
-    if m.expected is not None or m.actual is not None:
-        lines.append(f"  expected: {escape(m.expected or '-')}")
-        lines.append(f"  actual:   {escape(m.actual or '-')}")
-    return lines
-
-
-def render_report(report: VerifyReport) -> list[str]:
-    lines = [f"verify {report.kind}: {escape_path(report.source)}"]
-    for item in report.checked:
-        if item.ok:
-            lines.append(f"ok {item.algorithm} {item.digest}: file {escape_path(item.path)}, {item.size} bytes "
-                         f"({escape(item.subject)})")
-    for m in report.mismatches:
-        lines.extend(describe_mismatch(m))
-    stop = " (stopped at the first mismatch)" if report.stopped_early else ""
-    lines.append(f"summary: {report.stats.files} files hashed, {report.stats.bytes_hashed} bytes, "
-                 f"{len(report.mismatches)} mismatches{stop}")
-    return lines
+    raise SystemExit(emit_outcomes(outcomes, fmt))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
@@ -160,7 +160,8 @@ def field_bits(field: FloatField, raw: np.ndarray) -> np.ndarray:
     if field.encoding is Encoding.IQ1M_F16:
         return iq1m_assemble(raw)
     width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[field.size]
-    return raw.view(np.dtype(width).newbyteorder("<")).reshape(-1)
+    words: np.ndarray = raw.view(np.dtype(width).newbyteorder("<")).reshape(-1)
+    return words
 
 
 def iq1m_assemble(raw: np.ndarray) -> np.ndarray:

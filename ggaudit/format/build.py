@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
@@ -123,12 +124,12 @@ def gguf_bytes(tensors: Sequence[TensorSpec], metadata: Mapping[str, Any] | None
     rel = layout_tensors(tensors, alignment)
     header = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(meta))
     header += b"".join(encode_kv(k, v) for k, v in meta.items())
-    header += b"".join(encode_tensor_info(t.name, t.ggml_type, t.shape, r) for t, r in zip(tensors, rel))
+    header += b"".join(encode_tensor_info(t.name, t.ggml_type, t.shape, r) for t, r in zip(tensors, rel, strict=True))
     data_offset = _align(len(header), alignment)
     out = bytearray(header) + bytes(data_offset - len(header))
-    for t, r in zip(tensors, rel):
+    for t, r in zip(tensors, rel, strict=True):
         out += bytes(data_offset + r - len(out)) + t.data
-    return bytes(out), {t.name: data_offset + r for t, r in zip(tensors, rel)}
+    return bytes(out), {t.name: data_offset + r for t, r in zip(tensors, rel, strict=True)}
 
 
 def write_gguf(path: str | os.PathLike[str], tensors: Sequence[TensorSpec],

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
+from .._version import __version__
 from .layout import ArrayValue, GGUFFile, MetaValue, Model, Tensor
 
-INFO_SCHEMA_VERSION = 1
+#: The ``schema`` of :func:`model_to_json`.
+SCHEMA = "ggaudit/info/1"
 
 
 def meta_to_json(entry: MetaValue) -> Any:
@@ -45,9 +48,11 @@ def _file_to_json(f: GGUFFile) -> dict[str, Any]:
 
 
 def model_to_json(model: Model) -> dict[str, Any]:
-    """The documented ``ggaudit info --json`` object."""
+    """The documented ``ggaudit info --json`` object (docs/json.md)."""
     return {
-        "schema": INFO_SCHEMA_VERSION,
+        "schema": SCHEMA,
+        "tool_version": __version__,
+        "ok": True,
         "model": model.source,
         "architecture": model.architecture,
         "size": model.size,
@@ -56,3 +61,18 @@ def model_to_json(model: Model) -> dict[str, Any]:
         "bytes_per_type": bytes_per_type(model.tensors),
         "tensors": [tensor_to_json(t) for t in model.tensors],
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    """A model's layout as a report, like the others: ``ok`` (always: describing finds nothing) and
+    ``to_json()`` (:func:`model_to_json`)."""
+
+    model: Model
+
+    @property
+    def ok(self) -> bool:
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return model_to_json(self.model)

@@ -8,13 +8,15 @@ opens without decoding its strings (only their lengths are walked).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
 import struct
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
@@ -441,7 +443,7 @@ def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tup
             raise cur.error(f"tensor[{t.name}].offset", f"tensor data [{data_offset + t.rel_offset}, {end}) "
                             f"runs past the end of the file ({cur.size} bytes)", t.offset_at)
     ordered = sorted(raw, key=lambda t: t.rel_offset)
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in itertools.pairwise(ordered):
         if after.rel_offset < before.rel_offset + before.nbytes:
             raise cur.error(f"tensor[{after.name}].offset", f"tensor data overlaps tensor {before.name!r}",
                             after.offset_at)

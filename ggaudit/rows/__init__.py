@@ -1,0 +1,4 @@
+"""Replaying table rows through every read path: readers per OS (:mod:`.readers`), choosing rows
+(:mod:`.select`), gathering them (:mod:`.gather`: pools, cache, prefetch), telling what went wrong
+(:mod:`.classify`), the finiteness verdict (:mod:`.finite`) and the entry point (:mod:`.replay`,
+:func:`ggaudit.check_rows`)."""

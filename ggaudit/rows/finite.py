@@ -9,8 +9,9 @@ call per megabyte, not one per row.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +40,10 @@ class NonFiniteValue:
     offset: int         # absolute file offset of the field or element
     bits: str           # its stored bits, 0x-prefixed hex
     cause: str          # field (the stored value is non-finite) or overflow (a finite scale that overflows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "row": self.row, "block": self.block, "column": self.column, "field": self.field,
+                "offset": self.offset, "bits": self.bits, "cause": self.cause}
 
 
 @dataclass(frozen=True)

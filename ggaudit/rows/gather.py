@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from .readers import PAGE, POISON, Buffer, BufferedReader, Reader, align_down, align_up, is_short, same_bytes
 
@@ -239,7 +240,7 @@ class Gatherer:
                 out: list[Sample], held: list[Buffer] | None) -> None:
         """Note short reads and unlanded buffers, and slice each read's rows into *out*."""
         rb, base, size, new = self.row_bytes, self.base, self.reader.size, tuple.__new__
-        for (first, _, i, j), buf, (start, length), got in zip(reads, ready.buffers, ready.spans, landed):
+        for (first, _, i, j), buf, (start, length), got in zip(reads, ready.buffers, ready.spans, landed, strict=True):
             if got < length and is_short(start, length, got, size):
                 self.shortfalls.append(Shortfall(start, length, got))
             whole = buf.view

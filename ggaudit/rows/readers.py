@@ -8,6 +8,7 @@ whether it is a finding (it is, unless it stopped at the end of the file; see :f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -17,8 +18,9 @@ import platform
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -127,10 +129,9 @@ class Buffer:
     def close(self) -> None:
         self.view.release()
         if self._map is not None:
-            try:
+            # A slice of it may still be alive somewhere: it is unmapped with that slice.
+            with contextlib.suppress(BufferError):
                 self._map.close()
-            except BufferError:  # a slice of it is still alive somewhere; it is unmapped with that slice
-                pass
         if self._release is not None:
             self._release()
 
@@ -154,7 +155,7 @@ def same_bytes(a: memoryview, b: memoryview) -> bool:
         return False
     if len(a) < 4096:
         return bytes(a) == bytes(b)
-    return _memcmp()(address_of(a), address_of(b), len(a)) == 0
+    return bool(_memcmp()(address_of(a), address_of(b), len(a)) == 0)
 
 
 _POISON_CACHE: dict[int, memoryview] = {}

@@ -1,23 +1,22 @@
-"""What `ggaudit rows` checks: the selected row IDs (--ids, --ids-file, --random, --page-crossing, --all)
-and an engine's capture of gathered rows (--against), validated before any read path runs."""
+"""What a rows check replays: the rows chosen (listed IDs, a RowSelection: every row, random rows,
+page-crossing rows) and an engine's capture of gathered rows, validated before any read path runs."""
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 import tokenize
 import warnings
 import zipfile
 import zlib
-from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from .. import io as fileio
-from ..errors import ReadError, UsageError
+from ..errors import ReadError, UsageError, check_arg
 from ..arrays import distinct
 from ..untrusted import quote, shorten
 from .readers import PAGE
@@ -25,46 +24,105 @@ from .readers import PAGE
 if TYPE_CHECKING:
     from .replay import RowTable
 
-#: Selections larger than this must use --all (which streams) rather than a list of IDs.
+#: Selections larger than this must sweep the table (all_rows, which streams) rather than list IDs.
 MAX_SELECTED = 1 << 24
 
-#: One --ids-file, or several (their IDs are joined).
-IdsFiles = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+#: Row IDs as a caller gives them: a sequence of ints (Python or numpy), a range, or a 1-D integer array.
+RowIds = Sequence[int] | range | np.ndarray
 
-#: Largest --ids-file read: a list of IDs or ranges, never model-sized.
-MAX_IDS_FILE_BYTES = 64 << 20
+#: Largest seed: seeds are 32-bit, as the ones chosen for you are (and as they are printed).
+MAX_SEED = (1 << 32) - 1
 
 
 # --- row selection -------------------------------------------------------------------------------
 
-def parse_ids(text: str, n_rows: int, source: str = "--ids") -> np.ndarray:
-    """Row IDs (int64, in the order given) from "4162,4170-4200" (commas or whitespace; '#' starts a
-    comment in files). Kept as 8-byte integers: 16M IDs are 128 MB, not 600 MB of Python ints."""
-    ids = array("q")
-    multiline = "\n" in text.rstrip("\n")
-    for lineno, line in enumerate(io.StringIO(text), 1):  # line by line: no list of every line
-        for token in line.split("#", 1)[0].replace(",", " ").split():
-            span = _expand(token, n_rows, f"{source} line {lineno}" if multiline else source)
-            if len(ids) + len(span) > MAX_SELECTED:
-                raise UsageError(source, f"more than {MAX_SELECTED} row IDs; use --all to sweep the table")
-            ids.extend(span)
-    return np.frombuffer(ids, dtype=np.int64) if ids else np.zeros(0, dtype=np.int64)
+@dataclass(frozen=True, kw_only=True)
+class RowSelection:
+    """Ways to choose rows besides listing them. *random* distinct rows (*seed* makes the choice
+    repeatable; without one a seed is chosen and reported) and every row crossing a 4096-byte page add
+    to the rows listed; *all_rows* sweeps the whole table, streamed, and excludes everything else."""
+
+    all_rows: bool = False
+    random: int | None = None
+    seed: int | None = None
+    page_crossing: bool = False
+
+    def __post_init__(self) -> None:
+        check_arg("all_rows", self.all_rows, bool, "True or False")
+        check_arg("page_crossing", self.page_crossing, bool, "True or False")
+        check_arg("random", self.random, (int, type(None)), "an integer or None")
+        check_arg("seed", self.seed, (int, type(None)), "an integer or None")
+        if self.random is not None and self.random < 1:
+            raise UsageError(None, f"must be at least 1, not {int_text(self.random)}", field="random")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            # Not the value itself: a huge int cannot even be turned into text (Python's 4300-digit limit).
+            raise UsageError(None, f"must be an integer in 0..{MAX_SEED}", field="seed")
+        others = [name for name, on in (("random", self.random is not None), ("page_crossing", self.page_crossing))
+                  if on]
+        if self.all_rows and others:
+            raise UsageError(None, f"sweeps the whole table; drop {', '.join(others)}", field="all_rows")
 
 
-def _expand(token: str, n_rows: int, where: str) -> range:
-    lo_text, dash, hi_text = token.partition("-")
-    try:
-        lo = int(lo_text)
-        hi = int(hi_text) if dash else lo
-    except ValueError:
-        raise UsageError(where, f"{quote(token)} is not a row ID or a range like 4170-4200") from None
-    if lo < 0 or hi < lo:
-        raise UsageError(where, f"{quote(token)} is not a valid range of row IDs")
-    if hi >= n_rows:
-        raise UsageError(where, f"row {shorten(str(hi))} is outside the table (rows 0..{n_rows - 1})")
-    if hi - lo >= MAX_SELECTED:
-        raise UsageError(where, f"{quote(token)} selects more than {MAX_SELECTED} rows; use --all")
-    return range(lo, hi + 1)
+def int_text(value: int) -> str:
+    """An int as text, or its size when it is too long to print (str() refuses 4300 digits and more)."""
+    return str(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+
+
+def row_ids(rows: object, n_rows: int) -> np.ndarray:
+    """*rows* (a sequence of ints, a range or a 1-D integer array) as int64 IDs, each one a row of a table
+    of *n_rows*; anything else is a UsageError naming `rows`."""
+    if isinstance(rows, np.ndarray):
+        return _array_ids(rows, n_rows)
+    if isinstance(rows, range):
+        return _range_ids(rows, n_rows)
+    if isinstance(rows, Sequence) and not isinstance(rows, (str, bytes, bytearray)):
+        return _sequence_ids(rows, n_rows)
+    one = isinstance(rows, (int, np.integer)) and not isinstance(rows, (bool, np.bool_))
+    raise UsageError(None, f"must be a sequence, range or numpy array of row IDs, not {type(rows).__name__}"
+                           + ("; for one row, pass a list of one" if one else ""), field="rows")
+
+
+def _outside(row: int, n_rows: int) -> UsageError:
+    return UsageError(None, f"row {int_text(row)} is outside the table (rows 0..{n_rows - 1})", field="rows")
+
+
+def _array_ids(rows: np.ndarray, n_rows: int) -> np.ndarray:
+    if rows.ndim != 1:
+        raise UsageError(None, f"must be a 1-D array of row IDs, not one of shape {rows.shape}", field="rows")
+    if rows.dtype.kind not in "iu":
+        raise UsageError(None, f"must hold integers, not {rows.dtype}", field="rows")
+    outside = np.flatnonzero((rows < 0) | (rows >= n_rows))
+    if outside.size:
+        raise _outside(int(rows[outside[0]]), n_rows)
+    return rows.astype(np.int64, copy=False)
+
+
+def _range_ids(rows: range, n_rows: int) -> np.ndarray:
+    if rows and not 0 <= rows[0] < n_rows:
+        raise _outside(rows[0], n_rows)
+    # How many leading IDs lie in the table: up to n_rows - 1 ascending, down to 0 descending.
+    inside = -(-(n_rows - rows.start) // rows.step) if rows.step > 0 else rows.start // -rows.step + 1
+    if rows and inside < len(rows):
+        raise _outside(rows[inside], n_rows)
+    if len(rows) > MAX_SELECTED:
+        raise UsageError(None, f"{len(rows)} row IDs, more than {MAX_SELECTED}; sweep the table with "
+                               "RowSelection(all_rows=True)", field="rows")
+    return np.arange(rows.start, rows.stop, rows.step, dtype=np.int64)
+
+
+def _sequence_ids(rows: Sequence[Any], n_rows: int) -> np.ndarray:
+    if not rows:
+        return np.zeros(0, dtype=np.int64)
+    kinds = set(map(type, rows))   # in C: a list of 16M ints is checked in a fraction of a second
+    if not all(issubclass(k, (int, np.integer)) and not issubclass(k, (bool, np.bool_)) for k in kinds):
+        i, bad = next((i, x) for i, x in enumerate(rows)
+                      if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)))
+        # numpy 1.x calls its bool "bool_": the same message whatever numpy is installed.
+        kind = "bool" if isinstance(bad, np.bool_) else type(bad).__name__
+        raise UsageError(None, f"must hold integers, not {kind} (rows[{i}])", field="rows")
+    if not (min(rows) >= 0 and max(rows) < n_rows):
+        raise _outside(int(next(x for x in rows if not 0 <= x < n_rows)), n_rows)
+    return np.array(rows, dtype=np.int64)
 
 
 def crosses(offset: int, length: int, boundary: int) -> bool:
@@ -72,7 +130,8 @@ def crosses(offset: int, length: int, boundary: int) -> bool:
 
 
 def crossing_mask(offsets: np.ndarray, length: int, boundary: int) -> np.ndarray:
-    return offsets // boundary != (offsets + (length - 1)) // boundary
+    mask: np.ndarray = offsets // boundary != (offsets + (length - 1)) // boundary
+    return mask
 
 
 def crossing_rows(table: RowTable, boundary: int = PAGE) -> np.ndarray:
@@ -82,8 +141,8 @@ def crossing_rows(table: RowTable, boundary: int = PAGE) -> np.ndarray:
     for hit in crossing_rows_of(table.tensor.offset, table.row_bytes, table.n_rows, boundary):
         total += hit.size
         if total > MAX_SELECTED:
-            raise UsageError(table.path, f"more than {MAX_SELECTED} rows cross a page; use --all",
-                             field=table.name)
+            raise UsageError(table.path, f"more than {MAX_SELECTED} rows cross a page; sweep the table with "
+                                         "RowSelection(all_rows=True)", field=table.name)
         found.append(hit)
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
@@ -114,7 +173,7 @@ def crossing_rows_of(base: int, row_bytes: int, n_rows: int, boundary: int,
 
 @dataclass(frozen=True)
 class Selection:
-    """The rows to replay (int64, each once, in first-chosen order; None for --all: the whole table,
+    """The rows to replay (int64, each once, in first-chosen order; None for all_rows: the whole table,
     streamed) and how they were chosen."""
 
     rows: np.ndarray | None = field(compare=False)
@@ -122,56 +181,74 @@ class Selection:
     seed: int | None = None
 
 
-def select_rows(table: RowTable, *, ids: str | None = None, ids_file: IdsFiles | None = None,
-                all_rows: bool = False, random: int | None = None, seed: int | None = None,
-                page_crossing: bool = False, extra: Iterable[int] | np.ndarray = ()) -> Selection:
-    """Combine the selectors (union, first appearance order); --all excludes the others. *ids_file* is
-    one file or several (each read in turn). Selectors that name no row are an error: nothing would be
-    checked."""
-    chosen = [s for s, on in (("--ids", ids is not None), ("--ids-file", bool(id_files(ids_file))),
-                              ("--random", random is not None), ("--page-crossing", page_crossing)) if on]
-    if all_rows:
-        if chosen:
-            raise UsageError(None, f"--all sweeps the whole table; drop {', '.join(chosen)}")
+def select_rows(table: RowTable, rows: object = None, select: RowSelection | None = None, *,
+                extra: Iterable[int] | np.ndarray = ()) -> Selection:
+    """The union of the rows listed (see row_ids), those *select* chooses and *extra* (a capture's IDs),
+    each once, in the order first chosen; all_rows excludes the others. A choice that names no row is an
+    error: nothing would be checked."""
+    check_arg("select", select, (RowSelection, type(None)), "a RowSelection or None")
+    sel = select or RowSelection()
+    listed = None if rows is None else row_ids(rows, table.n_rows)
+    if sel.all_rows:
+        if listed is not None:
+            raise UsageError(None, "sweeps the whole table; drop rows", field="all_rows")
         return Selection(None, f"all {table.n_rows} rows")
     picked = [np.asarray(extra if isinstance(extra, np.ndarray) else list(extra), dtype=np.int64)]
     parts = []
-    if ids is not None:
-        picked.append(parse_ids(ids, table.n_rows))
-        parts.append(f"--ids {(ids if len(ids) <= 60 else ids[:57] + '...') or repr(ids)}")
-    for name in id_files(ids_file):
-        picked.append(parse_ids(_read_ids_file(name), table.n_rows, name))
-        parts.append(f"--ids-file {name}")
-    if random is not None:
-        seed, sample = _random_rows(table, random, seed)
+    if listed is not None:
+        picked.append(listed)
+        parts.append(f"rows {describe_ids(listed) or '[]'}")
+    seed = sel.seed
+    if sel.random is not None:
+        seed, sample = _random_rows(table, sel.random, sel.seed)
         picked.append(sample)
-        parts.append(f"--random {random} --seed {seed}")
-    if page_crossing:
+        parts.append(f"random {sel.random} seed {seed}")
+    if sel.page_crossing:
         picked.append(crossing_rows(table))
-        parts.append("--page-crossing")
-    rows = _first_occurrences(np.concatenate(picked))
-    if not rows.size and not parts:
-        raise UsageError(None, "choose rows: --ids, --ids-file, --random N, --page-crossing or --all")
-    if not rows.size:
-        raise UsageError(None, f"no rows selected by {' + '.join(parts)}; nothing was checked")
-    if rows.size > MAX_SELECTED:
-        raise UsageError(None, f"{rows.size} rows selected, more than {MAX_SELECTED}; use --all to sweep the table")
-    return Selection(rows, " + ".join(parts) or "capture IDs", seed)
+        parts.append("page-crossing")
+    chosen = _first_occurrences(np.concatenate(picked))
+    if not chosen.size and not parts:
+        raise UsageError(None, "none given and none selected: pass row IDs, or select=RowSelection(all_rows=True),"
+                               " RowSelection(random=N) or RowSelection(page_crossing=True)", field="rows")
+    if not chosen.size:
+        raise UsageError(None, f"{' + '.join(parts)} selected no rows; nothing was checked")
+    if chosen.size > MAX_SELECTED:
+        raise UsageError(None, f"{chosen.size} rows selected, more than {MAX_SELECTED}; sweep the table with "
+                               "RowSelection(all_rows=True)")
+    return Selection(chosen, " + ".join(parts) or "capture IDs", seed)
 
 
-def id_files(ids_file: IdsFiles | None) -> list[str]:
-    """The --ids-file paths: none, one, or several (repeated --ids-file)."""
-    if ids_file is None:
-        return []
-    if isinstance(ids_file, (str, os.PathLike)):
-        return [os.fspath(ids_file)]
-    return [os.fspath(name) for name in ids_file]
+def describe_ids(ids: np.ndarray, width: int = 60) -> str:
+    """"4,100-102" for [4, 100, 101, 102]: runs of consecutive IDs as ranges, cut to *width* characters
+    (only the runs that fit are looked at: the IDs may be millions)."""
+    out: list[str] = []
+    length, i = 0, 0
+    while i < ids.size and length <= width:
+        j = _run_end(ids, i)
+        lo, hi = int(ids[i]), int(ids[j - 1])
+        out.append(str(lo) if j - i == 1 else f"{lo}-{hi}")
+        length += len(out[-1]) + 1
+        i = j
+    text = ",".join(out)
+    return text if len(text) <= width and i == ids.size else text[:width - 3] + "..."
+
+
+def _run_end(ids: np.ndarray, i: int, chunk: int = 1 << 16) -> int:
+    """The index after the run of consecutive IDs (each one more than the last) that starts at *i*."""
+    while True:
+        part = ids[i:i + chunk]
+        breaks = np.flatnonzero(np.diff(part) != 1)
+        if breaks.size:
+            return i + int(breaks[0]) + 1
+        if i + part.size >= ids.size:
+            return ids.size
+        i += part.size - 1
 
 
 def _first_occurrences(rows: np.ndarray) -> np.ndarray:
     """Each row once, in the order it was first chosen (a dict of 13M Python ints took a gigabyte)."""
     if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
-        return rows  # ascending already (--page-crossing alone): nothing repeats, no sort needed
+        return rows  # ascending already (page-crossing alone): nothing repeats, no sort needed
     order = np.argsort(rows, kind="stable")  # equal rows stay in the order they were chosen
     ranked = rows[order]
     first = np.ones(rows.size, dtype=bool)
@@ -179,33 +256,10 @@ def _first_occurrences(rows: np.ndarray) -> np.ndarray:
     return rows[np.sort(order[first])]
 
 
-def _read_ids_file(path: str) -> str:
-    # Opened as every input is (ggaudit.io): regular files only, so a FIFO cannot hang the run nor a
-    # device such as /dev/zero feed it without end.
-    try:
-        fd, st = fileio.open_readonly(path)
-    except ReadError as err:
-        raise UsageError(path, f"cannot read ID file: {err.message}") from None
-    with open(fd, "rb") as f:
-        if st.st_size > MAX_IDS_FILE_BYTES:
-            raise UsageError(path, f"ID file is larger than {MAX_IDS_FILE_BYTES >> 20} MiB; use --all or ranges")
-        data = f.read(st.st_size)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(path, "ID file is not text", offset=err.start) from None
-
-
-#: Largest --seed: seeds are 32-bit, as the ones chosen for you are (and as they are printed).
-MAX_SEED = (1 << 32) - 1
-
-
 def _random_rows(table: RowTable, n: int, seed: int | None) -> tuple[int, np.ndarray]:
-    if n < 1 or n > min(table.n_rows, MAX_SELECTED):
-        raise UsageError(None, f"--random {n}: choose 1..{min(table.n_rows, MAX_SELECTED)} rows")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
-        # Not the value itself: a huge int cannot even be turned into text (Python's 4300-digit limit).
-        raise UsageError(None, f"--seed must be an integer in 0..{MAX_SEED}")
+    most = min(table.n_rows, MAX_SELECTED)
+    if n > most:
+        raise UsageError(None, f"choose 1..{most} rows, not {int_text(n)}", field="random")
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     return seed, sample_rows(np.random.default_rng(seed), table.n_rows, n)
@@ -291,7 +345,7 @@ def _capture_arrays(path: str, f: BinaryIO, size: int) -> tuple[np.ndarray, np.n
         if "ids" not in names or len(names) != 2:
             raise UsageError(path, "a .npy capture must be a structured array with fields `ids` and the rows",
                              field="dtype")
-        return loaded["ids"], loaded[[n for n in names if n != "ids"][0]]
+        return loaded["ids"], loaded[next(n for n in names if n != "ids")]
     f.seek(0)
     loaded = np.load(f, allow_pickle=False)     # not a .npy: a zip (.npz), or refused (pickles)
     if not isinstance(loaded, np.lib.npyio.NpzFile):

@@ -13,7 +13,7 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import gguf.quants
 import numpy as np
@@ -62,7 +62,7 @@ CODECS: dict[Encoding, Codec] = {
 OVERFLOW_KEY: dict[T, int] = {T.MXFP4: 0xFD}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ue4m3_ranks() -> tuple[np.ndarray, np.ndarray]:
     """(byte -> rank of its value, rank -> value) for UE4M3, so ranks order like values."""
     values = decode_bits(Encoding.UE4M3, np.arange(256))
@@ -72,9 +72,12 @@ def _ue4m3_ranks() -> tuple[np.ndarray, np.ndarray]:
 
 def _key_values(codec: Codec, keys: np.ndarray | int) -> np.ndarray:
     """|x| of each key as float64."""
+    magnitudes: np.ndarray
     if codec.encoding is Encoding.UE4M3:
-        return _ue4m3_ranks()[1][np.asarray(keys, dtype=np.int64)]
-    return np.abs(decode_bits(codec.encoding, np.asarray(keys)))
+        magnitudes = _ue4m3_ranks()[1][np.asarray(keys, dtype=np.int64)]
+    else:
+        magnitudes = np.abs(decode_bits(codec.encoding, np.asarray(keys)))
+    return magnitudes
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,7 +110,7 @@ class Group:
         return 4 if self.codec.encoding is Encoding.IQ1M_F16 else 1
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def groups(layout: BlockLayout) -> tuple[Group, ...]:
     groups: list[Group] = []
     for f in layout.fields:
@@ -115,7 +118,7 @@ def groups(layout: BlockLayout) -> tuple[Group, ...]:
         if last is not None and last.codec.encoding is f.encoding and f.encoding is not Encoding.IQ1M_F16:
             gap = f.offset - last.fields[-1].offset
             if gap >= f.size and (len(last.fields) == 1 or gap == last.spacing):
-                groups[-1] = Group(last.fields + (f,), last.offset, gap, last.codec)
+                groups[-1] = Group((*last.fields, f), last.offset, gap, last.codec)
                 continue
         groups.append(Group((f,), f.offset, f.size, CODECS[f.encoding]))
     return tuple(groups)
@@ -239,7 +242,9 @@ def _raw(group: Group, data: np.ndarray, n: int, bb: int, contiguous: bool) -> n
     unit = np.dtype(group.codec.unit)
     k = len(group.fields) * group.words
     if contiguous:
-        return np.ndarray((n, k), dtype=unit, buffer=data, offset=group.offset, strides=(bb, unit.itemsize))
+        in_place: np.ndarray = np.ndarray((n, k), dtype=unit, buffer=data, offset=group.offset,
+                                          strides=(bb, unit.itemsize))
+        return in_place
     out = _scratch("raw", group.codec.unit, n * k).reshape(n, k)
     width = k * unit.itemsize
     step = unit.itemsize if group.words > 1 else group.spacing
@@ -357,7 +362,8 @@ def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.
             _finding, plan, unit, f, offset, hex_bits(int(raw[i]), bits_bytes),
             finite_or_none(float(values[i])), str(kinds[i]), str(causes[i])))
     nonfinite = keep[kinds[keep] != "outlier"]
-    return first_unit + rows[nonfinite]
+    located: np.ndarray = first_unit + rows[nonfinite]
+    return located
 
 
 def _overflow_kinds(ggml_type: T, data: np.ndarray, rows: np.ndarray, bb: int) -> np.ndarray:
@@ -386,8 +392,8 @@ def _finding(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value
     else:
         row, block = divmod(unit, plan.units_per_row)
         column, width = block * layout.block_size + f.first_col, f.width
-    return Finding(plan.name, plan.path, kind, row, column, width, block, f.name, offset, f.size, bits,
-                   value, cause)
+    return Finding(tensor=plan.name, path=plan.path, kind=kind, row=row, column=column, width=width, block=block,
+                   field=f.name, offset=offset, size=f.size, bits=bits, value=value, cause=cause)
 
 
 def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: int,
@@ -416,8 +422,9 @@ def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: i
             offset = plan.offset + unit * bb
             cands.offsets.append(offset)
             cands.makers.append(functools.partial(
-                Finding, plan.name, plan.path, kind, row, block * bs + col, 1, block, "decoded", offset, bb,
-                hex_bits(int(value.view(np.uint32)), 4), None, CAUSE_DECODED))
+                Finding, tensor=plan.name, path=plan.path, kind=kind, row=row, column=block * bs + col, width=1,
+                block=block, field="decoded", offset=offset, size=bb, bits=hex_bits(int(value.view(np.uint32)), 4),
+                value=None, cause=CAUSE_DECODED))
 
 
 def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates) -> None:
@@ -443,7 +450,7 @@ def by_file(plans: Iterable[Plan]) -> dict[str, list[Plan]]:
     return files
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def deep_supported(ggml_type: T) -> bool:
     """Whether gguf.quants can dequantize ``ggml_type`` (what --deep needs)."""
     layout = layout_of(ggml_type)

@@ -1,16 +1,20 @@
-"""Scan findings as data (frozen dataclasses), their JSON shape, and the text rendering helpers.
+"""Scan findings as data (frozen dataclasses) and their JSON shape; the text is the CLI's (cli/reporters).
 
-The JSON shape of a scan report is a public contract (documented in the README): keys may be added,
-never removed or renamed.
+The JSON shape of a scan report is a public contract (docs/json.md, ggaudit/schema/): keys may be added,
+never removed or renamed without a new schema id.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from ..text import escape, escape_path
+from .._version import __version__
+
+#: The ``schema`` of :meth:`ScanReport.to_json`.
+SCHEMA = "ggaudit/scan-report/1"
 
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier")
@@ -36,35 +40,6 @@ def hex_bits(bits: int, nbytes: int) -> str:
     return f"0x{bits:0{2 * nbytes}x}"
 
 
-def format_value(value: float | None) -> str:
-    """A float for people: short, exact enough to recognise (``7.92e+06``), ``nan``/``+inf``/``-inf``."""
-    if value is None:
-        return "-"
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "+inf" if value > 0 else "-inf"
-    return f"{value:.6g}"
-
-
-def location(path: str, offset: int, length: int, *, tensor: str | None = None, row: int | None = None,
-             block: int | None = None, column: int | None = None, width: int | None = None) -> str:
-    """Where a finding is, fio style: file, absolute offset and length first, then the tensor position."""
-    parts = [f"file {escape_path(path)} offset {offset}, length {length}"]
-    where = []
-    if tensor is not None:
-        where.append(f"tensor {escape(tensor)}")
-    if row is not None:
-        where.append(f"row {row}")
-    if block is not None:
-        where.append(f"block {block}")
-    if column is not None:
-        where.append(f"column {column}" if width in (None, 1) else f"columns {column}..{column + width - 1}")
-    if where:
-        parts.append(", ".join(where))
-    return ": ".join(parts)
-
-
 def finite_or_none(value: float | None) -> float | None:
     """The value when it is finite, else None: JSON has no NaN or Inf, findings compare equal, and the
     kind already says which non-finite value it was."""
@@ -73,7 +48,7 @@ def finite_or_none(value: float | None) -> float | None:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     """One non-finite or out-of-range value, located exactly.
 
@@ -104,21 +79,8 @@ class Finding:
                 "field": self.field, "offset": self.offset, "bits": self.bits, "width": self.width,
                 "size": self.size, "value": finite_or_none(self.value), "cause": self.cause}
 
-    def describe(self, max_abs: float | None = None) -> str:
-        """One fio-like line: where, then expected before actual, in hex."""
-        where = location(self.path, self.offset, self.size, tensor=self.tensor, row=self.row,
-                         block=self.block, column=self.column, width=self.width)
-        if self.kind == "outlier":
-            expected = f"|x| <= {format_value(max_abs)}"
-        else:
-            expected = "finite"
-        actual = f"{self.bits} ({self.kind if self.value is None else format_value(self.value)})"
-        if self.cause == CAUSE_OVERFLOW:
-            actual += f", which decodes to {self.kind}"
-        return f"{self.kind} at {where}, field {escape(self.field)}: expected {expected}, got {actual}"
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TensorScan:
     """What the scan found in one tensor."""
 
@@ -154,14 +116,17 @@ class TensorScan:
                 "deep": self.deep, "complete": self.complete}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScanStats:
     bytes: int          # tensor data bytes covered
     seconds: float
     workers: int        # worker processes used (0: read in the calling process)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "seconds": round(self.seconds, 6), "workers": self.workers}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class FileDigest:
     """Digests of one whole file, computed in the same read as the scan (``scan(..., hashes=...)``)."""
 
@@ -173,9 +138,9 @@ class FileDigest:
         return {"path": self.path, "size": self.size, **self.digests}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScanReport:
-    """The result of :func:`ggaudit.scan.run.scan`."""
+    """The result of :func:`ggaudit.scan.run.scan`; ``ok`` when no tensor holds a finding."""
 
     model: str
     files: tuple[str, ...]
@@ -183,7 +148,7 @@ class ScanReport:
     warnings: tuple[str, ...] = ()
     complete: bool = True
     max_abs: float | None = None     # the --max-abs threshold, when given
-    stats: ScanStats = field(default_factory=lambda: ScanStats(0, 0.0, 0))
+    stats: ScanStats = field(default_factory=lambda: ScanStats(bytes=0, seconds=0.0, workers=0))
     hashes: tuple[str, ...] = ()          # digest algorithms asked for (empty: none)
     digests: tuple[FileDigest, ...] = ()  # per file read to its end; --fail-fast may leave some out
 
@@ -192,64 +157,16 @@ class ScanReport:
         return {k: sum(t.counts[k] for t in self.tensors) for k in KINDS}
 
     @property
-    def has_findings(self) -> bool:
-        return any(t.total for t in self.tensors)
-
-    @property
-    def status(self) -> str:
-        return "findings" if self.has_findings else "ok"
+    def ok(self) -> bool:
+        """Nothing found: no non-finite value (and, with ``max_abs``, no outlier) in any tensor."""
+        return not any(t.total for t in self.tensors)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
-            "status": self.status, "model": self.model,
-            "tensors": [t.to_json() for t in self.tensors],
-            "warnings": list(self.warnings),
+            "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "model": self.model,
             "files": list(self.files), "complete": self.complete, "counts": self.counts,
-            "max_abs_threshold": self.max_abs,
-            "stats": {"bytes": self.stats.bytes, "seconds": round(self.stats.seconds, 6),
-                      "workers": self.stats.workers}}
+            "max_abs_threshold": self.max_abs, "warnings": list(self.warnings),
+            "tensors": [t.to_json() for t in self.tensors], "stats": self.stats.to_json()}
         if self.hashes:     # only when asked for, so a plain scan's JSON is unchanged
             doc["digests"] = [d.to_json() for d in self.digests]
         return doc
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def counts_text(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} {counts[k]}" for k in KINDS)
-
-
-def render_text(report: ScanReport) -> Iterator[str]:
-    """The report as lines for a terminal; names are escaped, offsets decimal, bits hex."""
-    total_bytes = report.stats.bytes
-    yield (f"model {escape_path(report.model)}: {_count(len(report.tensors), 'tensor')}, {total_bytes} bytes of "
-           f"tensor data scanned in {_count(len(report.files), 'file')}")
-    for d in report.digests:
-        for algorithm, digest in d.digests.items():
-            yield f"{algorithm}  {digest}  {escape_path(d.path)}"
-    not_applicable = []
-    for t in report.tensors:
-        if t.check == CHECK_NONE:
-            not_applicable.append(escape(t.name))
-            continue
-        if not t.total:
-            continue
-        shown = ", ".join(str(n) for n in t.shape)
-        yield (f"tensor {escape(t.name)} ({t.type} [{shown}]): {counts_text(t.counts)}; "
-               f"max finite |x| {format_value(t.max_abs)}")
-        for finding in t.findings:
-            yield "  " + finding.describe(report.max_abs)
-        if t.truncated:
-            yield f"  ... {t.total - len(t.findings)} more not listed (--limit)"
-    if not_applicable:
-        yield f"not applicable (integer data): {', '.join(not_applicable)}"
-    if not report.complete:
-        yield "incomplete: stopped at the first finding (--fail-fast)"
-    flagged = sum(1 for t in report.tensors if t.total)
-    if flagged:
-        yield (f"result: findings in {flagged} of {len(report.tensors)} tensors: "
-               f"{counts_text(report.counts)}")
-    else:
-        yield f"result: clean: no non-finite values{' or outliers' if report.max_abs is not None else ''}"

@@ -32,7 +32,7 @@ import logging
 import math
 import os
 import time
-from typing import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
@@ -40,7 +40,8 @@ from gguf import GGMLQuantizationType as T
 from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
 from ..verify.digests import ALGORITHMS, read_through
 from ..errors import ReadError, UsageError
-from ..format.layout import GGUFFile, Model, Tensor, open_model
+from ..format.layout import GGUFFile, Model, Tensor
+from ..format.locate import open_model
 from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, FileDigest, ScanReport, ScanStats,
                      TensorScan)
 from .kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
@@ -176,8 +177,8 @@ def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile],
         except _Stopped:
             pass
         else:
-            digests.append(FileDigest(f.path, f.identity.size,
-                                      {name: h.hexdigest() for name, h in zip(hashes, hashers)}))
+            digests.append(FileDigest(path=f.path, size=f.identity.size,
+                                      digests={name: h.hexdigest() for name, h in zip(hashes, hashers, strict=True)}))
         if scanner is not None:
             accs.update(scanner.results())
             if scanner.stopped:
@@ -203,7 +204,7 @@ def _select(model: Model, patterns: Collection[str] | None) -> list[Tensor]:
         return list(model.tensors)
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(t.name, pattern) for t in model.tensors):
-            raise UsageError(model.source, f"no tensor matches {pattern!r}", field="--tensor")
+            raise UsageError(model.source, f"no tensor matches {pattern!r}", field="tensors")
     return [t for t in model.tensors if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)]
 
 
@@ -212,7 +213,7 @@ def _fp8_names(model: Model, names: Collection[str]) -> set[str]:
         t = model.tensor(name)
         if t.ggml_type is not T.I8:
             raise UsageError(model.source, f"{escape(name)} is {t.ggml_type.name}: only an I8 tensor can hold "
-                             "FP8 E4M3 bytes", field="--as")
+                             "FP8 E4M3 bytes", field="as_fp8")
     return set(names)
 
 
@@ -223,7 +224,7 @@ def _check_reads(source: str, hashes: Sequence[str], workers: int | None) -> Non
         raise UsageError(source, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})",
                          field="hashes")
     if workers is not None and workers < 0:
-        raise UsageError(source, f"workers must be >= 0, not {workers}", field="workers")
+        raise UsageError(source, f"must be >= 0, not {workers}", field="workers")
     if hashes and workers:
         # The digests need every byte in order, in this process: the mapped workers never copy them.
         raise UsageError(source, "hashes are computed by the one streamed read: workers must be 0 or None",
@@ -232,9 +233,9 @@ def _check_reads(source: str, hashes: Sequence[str], workers: int | None) -> Non
 
 def _check_options(source: str, max_abs: float | None, limit: int) -> None:
     if max_abs is not None and not (math.isfinite(max_abs) and max_abs >= 0):
-        raise UsageError(source, f"--max-abs must be a finite number >= 0, not {max_abs!r}", field="--max-abs")
+        raise UsageError(source, f"must be a finite number >= 0, not {max_abs!r}", field="max_abs")
     if limit < 0:
-        raise UsageError(source, f"--limit must be >= 0, not {limit}", field="--limit")
+        raise UsageError(source, f"must be >= 0, not {limit}", field="limit")
 
 
 def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
@@ -283,11 +284,12 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     for f in m.files:
         f.check_unchanged("during scan")
     elapsed = time.perf_counter() - started
-    report = _report(m, selected, plans, accs, fp8, warnings, opts, ScanStats(total, elapsed, n_workers))
+    stats = ScanStats(bytes=total, seconds=elapsed, workers=n_workers)
+    report = _report(m, selected, plans, accs, fp8, warnings, opts, stats)
     if not hashes:
         return report
     unhashed = len(m.files) - len(digests)
-    extra = (f"--fail-fast: the read stopped early; no digests for {unhashed} of {len(m.files)} files",)
+    extra = (f"stopped at the first finding (fail_fast): no digests for {unhashed} of {len(m.files)} files",)
     return dataclasses.replace(report, hashes=hashes, digests=tuple(digests),
                                warnings=report.warnings + (extra if unhashed else ()))
 
@@ -312,7 +314,7 @@ def _plans(selected: Sequence[Tensor], fp8: set[str], deep: bool) -> tuple[list[
         if deep and blockwise and not decode:
             undecodable[t.ggml_type.name] = undecodable.get(t.ggml_type.name, 0) + 1
         plans.append(Plan(index, t.name, t.path, t.offset, t.nbytes, t.n_cols, layout, decode))
-    warnings = [f"--deep: gguf.quants cannot decode {name}; {n} tensor{'s' if n > 1 else ''} of that type "
+    warnings = [f"deep: gguf.quants cannot decode {name}; {n} tensor{'s' if n > 1 else ''} of that type "
                 "checked by block fields only" for name, n in sorted(undecodable.items())]
     return plans, warnings
 
@@ -329,12 +331,12 @@ def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], acc
             continue          # never reached: --fail-fast stopped before it
         acc = acc or Acc()
         check = CHECK_NONE if plan is None else CHECK_ELEMENTS if plan.layout.is_float_elements else CHECK_FIELDS
-        out.append(TensorScan(t.name, t.ggml_type.name, t.shape, t.path, t.offset, t.nbytes, check,
-                              dict(acc.counts), acc.max_abs, tuple(acc.findings),
-                              FP8_E4M3 if t.name in fp8 else None, bool(plan and plan.deep),
-                              not acc.stopped))
+        out.append(TensorScan(name=t.name, type=t.ggml_type.name, shape=t.shape, path=t.path, offset=t.offset,
+                              nbytes=t.nbytes, check=check, counts=dict(acc.counts), max_abs=acc.max_abs,
+                              findings=tuple(acc.findings), encoding=FP8_E4M3 if t.name in fp8 else None,
+                              deep=bool(plan and plan.deep), complete=not acc.stopped))
     if stopped:
         skipped = sum(1 for p in plans if p.index not in accs)
-        warnings = warnings + [f"--fail-fast: stopped at the first finding; {skipped} tensors not scanned"]
-    return ScanReport(model.source, tuple(f.path for f in model.files), tuple(out), tuple(warnings),
-                      not stopped, opts.max_abs, stats)
+        warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]
+    return ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
+                      warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats)

@@ -15,6 +15,7 @@ SIGTERM or SIGHUP end the process by that same signal, as if no handler had been
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import mmap
@@ -28,7 +29,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -134,10 +136,8 @@ def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
     try:
         return scan_pieces(task, opts, mm, base)
     finally:
-        try:
+        with contextlib.suppress(BufferError):   # a view survives in a traceback; the mapping goes with the process
             mm.close()
-        except BufferError:     # a view survives in a traceback; the mapping goes with the process
-            pass
 
 
 def scan_pieces(task: Task, opts: Options, mm: mmap.mmap, base: int) -> list[tuple[int, Acc]]:
@@ -270,10 +270,8 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
     or finished worker is harmless. Safe in a signal handler: no lock is taken.
     """
     for process in list((getattr(pool, "_processes", None) or {}).values()):
-        try:
+        with contextlib.suppress(OSError, ValueError):     # already reaped, or its handle closed
             process.kill()
-        except (OSError, ValueError):    # already reaped, or its handle closed
-            pass
 
 
 class _StopOnSignals:

@@ -10,19 +10,25 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import io
+from .._version import __version__
 from .diff_meta import MetadataChange, diff_metadata
-from ..format.layout import Model, Tensor, open_model
+from ..format.layout import Model, Tensor
+from ..format.locate import Target, open_model
 
 log = logging.getLogger(__name__)
+
+#: The ``schema`` of :meth:`DiffReport.to_json`.
+SCHEMA = "ggaudit/diff-report/1"
 
 CHUNK_BYTES = 4 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FirstDifference:
     """The first byte at which a tensor's data differs, and the whole block around it on both sides."""
 
@@ -37,8 +43,13 @@ class FirstDifference:
     raw_a: bytes
     raw_b: bytes
 
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.row, "block": self.block, "column": self.column, "columns": self.columns,
+                "byte_in_block": self.byte_in_block, "offset_a": self.offset_a, "offset_b": self.offset_b,
+                "block_bytes": self.block_bytes, "raw_a": self.raw_a.hex(), "raw_b": self.raw_b.hex()}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class TensorDataDiff:
     name: str
     ggml_type: str
@@ -49,8 +60,13 @@ class TensorDataDiff:
     rows_differing: int
     first: FirstDifference
 
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ggml_type": self.ggml_type, "shape": list(self.shape), "path_a": self.path_a,
+                "path_b": self.path_b, "n_rows": self.n_rows, "rows_differing": self.rows_differing,
+                "first": self.first.to_json()}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class LayoutChange:
     """A tensor present in both whose type or shape changed (its data is then not compared)."""
 
@@ -61,16 +77,26 @@ class LayoutChange:
     shape_a: tuple[int, ...]
     shape_b: tuple[int, ...]
 
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "what": self.what, "type_a": self.type_a, "type_b": self.type_b,
+                "shape_a": list(self.shape_a), "shape_b": list(self.shape_b)}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class DiffStats:
     tensors_compared: int
     bytes_compared: int
     seconds: float
 
+    def to_json(self) -> dict[str, Any]:
+        return {"tensors_compared": self.tensors_compared, "bytes_compared": self.bytes_compared,
+                "seconds": round(self.seconds, 6)}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class DiffReport:
+    """The result of :func:`diff_models`; ``ok`` when the two models hold the same metadata and tensors."""
+
     a: str
     b: str
     only_in_a: tuple[str, ...]
@@ -83,8 +109,16 @@ class DiffReport:
     metadata: tuple[MetadataChange, ...] = ()   # keys of the first file (of a split set) that differ
 
     @property
-    def same(self) -> bool:
+    def ok(self) -> bool:
         return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs or self.metadata)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "a": self.a, "b": self.b,
+                "stopped_early": self.stopped_early, "metadata": [c.to_json() for c in self.metadata],
+                "only_in_a": list(self.only_in_a), "only_in_b": list(self.only_in_b),
+                "layout_changes": [c.to_json() for c in self.layout_changes],
+                "data_diffs": [d.to_json() for d in self.data_diffs], "identical": list(self.identical),
+                "stats": self.stats.to_json()}
 
 
 def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES) -> DiffReport:
@@ -113,16 +147,18 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
     # Differences in bytes that are no longer there would be wrong answers.
     for gguf_file in (*a.files, *b.files):
         gguf_file.check_unchanged("while it was being read")
-    stats = DiffStats(compared, bytes_compared, time.perf_counter() - started)
-    return DiffReport(a.source, b.source, tuple(t.name for t in a.tensors if t.name not in tensors_b),
-                      tuple(t.name for t in b.tensors if t.name not in names_a), tuple(layout_changes),
-                      tuple(data_diffs), tuple(identical), stats,
+    stats = DiffStats(tensors_compared=compared, bytes_compared=bytes_compared,
+                      seconds=time.perf_counter() - started)
+    return DiffReport(a=a.source, b=b.source, only_in_a=tuple(t.name for t in a.tensors if t.name not in tensors_b),
+                      only_in_b=tuple(t.name for t in b.tensors if t.name not in names_a),
+                      layout_changes=tuple(layout_changes), data_diffs=tuple(data_diffs), identical=tuple(identical),
+                      stats=stats,
                       stopped_early=fail_fast and bool(data_diffs), metadata=metadata)
 
 
-def diff_paths(path_a: str | os.PathLike[str], path_b: str | os.PathLike[str], *,
-               fail_fast: bool = False) -> DiffReport:
-    """Open both models (a file, or any shard of a split set) and compare them."""
+def diff_paths(path_a: Target, path_b: Target, *, fail_fast: bool = False) -> DiffReport:
+    """Open both models (a path, any shard of a split set, ``ollama:NAME``, ``hf:ORG/NAME`` or a Model)
+    and compare them."""
     return diff_models(open_model(path_a), open_model(path_b), fail_fast=fail_fast)
 
 
@@ -131,8 +167,8 @@ def _layout_change(ta: Tensor, tb: Tensor) -> LayoutChange | None:
             if differs]
     if not what:
         return None
-    return LayoutChange(ta.name, "+".join(what), ta.ggml_type.name, tb.ggml_type.name,
-                        tuple(ta.shape), tuple(tb.shape))
+    return LayoutChange(name=ta.name, what="+".join(what), type_a=ta.ggml_type.name, type_b=tb.ggml_type.name,
+                        shape_a=tuple(ta.shape), shape_b=tuple(tb.shape))
 
 
 class _Files:
@@ -184,15 +220,17 @@ def _compare_data(files: _Files, ta: Tensor, tb: Tensor, chunk_bytes: int) -> Te
         last_row = rows[-1]
     if first_at is None:
         return None
-    return TensorDataDiff(ta.name, ta.ggml_type.name, tuple(ta.shape), ta.path, tb.path, ta.n_rows,
-                          rows_differing, _first_difference(files, ta, tb, first_at))
+    return TensorDataDiff(name=ta.name, ggml_type=ta.ggml_type.name, shape=tuple(ta.shape), path_a=ta.path,
+                          path_b=tb.path, n_rows=ta.n_rows, rows_differing=rows_differing,
+                          first=_first_difference(files, ta, tb, first_at))
 
 
 def _differing_rows(diff: np.ndarray, start: int, row_bytes: int) -> list[int]:
     """Indices of the rows touched by the differing bytes of a chunk starting at ``start``."""
     if start % row_bytes == 0 and len(diff) % row_bytes == 0:
         first_row = start // row_bytes
-        return (first_row + np.flatnonzero(diff.reshape(-1, row_bytes).any(axis=1))).tolist()
+        touched: list[int] = (first_row + np.flatnonzero(diff.reshape(-1, row_bytes).any(axis=1))).tolist()
+        return touched
     rows = []   # rows longer than a chunk: a chunk touches at most two of them
     end = start + len(diff)
     for row in range(start // row_bytes, (end - 1) // row_bytes + 1):
@@ -207,7 +245,7 @@ def _first_difference(files: _Files, ta: Tensor, tb: Tensor, at: int) -> FirstDi
     block, in_block = divmod(in_row, ta.block_bytes)
     block_start = row * ta.row_bytes + block * ta.block_bytes
     return FirstDifference(
-        row, block, block * ta.block_size, ta.block_size, in_block,
-        ta.offset + block_start, tb.offset + block_start, ta.block_bytes,
-        files.read(ta.path, ta.offset + block_start, ta.block_bytes),
-        files.read(tb.path, tb.offset + block_start, tb.block_bytes))
+        row=row, block=block, column=block * ta.block_size, columns=ta.block_size, byte_in_block=in_block,
+        offset_a=ta.offset + block_start, offset_b=tb.offset + block_start, block_bytes=ta.block_bytes,
+        raw_a=files.read(ta.path, ta.offset + block_start, ta.block_bytes),
+        raw_b=files.read(tb.path, tb.offset + block_start, tb.block_bytes))

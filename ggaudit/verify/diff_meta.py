@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from gguf import GGUFValueType as V
 
+from ..format.info import value_to_json
 from ..format.layout import SCALAR_FORMATS, ArrayValue, GGUFFile, MetaValue
 
 #: Reads ``length`` bytes of ``path`` at ``offset`` (the caller owns the descriptors).
@@ -26,7 +28,7 @@ _ARRAY_HEAD = 12  # element type (u32) and count (u64) before an array's element
 _U64 = struct.Struct("<Q")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MetadataChange:
     """One key that differs: present in one file only, stored as another type, or with another value."""
 
@@ -42,6 +44,13 @@ class MetadataChange:
     element_a: Any = None       # that element on each side; None past the end (strings: at most
     element_b: Any = None       # SHOWN_BYTES of them)
 
+    def to_json(self) -> dict[str, Any]:
+        """Values as ``info --json`` shows them: arrays as {array_of, count, head}, NaN and Inf as text."""
+        return {"key": self.key, "what": self.what, "type_a": self.type_a, "type_b": self.type_b,
+                "value_a": value_to_json(self.value_a), "value_b": value_to_json(self.value_b),
+                "offset_a": self.offset_a, "offset_b": self.offset_b, "element": self.element,
+                "element_a": value_to_json(self.element_a), "element_b": value_to_json(self.element_b)}
+
 
 def diff_metadata(a: GGUFFile, b: GGUFFile, read: ReadFn, chunk_bytes: int = CHUNK_BYTES
                   ) -> tuple[MetadataChange, ...]:
@@ -50,15 +59,21 @@ def diff_metadata(a: GGUFFile, b: GGUFFile, read: ReadFn, chunk_bytes: int = CHU
     for key, ma in a.metadata.items():
         mb = b.metadata.get(key)
         if mb is None:
-            out.append(MetadataChange(key, "only-in-a", type_name(ma), None, ma.value, None, ma.offset, None))
+            out.append(_change(key, "only-in-a", ma, None))
         elif type_name(ma) != type_name(mb):
-            out.append(MetadataChange(key, "type", type_name(ma), type_name(mb), ma.value, mb.value, ma.offset,
-                                      mb.offset))
+            out.append(_change(key, "type", ma, mb))
         elif (at := _first_difference(read, a.path, ma, b.path, mb, chunk_bytes)) is not None:
             out.append(_value_change(key, read, a.path, ma, b.path, mb, at, chunk_bytes))
-    out += [MetadataChange(key, "only-in-b", None, type_name(mb), None, mb.value, None, mb.offset)
-            for key, mb in b.metadata.items() if key not in a.metadata]
+    out += [_change(key, "only-in-b", None, mb) for key, mb in b.metadata.items() if key not in a.metadata]
     return tuple(out)
+
+
+def _change(key: str, what: str, ma: MetaValue | None, mb: MetaValue | None) -> MetadataChange:
+    """A change of ``key`` between its value in A and in B (None: the key is absent on that side)."""
+    return MetadataChange(key=key, what=what, type_a=None if ma is None else type_name(ma),
+                          type_b=None if mb is None else type_name(mb), value_a=None if ma is None else ma.value,
+                          value_b=None if mb is None else mb.value, offset_a=None if ma is None else ma.offset,
+                          offset_b=None if mb is None else mb.offset)
 
 
 def type_name(m: MetaValue) -> str:
@@ -83,7 +98,7 @@ def _first_difference(read: ReadFn, path_a: str, ma: MetaValue, path_b: str, mb:
 
 def _value_change(key: str, read: ReadFn, path_a: str, ma: MetaValue, path_b: str, mb: MetaValue,
                   at: int, chunk_bytes: int) -> MetadataChange:
-    change = MetadataChange(key, "value", type_name(ma), type_name(mb), ma.value, mb.value, ma.offset, mb.offset)
+    change = _change(key, "value", ma, mb)
     if not isinstance(ma.value, ArrayValue) or ma.value.elem_type is V.ARRAY:
         return change  # a scalar or string shows whole; nested arrays are not taken apart
     # Counts may differ with the elements equal as far as both go: compare the elements themselves.
@@ -104,7 +119,7 @@ def _element_at(read: ReadFn, path: str, m: MetaValue, at: int, chunk_bytes: int
     if fmt is not None:
         return (at - _ARRAY_HEAD) // fmt.size
     index = 0
-    for index, (length, start) in enumerate(_strings(read, path, m, chunk_bytes)):
+    for index, (length, start) in enumerate(_strings(read, path, m, chunk_bytes)):  # noqa: B007 - used after
         if at < start + length:
             break
     return index

@@ -3,8 +3,8 @@
 The unit of reuse is the *chunk consumer*: any object with ``update(offset, data)``. A consumer is
 handed the bytes of a file in order, chunk after chunk, each chunk as a read-only ``memoryview`` and
 the absolute file ``offset`` of its first byte. ``read_through`` is the driver: it reads the file once
-with positioned reads (:mod:`ggaudit.io`) into a small ring of reused buffers and gives every chunk to every consumer, so a
-sha256 of the file, per-tensor xxh3 digests and a NaN scan can all share one read::
+with positioned reads (:mod:`ggaudit.io`) into a small ring of reused buffers and gives every chunk to
+every consumer, so a sha256 of the file, per-tensor xxh3 digests and a NaN scan can all share one read::
 
     sha = Sha256()
     read_through(path, [sha, my_scanner])      # one pass over the file
@@ -30,7 +30,8 @@ import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
 
 import xxhash
 
@@ -65,7 +66,7 @@ class _Hasher:
         self._hash.update(data)
 
     def hexdigest(self) -> str:
-        return self._hash.hexdigest()
+        return str(self._hash.hexdigest())
 
 
 class Sha256(_Hasher):
@@ -250,7 +251,7 @@ def hash_file(path: str | os.PathLike[str], algorithms: Sequence[str] = ("sha256
         raise UsageError(path, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})")
     hashers = [ALGORITHMS[name]() for name in algorithms]
     read_through(path, hashers, chunk_size=chunk_size)
-    return {name: h.hexdigest() for name, h in zip(algorithms, hashers)}
+    return {name: h.hexdigest() for name, h in zip(algorithms, hashers, strict=True)}
 
 
 class _ChunkReader:
@@ -316,8 +317,8 @@ def _run_threaded(reader: _ChunkReader, consumers: Sequence[ChunkConsumer], dept
             finally:
                 release(index)
 
-    workers = [threading.Thread(target=work, args=(c, q), daemon=True,
-                                name=f"ggaudit-digest-{i}") for i, (c, q) in enumerate(zip(consumers, inboxes))]
+    pairs = enumerate(zip(consumers, inboxes, strict=True))
+    workers = [threading.Thread(target=work, args=pair, daemon=True, name=f"ggaudit-digest-{i}") for i, pair in pairs]
     for worker in workers:
         worker.start()
     try:

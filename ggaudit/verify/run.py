@@ -14,11 +14,14 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+from .._version import __version__
 from .digests import GitBlobSha1, Sha256, read_through
 from ..errors import FormatError, ManifestError, ReadError, UsageError
-from ..format.layout import FileIdentity, open_gguf
+from ..format.layout import open_gguf
+from ..io import FileIdentity
 from .stores.hf_cache import read_hf_snapshot
 from .stores.ollama import ollama_blob_path, ollama_partial_files, read_ollama_manifest
 from .stores.sums import read_sums
@@ -27,8 +30,11 @@ from ..untrusted import OUTSIDE, confine, sibling_roots
 
 log = logging.getLogger(__name__)
 
+#: The ``schema`` of :meth:`VerifyReport.to_json`.
+SCHEMA = "ggaudit/verify-report/1"
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class Mismatch:
     """One thing that is not as expected. Where, then what was expected and what was found.
 
@@ -49,8 +55,13 @@ class Mismatch:
     rows: tuple[int, int] | None = None
     detail: str = ""
 
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "subject": self.subject, "expected": self.expected,
+                "actual": self.actual, "offset": self.offset, "length": self.length, "tensor": self.tensor,
+                "rows": None if self.rows is None else list(self.rows), "detail": self.detail}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class Checked:
     """A file whose digest was computed; ``ok`` says whether it matched."""
 
@@ -61,16 +72,25 @@ class Checked:
     size: int
     ok: bool
 
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "subject": self.subject, "algorithm": self.algorithm, "digest": self.digest,
+                "size": self.size, "ok": self.ok}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyStats:
     files: int
     bytes_hashed: int
     seconds: float
 
+    def to_json(self) -> dict[str, Any]:
+        return {"files": self.files, "bytes_hashed": self.bytes_hashed, "seconds": round(self.seconds, 6)}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyReport:
+    """The result of a verify_* call; ``ok`` when nothing differs from what was expected."""
+
     source: str
     kind: str                               # ollama, hf, sums, blob, manifest
     checked: tuple[Checked, ...]
@@ -82,6 +102,13 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.mismatches
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "source": self.source,
+                "kind": self.kind, "stopped_early": self.stopped_early,
+                "checked": [c.to_json() for c in self.checked],
+                "mismatches": [m.to_json() for m in self.mismatches], "warnings": list(self.warnings),
+                "stats": self.stats.to_json()}
 
 
 @dataclass
@@ -104,9 +131,10 @@ class _Collector:
         return self.fail_fast and bool(self.mismatches)
 
     def report(self, source: str, kind: str) -> VerifyReport:
-        stats = VerifyStats(len(self.checked), self.bytes_hashed, time.perf_counter() - self.started)
-        return VerifyReport(source, kind, tuple(self.checked), tuple(self.mismatches),
-                            tuple(self.warnings), stats, self.full)
+        stats = VerifyStats(files=len(self.checked), bytes_hashed=self.bytes_hashed,
+                            seconds=time.perf_counter() - self.started)
+        return VerifyReport(source=source, kind=kind, checked=tuple(self.checked), mismatches=tuple(self.mismatches),
+                            warnings=tuple(self.warnings), stats=stats, stopped_early=self.full)
 
 
 def _identity(path: Path, subject: str, expected: str, out: _Collector) -> FileIdentity | None:
@@ -119,13 +147,13 @@ def _identity(path: Path, subject: str, expected: str, out: _Collector) -> FileI
             out.stats[key] = err
     st = out.stats[key]
     if isinstance(st, FileNotFoundError):
-        out.mismatches.append(Mismatch("missing", os.fspath(path), subject, expected,
+        out.mismatches.append(Mismatch(kind="missing", path=os.fspath(path), subject=subject, expected=expected,
                                        detail="file not found"))
         return None
     if isinstance(st, OSError):
         raise ReadError(path, f"cannot stat: {st.strerror}")
     if not stat.S_ISREG(st.st_mode):
-        out.mismatches.append(Mismatch("not-a-file", os.fspath(path), subject, expected,
+        out.mismatches.append(Mismatch(kind="not-a-file", path=os.fspath(path), subject=subject, expected=expected,
                                        detail="not a regular file"))
         return None
     return FileIdentity.of(st)
@@ -140,14 +168,14 @@ def _hash(path: str | os.PathLike[str], hasher: Sha256 | GitBlobSha1, identity: 
 
 
 def _size_mismatch(path: str, subject: str, expected: int, actual: int) -> Mismatch:
-    return Mismatch("size", path, subject, str(expected), str(actual), offset=0, length=actual,
-                    detail="size differs")
+    return Mismatch(kind="size", path=path, subject=subject, expected=str(expected), actual=str(actual),
+                    offset=0, length=actual, detail="size differs")
 
 
 def _digest_mismatch(algorithm: str, path: str, subject: str, expected: str, actual: str,
                      size: int) -> Mismatch:
-    return Mismatch(algorithm, path, subject, expected, actual, offset=0, length=size,
-                    detail=f"{algorithm} differs")
+    return Mismatch(kind=algorithm, path=path, subject=subject, expected=expected, actual=actual, offset=0,
+                    length=size, detail=f"{algorithm} differs")
 
 
 def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
@@ -168,7 +196,8 @@ def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
         actual = out.digests[key] = _hash(path, GitBlobSha1(size) if algorithm == "git-sha1" else Sha256(),
                                           identity)
         out.bytes_hashed += size
-    out.checked.append(Checked(os.fspath(path), subject, algorithm, actual, size, actual == expected))
+    out.checked.append(Checked(path=os.fspath(path), subject=subject, algorithm=algorithm, digest=actual, size=size,
+                               ok=actual == expected))
     if actual != expected:
         out.mismatches.append(_digest_mismatch(algorithm, os.fspath(path), subject, expected, actual, size))
 
@@ -194,8 +223,8 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
                 located[layer.digest] = err
         path = located[layer.digest]
         if isinstance(path, ManifestError):
-            out.mismatches.append(Mismatch("link", os.fspath(path.path or ""), layer.media_type or layer.field,
-                                           detail=path.message))
+            out.mismatches.append(Mismatch(kind="link", path=os.fspath(path.path or ""),
+                                           subject=layer.media_type or layer.field, detail=path.message))
             continue
         _check_digest(path, layer.media_type or layer.field, layer.digest, out,
                       expected_size=layer.size)
@@ -217,7 +246,7 @@ def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
         if out.full:
             break
         if entry.problem is not None:
-            out.mismatches.append(Mismatch("link", os.fspath(entry.link), entry.name,
+            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.link), subject=entry.name,
                                            detail=entry.problem))
         elif entry.blob not in done and entry.blob is not None and entry.expected is not None:
             done.add(entry.blob)
@@ -233,8 +262,8 @@ def verify_sums(sums: str | os.PathLike[str], *, fail_fast: bool = False) -> Ver
         if out.full:
             break
         if entry.problem is not None:    # a link out of the folder or a loop: one entry, never opened
-            out.mismatches.append(Mismatch("link", os.fspath(entry.path), entry.name, entry.sha256,
-                                           detail=f"line {entry.line}: {entry.problem}"))
+            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
+                                           expected=entry.sha256, detail=f"line {entry.line}: {entry.problem}"))
         else:
             _check_digest(entry.path, entry.name, entry.sha256, out)
     return out.report(os.fspath(sums), "sums")
@@ -273,10 +302,11 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
             break
         problem = _leaves_folder(path, os.fspath(model_path))
         if problem is not None:
-            out.mismatches.append(Mismatch("link", path, file_digest.name, file_digest.sha256, detail=problem))
+            out.mismatches.append(Mismatch(kind="link", path=path, subject=file_digest.name,
+                                           expected=file_digest.sha256, detail=problem))
         elif _absent(path):
-            out.mismatches.append(Mismatch("missing", path, file_digest.name, file_digest.sha256,
-                                           detail="file of the manifest not found"))
+            out.mismatches.append(Mismatch(kind="missing", path=path, subject=file_digest.name,
+                                           expected=file_digest.sha256, detail="file of the manifest not found"))
         else:
             _check_model_file(manifest, file_digest, path, out)
     return out.report(os.fspath(model_path), "manifest")
@@ -324,14 +354,15 @@ def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str,
         actual, tensors = digest_gguf_file(open_gguf(path), manifest.group_bytes)
     except FormatError as err:
         # A damaged header is a finding too: say so, and still compare the whole file's digest.
-        out.mismatches.append(Mismatch("header", path, expected.name, offset=err.offset,
+        out.mismatches.append(Mismatch(kind="header", path=path, subject=expected.name, offset=err.offset,
                                        detail=f"no longer parses as GGUF, tensors not checked: {err}"))
         identity = FileIdentity.now(path, "while it was being hashed")
         actual, tensors = FileDigest(expected.name, identity.size, _hash(path, Sha256(), identity)), ()
         wanted = []
     out.bytes_hashed += actual.size
     ok = actual.size == expected.size and actual.sha256 == expected.sha256
-    out.checked.append(Checked(path, expected.name, "sha256", actual.sha256, actual.size, ok))
+    out.checked.append(Checked(path=path, subject=expected.name, algorithm="sha256", digest=actual.sha256,
+                               size=actual.size, ok=ok))
     if actual.size != expected.size:
         out.mismatches.append(_size_mismatch(path, expected.name, expected.size, actual.size))
     if actual.sha256 != expected.sha256:
@@ -349,11 +380,11 @@ def compare_tensors(expected: Sequence[TensorDigest], actual: Sequence[TensorDig
     for want in expected:
         have = found.get(want.name)
         if have is None:
-            problems.append(Mismatch("tensor-missing", path, want.name, tensor=want.name,
+            problems.append(Mismatch(kind="tensor-missing", path=path, subject=want.name, tensor=want.name,
                                      detail="tensor in the manifest, not in the file"))
         elif _geometry(want) != _geometry(have):
-            problems.append(Mismatch("tensor-layout", path, want.name, _geometry_text(want),
-                                     _geometry_text(have), offset=have.offset, length=have.nbytes,
+            problems.append(Mismatch(kind="tensor-layout", path=path, subject=want.name, expected=_geometry_text(want),
+                                     actual=_geometry_text(have), offset=have.offset, length=have.nbytes,
                                      tensor=want.name, detail="type, shape or row layout differs"))
         else:
             # Both digests count: the row groups localise a change, the whole-tensor digest still
@@ -362,8 +393,8 @@ def compare_tensors(expected: Sequence[TensorDigest], actual: Sequence[TensorDig
             if not runs and want.xxh3_128 != have.xxh3_128:
                 runs.append(_whole_tensor_mismatch(want, have, path))
             problems.extend(runs)
-    problems.extend(Mismatch("tensor-extra", path, t.name, offset=t.offset, length=t.nbytes, tensor=t.name,
-                             detail="tensor in the file, not in the manifest")
+    problems.extend(Mismatch(kind="tensor-extra", path=path, subject=t.name, offset=t.offset, length=t.nbytes,
+                             tensor=t.name, detail="tensor in the file, not in the manifest")
                     for t in actual if t.name not in listed)
     return problems
 
@@ -377,14 +408,14 @@ def _geometry_text(t: TensorDigest) -> str:
 
 
 def _whole_tensor_mismatch(want: TensorDigest, have: TensorDigest, path: str) -> Mismatch:
-    return Mismatch("tensor-data", path, want.name, want.xxh3_128, have.xxh3_128, offset=have.offset,
-                    length=have.nbytes, tensor=want.name, rows=(0, max(have.n_rows - 1, 0)),
+    return Mismatch(kind="tensor-data", path=path, subject=want.name, expected=want.xxh3_128, actual=have.xxh3_128,
+                    offset=have.offset, length=have.nbytes, tensor=want.name, rows=(0, max(have.n_rows - 1, 0)),
                     detail="xxh3-128 of the whole tensor differs (no row group's does)")
 
 
 def _differing_runs(want: TensorDigest, have: TensorDigest, path: str) -> Iterator[Mismatch]:
     """One Mismatch per run of consecutive differing row groups, with the first group's digests."""
-    bad = [i for i, (a, b) in enumerate(zip(want.groups, have.groups)) if a != b]
+    bad = [i for i, (a, b) in enumerate(zip(want.groups, have.groups, strict=False)) if a != b]
     runs: list[list[int]] = []
     for g in bad:
         if runs and runs[-1][-1] == g - 1:
@@ -396,6 +427,7 @@ def _differing_runs(want: TensorDigest, have: TensorDigest, path: str) -> Iterat
         _, last_row = have.group_rows(run[-1])
         start, _ = have.group_span(run[0])
         end = sum(have.group_span(run[-1]))
-        yield Mismatch("tensor-data", path, want.name, want.groups[run[0]], have.groups[run[0]],
-                       offset=start, length=end - start, tensor=want.name, rows=(first_row, last_row),
+        yield Mismatch(kind="tensor-data", path=path, subject=want.name, expected=want.groups[run[0]],
+                       actual=have.groups[run[0]], offset=start, length=end - start, tensor=want.name,
+                       rows=(first_row, last_row),
                        detail=f"xxh3-128 of {len(run)} row group(s) differs")

@@ -91,6 +91,6 @@ def _max_int_digits() -> int:
 
 def _long_integer_at(text: str) -> int | None:
     """Where the first JSON number longer than Python converts starts (strings skipped), if found."""
-    number = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d{%d,}(?![\d.eE])' % (_max_int_digits() + 1))
+    number = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d{' + str(_max_int_digits() + 1) + r',}(?![\d.eE])')
     return next((m.start() for m in number.finditer(text) if not m.group().startswith('"')), None)
 

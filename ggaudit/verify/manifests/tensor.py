@@ -12,13 +12,15 @@ import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
-from ... import __version__
+from ..._version import __version__
 from ... import io as fileio
 from ..digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
 from ...errors import ManifestError, UsageError
-from ...format.layout import GGUFFile, Model
+from ...format.layout import GGUFFile, Model, open_model
+from ...format.locate import Target, resolve_model
 from ...untrusted import quote, shorten
 from ._common import is_count, load_json
 
@@ -97,24 +99,46 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
     return FileDigest(name, gguf_file.size, sha.hexdigest()), digests
 
 
-def build_tensor_manifest(model: Model | Sequence[Model], group_bytes: int = DEFAULT_GROUP_BYTES
-                          ) -> TensorManifest:
+def build_tensor_manifest(model: Target | Sequence[Target], *, group_bytes: int = DEFAULT_GROUP_BYTES,
+                          store: str | os.PathLike[str] | None = None,
+                          hf_cache: str | os.PathLike[str] | None = None) -> TensorManifest:
     """The tensor manifest of a model (a file or a split set), each file read once.
 
-    Several models (an Ollama model and its projector, say) make one manifest of all their files; tensors
-    are matched per file, so the same tensor name in two files is fine.
+    ``model`` is a path, ``ollama:NAME`` (its model layer and, if it has one, its projector),
+    ``hf:ORG/NAME``, a Model, or a sequence of those (``store`` and ``hf_cache``: where those names are
+    looked up, by default the usual places). Several models (an Ollama model and its projector,
+    say) make one manifest of all their files; tensors are matched per file, so the same tensor name in
+    two files is fine.
     """
     if not is_count(group_bytes, 1):    # 0 or less would make no groups (or endless ones)
         raise UsageError(None, f"must be a positive integer, not {group_bytes!r}", field="group_bytes")
+    models = [m for t in _targets(model) for m in _open_all(t, store, hf_cache)]
     files: list[FileDigest] = []
     tensors: list[TensorDigest] = []
-    for gguf_file in (f for m in ([model] if isinstance(model, Model) else model) for f in m.files):
+    for gguf_file in (f for m in models for f in m.files):
         if any(f.name == os.path.basename(gguf_file.path) for f in files):
             continue  # the same file given twice is listed once
         file_digest, tensor_digests = digest_gguf_file(gguf_file, group_bytes)
         files.append(file_digest)
         tensors.extend(tensor_digests)
     return TensorManifest(group_bytes, tuple(files), tuple(tensors), f"ggaudit {__version__}")
+
+
+def _targets(model: Target | Sequence[Target]) -> list[Target]:
+    if isinstance(model, (Model, str, os.PathLike)):
+        return [model]
+    if isinstance(model, Sequence):
+        return list(model)
+    raise UsageError(None, f"must be a path, a store name, a Model or a sequence of them, not "
+                           f"{type(model).__name__}", field="model")
+
+
+def _open_all(target: Target, store: str | os.PathLike[str] | None,
+              hf_cache: str | os.PathLike[str] | None) -> list[Model]:
+    """Every model ``target`` names: an Ollama model is its weights and its projector."""
+    if isinstance(target, Model):
+        return [target]
+    return [open_model(path) for path in resolve_model(fileio.fs_path(target), store=store, hf_cache=hf_cache)]
 
 
 def tensor_manifest_to_json(manifest: TensorManifest) -> dict[str, Any]:
@@ -166,10 +190,12 @@ def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]
     fileio.sync_folder(os.path.dirname(os.path.abspath(target)))
 
 
-def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike[str]] = (),
+                 replace_with: str = "replace=True") -> None:
     """UsageError unless ``path`` may be written: absent, or (with ``replace``) a regular file that is
     none of ``inputs``. Files are compared by identity (device and inode), not by name, so a second
-    path to the same file (a link, ``./``, another case on Windows) is caught too."""
+    path to the same file (a link, ``./``, another case on Windows) is caught too. ``replace_with`` is
+    how the caller asks for a replacement (the CLI's ``--force``), for the message."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -184,7 +210,7 @@ def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(path, "exists and is not a regular file; not replaced")
     if not replace:
-        raise UsageError(path, "exists; give --force to replace it")
+        raise UsageError(path, f"exists; give {replace_with} to replace it")
 
 
 def _create_tmp(target: str) -> tuple[int, str]:

@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from ...errors import ManifestError, UsageError
 from ...untrusted import OUTSIDE, confine, quote, real

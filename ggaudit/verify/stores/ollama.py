@@ -11,7 +11,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from ...errors import ManifestError, UsageError
 from ...untrusted import OUTSIDE, confine, quote, real, shorten
@@ -141,8 +141,8 @@ class OllamaManifest:
 
     def model_layers(self) -> tuple[OllamaLayer, ...]:
         """The weights: the model layer(s), then the projector(s), in manifest order."""
-        models = tuple(l for l in self.layers if l.media_type == MEDIA_MODEL)
-        return models + tuple(l for l in self.layers if l.media_type == MEDIA_PROJECTOR)
+        models = tuple(layer for layer in self.layers if layer.media_type == MEDIA_MODEL)
+        return models + tuple(layer for layer in self.layers if layer.media_type == MEDIA_PROJECTOR)
 
 
 def read_ollama_manifest(name: str | OllamaName, store: str | os.PathLike[str] | None = None

@@ -1,0 +1,67 @@
+"""How the CLI shows a run: reporters, chosen by name (``--format NAME``; ``--json`` is ``--format json``).
+
+A reporter is a function ``report(outcomes) -> str``: it takes the outcome of every target of the run, in
+the order given (a report, or the error that stopped it), and returns the text for stdout. Adding a
+format is one file: a module in this package that defines ``NAME`` and ``report``; it is found here and
+offered by every command. Errors are never a reporter's job alone: each is also one line on stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+import click
+
+from ...batch import Outcome, Report, overall_status
+from ..common import as_flags
+
+Reporter = Callable[[Sequence[Outcome[Report]]], str]
+
+
+def _discover() -> dict[str, Reporter]:
+    found: dict[str, Reporter] = {}
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        found[module.NAME] = module.report
+    return found
+
+
+#: Format name -> reporter.
+REPORTERS: dict[str, Reporter] = _discover()
+
+
+def emit_outcomes(outcomes: Sequence[Outcome[Report]], fmt: str) -> int:
+    """Print the run with the reporter ``fmt``, each target's error as one line on stderr, and return the
+    exit status: 2 if any target failed, else 1 if any report is not ok, else 0."""
+    # Errors name the command line's options, not the library's parameters, on stderr and in reports.
+    said = [o if o.error is None else dataclasses.replace(o, error=as_flags(o.error)) for o in outcomes]
+    text = REPORTERS[fmt](said)
+    if text:
+        click.echo(text, nl=False)
+    for o in said:
+        if o.error is not None:
+            click.echo(f"ggaudit: error: {o.error}", err=True)
+    return overall_status(said)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def format_options(command: F) -> F:
+    """``--format NAME`` (any reporter here; default text) and ``--json``, short for ``--format json``: the
+    command receives the name as ``fmt``. Two options, not one destination, since click versions differ
+    in which of two options sharing a destination sets it."""
+
+    @functools.wraps(command)
+    def with_format(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
+        return command(*args, fmt="json" if as_json else fmt, **kwargs)
+
+    with_json = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (--format json).")
+    with_name = click.option("--format", "fmt", type=click.Choice(sorted(REPORTERS)), default="text",
+                             show_default=True, help="How to print the result.")
+    return cast(F, with_name(with_json(with_format)))

@@ -1,0 +1,41 @@
+"""The JSON reporter: one document for the whole run, whatever the command and however many targets.
+
+    {"schema": "ggaudit/cli-output/1", "status": "clean" | "findings" | "error", "models": [...]}
+
+Each element of ``models`` is a report's ``to_json()`` (which names its own ``schema``), or for a target
+that failed ``{"target": ..., "error": {...}}``. ggaudit/schema/cli-output.schema.json describes it all;
+docs/json.md says what each key means.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ...batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, Report, overall_status
+from ...errors import GGAuditError
+
+NAME = "json"
+SCHEMA = "ggaudit/cli-output/1"
+#: ``status`` for each overall status (the exit status, 0, 1 or 2).
+STATUS_WORDS = {STATUS_CLEAN: "clean", STATUS_FINDINGS: "findings", STATUS_ERROR: "error"}
+
+
+def report(outcomes: Sequence[Outcome[Report]]) -> str:
+    doc = {"schema": SCHEMA, "status": STATUS_WORDS[overall_status(outcomes)],
+           "models": [element(o) for o in outcomes]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def element(outcome: Outcome[Report]) -> dict[str, Any]:
+    if outcome.error is not None:
+        return {"target": outcome.model, "error": error_to_json(outcome.error)}
+    assert outcome.result is not None     # an outcome holds a result or an error
+    return outcome.result.to_json()
+
+
+def error_to_json(err: GGAuditError) -> dict[str, Any]:
+    """An error as JSON: its one-line text, and its parts exact."""
+    return {"message": str(err), "path": err.path, "offset": err.offset, "field": err.field,
+            "kind": type(err).__name__}

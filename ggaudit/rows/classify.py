@@ -1,0 +1,348 @@
+"""One classifier for every row a read path or an engine's capture got wrong: where it first differs from
+the file (byte, block, column), what kind of fault it looks like (KINDS) and where its content came from.
+
+A row arrives in one of two forms: raw bytes (every read path, a raw capture) or decoded values (a
+float16/float32 capture, compared with ggaudit's own decode of the file's row). The forms differ only in
+how content is compared, searched for and shown (RawRow, DecodedRow); the questions, asked in one order,
+the search for the content's source and the Mismatch built from the answers are shared:
+
+1. a cache hit holding the content of another place in the file: cache-crosstalk;
+2. a buffer handed out before its read landed, or the content of the row gathered just before: stale;
+3. from the first difference on, one fill (the poison pattern, or zeros): short-read;
+4. the content of another row of the batch, or of the file around the row: misplaced;
+5. anything else: garbage.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ..errors import UsageError
+from .gather import Sample, uniform
+from .readers import POISON, WINDOW_64K, BufferedReader
+
+if TYPE_CHECKING:
+    from .replay import RowTable
+
+__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Mismatch", "RawRow", "captured", "locate"]
+
+KINDS = ("short-read", "stale", "misplaced", "cache-crosstalk", "garbage")
+#: Mismatches beyond the reporting cap are counted under this name instead of being classified.
+UNCLASSIFIED = "unclassified"
+#: Bytes shown from the first difference on.
+HEX_WINDOW = 16
+#: Places in the file holding a row's content that are considered (the nearest of them is named).
+MAX_HITS = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mismatch:
+    """One row whose content from a read path (or capture) differs from the file."""
+
+    kind: str            # one of KINDS
+    mode: str            # buffered | mmap | direct | capture
+    stage: str           # gather | cache-miss | cache-hit | cache-pressure | prefetch | sweep | capture
+    file: str
+    tensor: str
+    row: int
+    row_offset: int      # absolute offset of the row
+    length: int          # row bytes
+    byte: int            # first differing byte within the row (for values: the first byte of its block)
+    offset: int          # its absolute file offset
+    block: int
+    column: int
+    expected: str        # hex, from the first differing byte (raw bits of the value for decoded captures)
+    actual: str
+    differing: int       # bytes (or values) that differ
+    expected_finite: bool | None
+    actual_finite: bool | None
+    other_row: int | None = None
+    other_offset: int | None = None
+    max_abs_diff: float | None = None
+    detail: str = ""
+    unit: str = "bytes"  # what `differing` counts: bytes, or decoded values for a float capture
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": self.mode, "stage": self.stage, "file": self.file, "tensor": self.tensor,
+                "row": self.row, "row_offset": self.row_offset, "length": self.length, "byte": self.byte,
+                "offset": self.offset, "block": self.block, "column": self.column, "expected": self.expected,
+                "actual": self.actual, "differing": self.differing, "unit": self.unit,
+                "expected_finite": self.expected_finite, "actual_finite": self.actual_finite,
+                "other_row": self.other_row, "other_offset": self.other_offset, "max_abs_diff": self.max_abs_diff,
+                "detail": self.detail}
+
+
+class _Verdict(NamedTuple):
+    kind: str
+    other_row: int | None
+    other_offset: int | None
+    detail: str
+
+
+def _hex(data: bytes) -> str:
+    return data.hex(" ")
+
+
+def locate(table: RowTable, byte: int, expected: bytes, actual: bytes) -> tuple[int, int]:
+    """(block, column) of the first difference at *byte*: the first decoded column that differs from that
+    block on, when the rows decode; else the block's first column."""
+    return _block_and_column(table, byte, table.decode(expected), table.decode(actual))
+
+
+def _block_and_column(table: RowTable, byte: int, exp: np.ndarray | None,
+                      act: np.ndarray | None) -> tuple[int, int]:
+    block = byte // table.tensor.block_bytes
+    first_col = block * table.tensor.block_size
+    if exp is not None and act is not None and exp.shape == act.shape:
+        differs = np.flatnonzero(exp.view(np.uint64) != act.view(np.uint64))
+        later = differs[differs >= first_col]
+        if later.size:
+            return block, int(later[0])
+    return block, first_col
+
+
+class RawRow:
+    """A row as raw bytes (a read path's, or a raw capture's) against the file's bytes of the row."""
+
+    unit = "bytes"
+    max_abs_diff: float | None = None
+    note = ""
+
+    def __init__(self, table: RowTable, row: int, expected: bytes, actual: bytes) -> None:
+        self.table, self.row, self.expected, self.actual = table, row, expected, actual
+
+    @property
+    def same(self) -> bool:
+        return self.actual == self.expected
+
+    @functools.cached_property
+    def first(self) -> int:
+        """The first differing byte (0 when the lengths differ)."""
+        if len(self.actual) != len(self.expected):
+            return 0
+        return next((i for i, (a, b) in enumerate(zip(self.expected, self.actual, strict=True)) if a != b), 0)
+
+    @functools.cached_property
+    def _decoded(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        return self.table.decode(self.expected), self.table.decode(self.actual)
+
+    @property
+    def differing(self) -> int:
+        return sum(a != b for a, b in zip(self.expected, self.actual, strict=False))
+
+    def holds(self, raw: bytes) -> bool:
+        """Whether the row delivered is exactly the bytes *raw*."""
+        return self.actual == raw
+
+    def fill(self) -> str | None:
+        tail = self.actual[self.first:]
+        if uniform(tail, POISON):
+            return "poison"
+        return "zeros" if uniform(tail, 0) else None
+
+    def at(self) -> str:
+        return f"offset {self.table.row_offset(self.row) + self.first}"
+
+    def repeats(self) -> bool:
+        # One byte repeated (zeros, poison) would "match" padding anywhere.
+        return not self.actual or uniform(self.actual, self.actual[0])
+
+    def found(self, window: bytes, lo: int, here: int) -> list[int]:
+        """File offsets in *window* (which starts at *lo*) other than *here* holding the row's bytes, at
+        any offset."""
+        hits: list[int] = []
+        pos = window.find(self.actual)
+        while pos >= 0 and len(hits) < MAX_HITS:
+            if lo + pos != here:
+                hits.append(lo + pos)
+            pos = window.find(self.actual, pos + 1)
+        return hits
+
+    def where(self) -> tuple[int, int, int]:
+        """(byte, block, column) of the first difference."""
+        return (self.first, *_block_and_column(self.table, self.first, *self._decoded))
+
+    def shown(self) -> tuple[str, str]:
+        k = self.first
+        return _hex(self.expected[k:k + HEX_WINDOW]), _hex(self.actual[k:k + HEX_WINDOW])
+
+    def finite(self) -> tuple[bool | None, bool | None]:
+        exp, act = self._decoded
+        return (None if exp is None else bool(np.isfinite(exp).all()),
+                None if act is None else bool(np.isfinite(act).all()))
+
+
+class DecodedRow:
+    """A captured row of decoded values against ggaudit's decode of the file's row, cast to its type;
+    values are equal when their bits are (any NaN equals any NaN)."""
+
+    unit = "values"
+
+    def __init__(self, table: RowTable, row: int, expected: bytes, got: np.ndarray) -> None:
+        self.table, self.row, self.raw, self.got = table, row, expected, got
+        self.bits = _uint_of(got.dtype)
+        self.want = self._decode(expected)
+        equal = self._equal(self.want.reshape(1, -1))[0]
+        self.same = bool(equal.all())
+        self.first = int(np.flatnonzero(~equal)[0]) if not self.same else -1
+        self.differing = int((~equal).sum())
+        both = np.isfinite(self.want) & np.isfinite(got)
+        self.max_abs_diff = float(np.max(np.abs(self.want[both].astype(np.float64) - got[both]))) \
+            if both.any() else None
+
+    def _decode(self, raw: bytes) -> np.ndarray:
+        decoded = self.table.decode(raw)
+        if decoded is None:
+            raise UsageError(self.table.path, f"cannot decode {self.table.tensor.ggml_type.name} rows to compare "
+                                              "floats", field=self.table.name)
+        return decoded.astype(self.got.dtype)
+
+    def _equal(self, rows: np.ndarray) -> np.ndarray:
+        """Per value of each of *rows* (2-D, decoded), whether it equals the captured value."""
+        equal: np.ndarray = (rows.view(self.bits) == self.got.view(self.bits)) | (np.isnan(rows) & np.isnan(self.got))
+        return equal
+
+    def holds(self, raw: bytes) -> bool:
+        """Whether the captured values are the decode of the row bytes *raw*."""
+        return bool(self._equal(self._decode(raw).reshape(1, -1)).all())
+
+    def fill(self) -> str | None:
+        col = self.first
+        return "zeros" if not np.any(self.got[col:]) and np.any(self.want[col:]) else None
+
+    def at(self) -> str:
+        return f"column {self.first}"
+
+    def repeats(self) -> bool:
+        # One value repeated throughout says nothing about which row it came from.
+        bits: np.ndarray = self.got.view(self.bits)
+        return not bits.size or bool((bits == bits[0]).all())
+
+    def found(self, window: bytes, lo: int, here: int) -> list[int]:
+        """File offsets of the table's rows inside *window* (which starts at *lo*), other than *here*, that
+        decode to the values."""
+        t = self.table
+        rb, base = t.row_bytes, t.tensor.offset
+        first = min(t.n_rows, max(0, -(-(lo - base) // rb)))
+        end = max(first, min(t.n_rows, (lo + len(window) - base) // rb))
+        if end == first:
+            return []
+        start = t.row_offset(first) - lo
+        rows = self._decode(window[start:start + (end - first) * rb]).reshape(end - first, -1)
+        same = (t.row_offset(first + int(i)) for i in np.flatnonzero(self._equal(rows).all(axis=1)))
+        return [off for off in same if off != here][:MAX_HITS]
+
+    def where(self) -> tuple[int, int, int]:
+        """(first byte of the block, block, column) of the first differing value."""
+        block = self.first // self.table.tensor.block_size
+        return block * self.table.tensor.block_bytes, block, self.first
+
+    def shown(self) -> tuple[str, str]:
+        col, width = self.first, self.got.itemsize * 2
+        return (f"{int(self.want[col:col + 1].view(self.bits)[0]):0{width}x}",
+                f"{int(self.got[col:col + 1].view(self.bits)[0]):0{width}x}")
+
+    def finite(self) -> tuple[bool | None, bool | None]:
+        return bool(np.isfinite(self.want).all()), bool(np.isfinite(self.got).all())
+
+    @property
+    def note(self) -> str:
+        """The stored block the first differing value decodes from: the values alone do not show it."""
+        byte, _, _ = self.where()
+        return f"; stored block: {_hex(self.raw[byte:byte + self.table.tensor.block_bytes])}"
+
+
+Form = RawRow | DecodedRow
+
+
+def _uint_of(dtype: np.dtype) -> type:
+    return {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+
+
+def captured(table: RowTable, row: int, expected: bytes, got: np.ndarray) -> Form:
+    """A captured row in the form it was captured in: uint8 rows are raw bytes, float rows decoded values."""
+    if got.dtype == np.uint8:
+        return RawRow(table, row, expected, got.tobytes())
+    return DecodedRow(table, row, expected, got)
+
+
+class Classifier:
+    """Turns a row that differs from the file into a located, classified Mismatch; reads the file around
+    the row through the reference when looking for where the row's content came from."""
+
+    def __init__(self, table: RowTable, reference: BufferedReader) -> None:
+        self.table = table
+        self.reference = reference
+
+    def mismatch(self, sample: Sample, expected: bytes, mode: str, stage: str,
+                 previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> Mismatch:
+        """A read path's row; *batch* holds the file's bytes of rows it may have been confused with."""
+        # A view into a live buffer is classified by what it shows now (bytes(bytes) is no copy).
+        form = RawRow(self.table, sample.row, expected, bytes(sample.data))
+        return self.classify(form, mode, stage, previous=previous, batch=batch, unlanded=sample.unlanded,
+                             via_cache=sample.via_cache)
+
+    def classify(self, form: Form, mode: str, stage: str, *, previous: bytes | None = None,
+                 batch: dict[int, bytes] | None = None, unlanded: bool = False,
+                 via_cache: bool = False) -> Mismatch:
+        """*previous* is the file's bytes of the row gathered just before this one."""
+        t, row = self.table, form.row
+        verdict = self._verdict(form, previous, batch or {}, unlanded, via_cache)
+        byte, block, column = form.where()
+        at = t.row_offset(row)
+        expected, actual = form.shown()
+        expected_finite, actual_finite = form.finite()
+        return Mismatch(kind=verdict.kind, mode=mode, stage=stage, file=t.path, tensor=t.name, row=row,
+                        row_offset=at, length=t.row_bytes, byte=byte, offset=at + byte, block=block, column=column,
+                        expected=expected, actual=actual, differing=form.differing,
+                        expected_finite=expected_finite, actual_finite=actual_finite, other_row=verdict.other_row,
+                        other_offset=verdict.other_offset, max_abs_diff=form.max_abs_diff,
+                        detail=verdict.detail + form.note, unit=form.unit)
+
+    def _verdict(self, form: Form, previous: bytes | None, batch: dict[int, bytes], unlanded: bool,
+                 via_cache: bool) -> _Verdict:
+        unit = form.unit
+        # Searching the file is the costly step: done once, first only for a cache hit (crosstalk wins).
+        other = self._source(form, batch) if via_cache else None
+        if other is not None:
+            held = f"row {other[0]}" if other[0] is not None else f"the {unit} of offset {other[1]}"
+            return _Verdict("cache-crosstalk", *other, f"cache hit for row {form.row} held {held}")
+        if unlanded:
+            return _Verdict("stale", None, None,
+                            "buffer handed out before its read landed: it held its previous contents")
+        if previous is not None and form.holds(previous):
+            return _Verdict("stale", None, None, f"the {unit} of the previous row gathered into the same buffer")
+        fill = form.fill()
+        if fill is not None:
+            return _Verdict("short-read", None, None, f"{fill} from {form.at()} on: the read stopped there")
+        if not via_cache:
+            other = self._source(form, batch)
+        if other is not None:
+            name = f"row {other[0]}" if other[0] is not None else f"offset {other[1]}"
+            return _Verdict("misplaced", *other, f"the {unit} of {name}")
+        return _Verdict("garbage", None, None, f"{unit} found nowhere near the row")
+
+    def _source(self, form: Form, batch: dict[int, bytes]) -> tuple[int | None, int] | None:
+        """(row or None, file offset) of the place nearest the row that holds the row's content: a row of
+        *batch*, else anywhere within 64 KiB (or 8 rows) of the row."""
+        if form.repeats():
+            return None
+        t, row = self.table, form.row
+        for other, data in batch.items():
+            if other != row and form.holds(data):
+                return other, t.row_offset(other)
+        radius = max(WINDOW_64K, 8 * t.row_bytes)
+        here = t.row_offset(row)
+        lo = max(0, here - radius)
+        hi = min(t.file_size, here + t.row_bytes + radius)
+        hits = form.found(self.reference.read_exact(lo, hi - lo), lo, here)
+        if not hits:
+            return None
+        found = min(hits, key=lambda off: abs(off - here))
+        other, within = t.row_at(found)
+        in_table = within == 0 and 0 <= other < t.n_rows
+        return (other if in_table else None), found
