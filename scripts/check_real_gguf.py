@@ -74,6 +74,9 @@ def check(path: Path) -> tuple[list[str], str]:
     try:
         problems = header_differences(open_gguf(path), gguf.GGUFReader(path))
         verdict = scan(str(path))
+        # A real file's bytes outside its tensors are zero padding: anything else is a finding to look at.
+        problems += [f"structure {s.kind} at offset {s.offset}, length {s.length}: expected {s.expected}, got "
+                     f"{s.actual}" for s in verdict.structure]
         with tempfile.TemporaryDirectory() as tmp:
             manifest = Path(tmp) / "m.json"
             write_tensor_manifest(build_tensor_manifest(open_model(path)), manifest)

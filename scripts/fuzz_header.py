@@ -126,8 +126,11 @@ def _round_trips(path: str, model: Model) -> None:
     manifest = path + ".manifest.json"
     write_tensor_manifest(build_tensor_manifest(model), manifest, replace=True)
     verified = verify_tensor_manifest(path, manifest)
-    if not verified.ok:
-        raise Bug(f"a file does not verify against its own manifest: {verified.mismatches[:2]}")
+    # Structure findings (non-zero padding, a gap) are facts about the file, as scan reports them; any
+    # other mismatch against the file's own manifest is a bug.
+    changed = [m for m in verified.mismatches if m.kind != "structure"]
+    if changed:
+        raise Bug(f"a file does not verify against its own manifest: {changed[:2]}")
 
 
 class Target:

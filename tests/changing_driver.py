@@ -34,6 +34,9 @@ def main(argv: list[str]) -> int:
     real_open, real_pread, real_preadv, real_mmap = os.open, os.pread, os.preadv, mmap.mmap
 
     def change() -> None:
+        # The marker first: the change can end this process (a worker the scan kills as soon as another
+        # process sees the file change) before a line after it runs.
+        os.close(real_open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
         size = os.path.getsize(target)
         if action == "truncate":
             os.truncate(target, size // 2)
@@ -47,8 +50,6 @@ def main(argv: list[str]) -> int:
             fd = real_open(target, os.O_WRONLY)
             os.pwrite(fd, b"\xa5" * (size - size // 2), size // 2)
             os.close(fd)
-        fd = real_open(marker, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.close(fd)
 
     def tick(kind: str, fd: int) -> None:
         if kind != when or fd not in fds:

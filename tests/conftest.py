@@ -48,6 +48,12 @@ def _alignment_enforced(folder: Path) -> bool:
         probe.unlink()
 
 
+@pytest.fixture(autouse=True)
+def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test's digest cache (verify's default on the command line) is its own, never the user's."""
+    monkeypatch.setenv("GGAUDIT_CACHE_DIR", str(tmp_path_factory.mktemp("digest-cache")))
+
+
 @pytest.fixture
 def ddir(tmp_path: Path) -> Path:
     """tmp_path, where direct reads work there with their alignment rules. On a tmpfs they do not: run the

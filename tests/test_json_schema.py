@@ -23,9 +23,12 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import ggaudit
+from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model
+from gguf import GGMLQuantizationType as GGMLType
 
 from ollama_support import ollama_store
+from stores_support import gpt4all_folder, hf_local_dir, lmstudio_models, ollama_everything
 from reliability_support import FIXTURES, run_cli
 
 SCHEMA = json.loads(resources.files("ggaudit").joinpath("schema/cli-output.schema.json").read_text("utf-8"))
@@ -39,6 +42,7 @@ SPLIT = FIXTURES / "split-00001-of-00002.gguf"
 
 SCAN, VERIFY, ROWS = "ggaudit/scan-report/1", "ggaudit/verify-report/1", "ggaudit/rows-report/1"
 DIFF, INFO, MANIFEST, FAILED = "ggaudit/diff-report/1", "ggaudit/info/1", "ggaudit-tensor-manifest", "failed"
+LLAMA = "llama-gguf-hash"
 STATUS_OF_EXIT = {0: "clean", 1: "findings", 2: "error"}
 
 
@@ -80,6 +84,13 @@ def damaged_against_manifest(tmp: Path) -> list[Any]:
     return [damaged, "--manifest", manifest]
 
 
+def damaged_against_llama_hash(tmp: Path) -> list[Any]:
+    """The same damage, against llama-gguf-hash lines (every type) of the original."""
+    manifest = tmp / "m.hash"
+    assert run_cli(["manifest", PLE, "-o", manifest, "--manifest-format", LLAMA, "--hash", "all"]).exit_code == 0
+    return [damaged_against_manifest(tmp)[0], "--manifest", manifest]
+
+
 def misplaced_capture(tmp: Path) -> Path:
     """An engine capture of rows 7 and 8 of PLE's table in which row 8 holds row 9's bytes."""
     t = open_model(PLE).tensor("per_layer_token_embd.weight")
@@ -102,6 +113,25 @@ def store(tmp: Path) -> Path:
     return tmp / "store"
 
 
+def appended(tmp: Path) -> Path:
+    """CLEAN with 28 bytes after its last tensor (a structure finding), and 0xFF in its header padding."""
+    model = open_model(CLEAN).files[0]
+    data = bytearray(CLEAN.read_bytes())
+    data[model.header_end] = 0xFF
+    path = tmp / "appended.gguf"
+    path.write_bytes(bytes(data) + b"payload!" * 3 + b"1234")
+    return path
+
+
+def experts(tmp: Path) -> Path:
+    """A mixture-of-experts tensor with a NaN in expert 5."""
+    values = np.ones((8, 4, 8), dtype="<f4")
+    values[5, 2, 3] = np.nan
+    path = tmp / "moe.gguf"
+    write_gguf(path, [TensorSpec("blk.0.ffn_up_exps.weight", GGMLType.F32, (8, 4, 8), values.tobytes())])
+    return path
+
+
 Case = Callable[[Path], list[Any]]
 
 #: id -> (arguments after the command name, built in a temporary folder; exit status; kinds of the models).
@@ -114,14 +144,28 @@ CASES: dict[str, tuple[Case, int, list[str]]] = {
     "scan-ollama-model-and-projector": (lambda t: ["scan", "ollama:tiny", "--store", store(t)], 0, [SCAN, SCAN]),
     "scan-one-fails": (lambda t: ["scan", CLEAN, t / "missing.gguf", NAN], 2, [SCAN, FAILED, SCAN]),
     "scan-fails": (lambda t: ["scan", t / "missing.gguf"], 2, [FAILED]),
+    "scan-structure": (lambda t: ["scan", appended(t), "--sha256"], 1, [SCAN]),
+    "scan-experts": (lambda t: ["scan", experts(t)], 1, [SCAN]),
     "verify-blob": (lambda t: ["verify", blob_of(CLEAN, t)], 0, [VERIFY]),
     "verify-blobs": (lambda t: ["verify", blob_of(CLEAN, t), blob_of(NAN, t, damage=True), t / ("sha256-" + "ab" * 32)],
                      1, [VERIFY, VERIFY, VERIFY]),
     "verify-ollama": (lambda t: ["verify", "ollama:tiny", "--store", store(t)], 0, [VERIFY]),
+    "verify-ollama-quick": (lambda t: ["verify", "ollama:tiny", "--store", store(t), "--quick"], 0, [VERIFY]),
     "verify-manifest": (lambda t: ["verify", PLE, "--manifest", manifest_of(PLE, t)], 0, [VERIFY]),
     "verify-manifest-damaged": (lambda t: ["verify", *damaged_against_manifest(t)], 1, [VERIFY]),
+    "verify-llama-hash-damaged": (lambda t: ["verify", *damaged_against_llama_hash(t)], 1, [VERIFY]),
     "verify-sums": (lambda t: ["verify", "--sums", sums_file(t)], 1, [VERIFY]),
     "verify-one-fails": (lambda t: ["verify", blob_of(CLEAN, t), CLEAN], 2, [VERIFY, FAILED]),
+    "verify-ollama-all": (lambda t: ["verify", "ollama:*", "--store", ollama_everything(t / "o").root], 1,
+                          [VERIFY, VERIFY, VERIFY]),
+    "verify-hf-local": (lambda t: ["verify", f"hf-local:{hf_local_dir(t / 'dl').root}"], 1, [VERIFY]),
+    "verify-lmstudio": (lambda t: ["verify", "lmstudio:", "--store", lmstudio_models(t / "lm")["good"].parents[2]],
+                        1, [VERIFY]),
+    "verify-gpt4all": (lambda t: ["verify", "gpt4all:", "--store", gpt4all_folder(t / "g")["good"].parent], 1,
+                       [VERIFY]),
+    "verify-sha256": (lambda t: ["verify", "--sha256", hashlib.sha256(CLEAN.read_bytes()).hexdigest(), CLEAN], 0,
+                      [VERIFY]),
+    "verify-sums-ignore-missing": (lambda t: ["verify", "--sums", sums_file(t), "--ignore-missing"], 1, [VERIFY]),
     "rows-clean": (lambda t: ["rows", PLE, "--ids", "1-40", "--random", "5", "--seed", "3", "--cache-rows", "8",
                               "--prefetch", "--modes", "buffered,mmap,direct"], 0, [ROWS]),
     "rows-sweep": (lambda t: ["rows", PLE, "--all", "--modes", "buffered"], 0, [ROWS]),
@@ -140,6 +184,8 @@ CASES: dict[str, tuple[Case, int, list[str]]] = {
     "manifest": (lambda t: ["manifest", SPLIT, "-o", t / "m.json"], 0, [MANIFEST]),
     "manifest-stdout": (lambda t: ["manifest", PLE, "-o", "-"], 0, [MANIFEST]),
     "manifest-fails": (lambda t: ["manifest", CLEAN, "-o", CLEAN, "--force"], 2, [FAILED]),
+    "manifest-llama-hash": (lambda t: ["manifest", SPLIT, "-o", "-", "--manifest-format", LLAMA, "--hash", "all"], 0,
+                            [LLAMA]),
 }
 
 
@@ -153,7 +199,7 @@ def test_json_output_validates_against_the_shipped_schema(case: str, tmp_path: P
     assert doc["status"] == STATUS_OF_EXIT[exit_status]
     assert [kind(m) for m in doc["models"]] == kinds
     for element in doc["models"]:
-        if kind(element) not in (FAILED, MANIFEST):
+        if kind(element) not in (FAILED, MANIFEST, LLAMA):
             assert list(element)[:3] == ["schema", "tool_version", "ok"]
             assert element["tool_version"] == ggaudit.__version__
     # Each failed target is also its one line on stderr, as without --json.
@@ -164,7 +210,7 @@ def test_json_output_validates_against_the_shipped_schema(case: str, tmp_path: P
 
 def test_the_cases_reach_every_kind_of_element_and_of_finding() -> None:
     kinds = {k for _, _, ks in CASES.values() for k in ks}
-    assert kinds == {SCAN, VERIFY, ROWS, DIFF, INFO, MANIFEST, FAILED}
+    assert kinds == {SCAN, VERIFY, ROWS, DIFF, INFO, MANIFEST, LLAMA, FAILED}
     assert len(SCHEMA["$defs"]["element"]["oneOf"]) == len(kinds)
 
 
@@ -205,6 +251,25 @@ BREAKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "a count as text": lambda d: d["models"][0]["counts"].update(nan="1"),
     "no models": lambda d: d.update(models=[]),
 }
+
+
+def test_structure_findings_and_expert_counts_are_checked(findings_doc: dict[str, Any]) -> None:
+    structure = {"kind": "trailing", "file": "m.gguf", "offset": 4096, "length": 28, "after": "b", "before": None,
+                 "first_nonzero": 4096, "head": "ff00", "expected": "the end of the file", "actual": "28 more bytes"}
+    tensor = next(t for t in findings_doc["models"][0]["tensors"] if t["findings"])
+    good = copy.deepcopy(findings_doc)
+    good["models"][0]["structure"].append(structure)
+    good_tensor = next(t for t in good["models"][0]["tensors"] if t["name"] == tensor["name"])
+    good_tensor.update(n_experts=8, experts=[{"expert": 5, "counts": tensor["counts"]}])
+    good_tensor["findings"][0]["expert"] = 5
+    assert errors(good) == []
+    for damage in ({"kind": "weird"}, {"length": 0}, {"head": "xyz"}, {"offset": None}):
+        bad = copy.deepcopy(findings_doc)
+        bad["models"][0]["structure"].append({**structure, **damage})
+        assert errors(bad) != [], damage
+    bad = copy.deepcopy(good)
+    next(t for t in bad["models"][0]["tensors"] if t["name"] == tensor["name"])["experts"][0]["expert"] = -1
+    assert errors(bad) != []
 
 
 @pytest.mark.parametrize("damage", sorted(BREAKS))

@@ -200,7 +200,7 @@ def test_whole_tensor_digest_alone_differing_is_a_tensor_data_mismatch(tmp_path:
         "rows 0-63: xxh3-128 of the whole tensor differs (no row group's does)",
         f"  expected: {'0' * 32}",
         f"  actual:   {good}",
-        f"summary: 1 files hashed, {size} bytes, 1 mismatches",
+        f"summary: 1 files checked, 0 from the cache, {size} bytes hashed, 1 mismatches",
     ]
     as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)["models"][0]
     assert [(m["kind"], m["tensor"], m["rows"], m["expected"], m["actual"]) for m in as_json["mismatches"]] == [

@@ -219,7 +219,7 @@ def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
         f"MISMATCH missing: file {path} (m.gguf): file of the manifest not found",
         f"  expected: {digest}",
         "  actual:   -",
-        "summary: 0 files hashed, 0 bytes, 1 mismatches"]
+        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatches"]
     res = runner.invoke(main, ["verify", str(blob)])
     assert (res.exit_code, res.stderr) == (1, "")
     assert res.output.splitlines() == [
@@ -227,7 +227,7 @@ def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
         f"MISMATCH missing: file {blob} (blob name): file not found",
         f"  expected: {digest}",
         "  actual:   -",
-        "summary: 0 files hashed, 0 bytes, 1 mismatches"]
+        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatches"]
 
 
 @needs_drop

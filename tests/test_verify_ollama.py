@@ -178,7 +178,7 @@ def test_cli_exit_codes_and_fio_style_lines(store: Store) -> None:
     assert lines[i + 2] == f"  actual:   {hashlib.sha256(model.read_bytes()).hexdigest()}"
     params = store.blob("vis.params")
     assert f"MISMATCH missing: file {params} ({PARAMS}): file not found" in lines
-    assert lines[-1].startswith("summary: 3 files hashed") and lines[-1].endswith("3 mismatches")
+    assert lines[-1].startswith("summary: 3 files checked, 0 from the cache") and lines[-1].endswith("3 mismatches")
     doc = json.loads(runner.invoke(main, ["verify", "ollama:acme/vis:q4", "--store", str(store.root),
                                           "--json"]).stdout)["models"][0]
     assert doc["ok"] is False and [m["kind"] for m in doc["mismatches"]] == ["sha256", "size", "missing"]

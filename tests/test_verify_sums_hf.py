@@ -57,7 +57,7 @@ def test_mismatch_and_missing_are_reported_with_expected_then_actual(tmp_path: P
         f"MISMATCH missing: file {tmp_path.resolve() / 'gone.gguf'} (gone.gguf): file not found",
         f"  expected: {_sha(b'x')}",
         "  actual:   -",
-        "summary: 2 files hashed, 808 bytes, 2 mismatches",
+        "summary: 2 files checked, 0 from the cache, 808 bytes hashed, 2 mismatches",
     ]
 
 

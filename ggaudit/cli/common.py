@@ -20,6 +20,7 @@ from ..errors import GGAuditError
 from ..format.locate import resolve_model
 from ..text import escape_message, escape_path
 from ..untrusted import shorten
+from ..verify.manifests.llama_hash import LlamaHashManifest, llama_hash_to_json
 from ..verify.manifests.tensor import TensorManifest, tensor_manifest_to_json
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
@@ -119,7 +120,8 @@ FLAGS = {"tensors": "--tensor", "tensor": "--tensor", "as_fp8": "--as", "max_abs
          "seed": "--seed", "random": "--random", "group_bytes": "--group-bytes", "jobs": "--jobs",
          "store": "--store", "manifest": "--manifest", "sums": "--sums", "against": "--against",
          "modes": "--modes", "workers": "--workers", "batch": "--batch", "cache_rows": "--cache-rows",
-         "prefetch": "--prefetch", "fp8": "--fp8", "all_rows": "--all", "page_crossing": "--page-crossing"}
+         "prefetch": "--prefetch", "fp8": "--fp8", "all_rows": "--all", "page_crossing": "--page-crossing",
+         "sha256": "--sha256", "base": "--base", "ignore_missing": "--ignore-missing"}
 
 
 def as_flags(err: GGAuditError) -> GGAuditError:
@@ -239,11 +241,13 @@ class ManifestWritten:
     file). Its JSON is the manifest's own (``format``/``version`` name it, as in the file)."""
 
     output: str
-    manifest: TensorManifest
+    manifest: TensorManifest | LlamaHashManifest
 
     @property
     def ok(self) -> bool:
         return True
 
     def to_json(self) -> dict[str, Any]:
+        if isinstance(self.manifest, LlamaHashManifest):
+            return llama_hash_to_json(self.manifest)
         return tensor_manifest_to_json(self.manifest)

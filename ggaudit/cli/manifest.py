@@ -1,15 +1,22 @@
-"""``ggaudit manifest``: write a tensor manifest (file sha256, per-tensor and per-row-group xxh3-128)."""
+"""``ggaudit manifest``: write a tensor manifest (file sha256, per-tensor and per-row-group xxh3-128), or
+llama.cpp's ``llama-gguf-hash`` lines."""
 
 from __future__ import annotations
 
 import click
 
 from ..batch import run_models
+from ..errors import UsageError
 from ..format.layout import open_model
 from ..format.locate import description_files, resolve_model
+from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
+from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output, write_tensor_manifest
 from .common import STDOUT, ManifestWritten, PathParam, handle_errors
-from .reporters import emit_outcomes, format_options
+from .reporters import emit_outcomes, format_options_also
+
+#: ``--manifest-format`` of ggaudit's own JSON tensor manifest.
+GGAUDIT = "ggaudit"
 
 
 @click.command()
@@ -17,26 +24,56 @@ from .reporters import emit_outcomes, format_options
 @click.option("-o", "--output", required=True, type=PathParam(dir_okay=False),
               help="Manifest file to write ('-' for stdout). Never one of MODEL's files.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists (atomically).")
-@click.option("--group-bytes", type=click.IntRange(min=1), default=DEFAULT_GROUP_BYTES, show_default=True,
-              help="Target size of a row group (whole rows, at least one).")
+@click.option("--manifest-format", "manifest_format", type=click.Choice([GGAUDIT, LLAMA_HASH]), default=GGAUDIT,
+              show_default=True, help="ggaudit: the JSON tensor manifest (row groups localise damage); "
+              "llama-gguf-hash: llama.cpp's lines, as llama-gguf-hash prints them.")
+@click.option("--hash", "hashes", metavar="TYPES",
+              help=f"With --manifest-format {LLAMA_HASH}: comma-separated {', '.join(HASH_TYPES)}, or all "
+                   f"[default: {','.join(DEFAULT_TYPES)}, as llama-gguf-hash's].")
+@click.option("--group-bytes", type=click.IntRange(min=1), default=None,
+              help=f"Target size of a row group (whole rows, at least one) [default: {DEFAULT_GROUP_BYTES}].")
 @click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
-@format_options
+@format_options_also(LLAMA_HASH)
 @handle_errors
-def manifest(model: str, output: str, force: bool, group_bytes: int, store: str | None, fmt: str) -> None:
+def manifest(model: str, output: str, force: bool, manifest_format: str, hashes: str | None,
+             group_bytes: int | None, store: str | None, fmt: str) -> None:
     """Write MODEL's tensor manifest to OUTPUT, reading each file once.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model layer and, if it has one,
     its projector). OUTPUT '-' prints the manifest on stdout (with --json, inside the JSON every command
     prints); an existing OUTPUT is replaced only with --force, atomically, and never when it is one of
     MODEL's files.
-    Check it later with `ggaudit verify MODEL --manifest OUTPUT`.
+
+    --manifest-format llama-gguf-hash writes llama.cpp's format instead (one line per hash, a block per
+    file, named as MODEL's files are given here), which llama-gguf-hash --check reads too; --format
+    llama-gguf-hash says the same. (Otherwise --format chooses how this command's result is printed,
+    text or json, as for every command.)
+
+    Check it later with `ggaudit verify MODEL --manifest OUTPUT`, which reads either format.
     """
+    if fmt == LLAMA_HASH:       # the issue's and llama.cpp users' spelling: the manifest's format
+        manifest_format, fmt = LLAMA_HASH, "text"
+    llama = manifest_format == LLAMA_HASH
+    if llama and group_bytes is not None:
+        raise UsageError(None, f"--group-bytes is for the {GGAUDIT} manifest, not {LLAMA_HASH}")
+    if not llama and hashes is not None:
+        raise UsageError(None, f"--hash is for --manifest-format {LLAMA_HASH}")
+    try:
+        types = hash_types(hashes.split(",")) if hashes is not None else DEFAULT_TYPES
+    except UsageError as err:
+        raise UsageError(None, err.message, field="--hash") from None
+
     def make(_: str) -> ManifestWritten:
         models = [open_model(path) for path in resolve_model(model, store=store)]
         inputs = [f.path for m in models for f in m.files] + description_files(model, store=store)
         if output != STDOUT:
             check_output(output, replace=force, inputs=inputs, replace_with="--force")   # before the reads
-        built = build_tensor_manifest(models, group_bytes=group_bytes)
+        if llama:
+            built_lines = build_llama_hash(models, types)
+            if output != STDOUT:
+                write_llama_hash(built_lines, output, replace=force, inputs=inputs)
+            return ManifestWritten(output=output, manifest=built_lines)
+        built = build_tensor_manifest(models, group_bytes=group_bytes or DEFAULT_GROUP_BYTES)
         if output != STDOUT:
             write_tensor_manifest(built, output, replace=force, inputs=inputs)
         return ManifestWritten(output=output, manifest=built)

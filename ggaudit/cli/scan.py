@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..format.locate import resolve_model
 from ..scan.report import FP8_E4M3, ScanReport
 from ..scan.run import scan as scan_model
-from ..text import escape
+from ..text import escape_message
 from .common import PathParam, expand_models, handle_errors, hint, stderr_is_tty
 from .reporters import emit_outcomes, format_options
 
@@ -63,7 +63,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     outcomes = run_models(paths, one, jobs=jobs)
     for outcome in outcomes:
         for warning in outcome.result.warnings if outcome.result is not None else ():
-            hint(f"ggaudit: warning: {escape(warning)}")
+            hint(f"ggaudit: warning: {escape_message(warning)}")
     raise SystemExit(emit_outcomes(outcomes, fmt))
 
 

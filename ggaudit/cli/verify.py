@@ -1,15 +1,24 @@
-"""``ggaudit verify``: digests against the Ollama store, the Hugging Face cache, checksum files, a
-blob's own name, or a tensor manifest. Exit 0 all good, 1 mismatches, 2 unreadable input."""
+"""``ggaudit verify``: digests against the Ollama store, the Hugging Face cache and local-dir downloads,
+LM Studio's and GPT4All's folders, checksum files, a sha256 given, a blob's own name, or a tensor manifest.
+Exit 0 all good, 1 mismatches, 2 unreadable input."""
 
 from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
 
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
 from ..format.locate import OLLAMA_PREFIX
-from ..text import escape
+from ..text import escape_message
+from ..verify.cache import in_session
+from ..verify.dispatch import OLLAMA_ALL
 from ..verify.dispatch import verify as check
+from ..verify.run import VerifyReport, verify_ollama, verify_ollama_store
+from ..verify.stores.ollama import list_ollama_models
 from .common import PathParam, handle_errors, hint
 from .reporters import emit_outcomes, format_options
 
@@ -17,42 +26,97 @@ from .reporters import emit_outcomes, format_options
 @click.command()
 @click.argument("targets", nargs=-1)
 @click.option("--ollama", "ollama_name", metavar="NAME", help="Verify an Ollama model (same as ollama:NAME).")
-@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root (default: $OLLAMA_MODELS "
-              "or the platform default).")
+@click.option("--store", type=PathParam(file_okay=False), help="Root of the store TARGET names: Ollama's "
+              "(default: $OLLAMA_MODELS or the platform default), LM Studio's or GPT4All's models folder.")
 @click.option("--sums", type=PathParam(dir_okay=False), help="Verify the files a sha256 checksum file names.")
+@click.option("--ignore-missing", is_flag=True, help="With --sums: skip files that are absent (as sha256sum -c).")
+@click.option("--base", type=PathParam(file_okay=False), metavar="DIR",
+              help="With --sums: resolve names under DIR instead of the checksum file's folder.")
+@click.option("--sha256", "sha256", metavar="HEX", help="Verify the one FILE given against this sha256.")
 @click.option("--manifest", "manifest_file", type=PathParam(dir_okay=False),
-              help="Verify TARGET against a tensor manifest written by `ggaudit manifest`.")
+              help="Verify TARGET against a manifest: ggaudit's tensor manifest (`ggaudit manifest`) or "
+                   "llama.cpp's llama-gguf-hash lines, told apart by content.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Verify this many TARGETs at once.")
 @format_options
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
+@click.option("--no-cache", is_flag=True, help="Hash every file; neither use nor fill the digest cache.")
+@click.option("--quick", is_flag=True, help="Check sizes and names and take digests from the digest cache only: "
+              "hash nothing, and count a file without a cached digest as unchecked.")
 @handle_errors
 def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
-           manifest_file: str | None, jobs: int, fmt: str, fail_fast: bool) -> None:
+           ignore_missing: bool, base: str | None, sha256: str | None, manifest_file: str | None, jobs: int,
+           fmt: str, fail_fast: bool, no_cache: bool, quick: bool) -> None:
     """Check the bytes of each TARGET against the digests they should have.
 
     \b
     TARGET is one of:
-      ollama:NAME        every layer and the config of an Ollama model
-      hf:ORG/NAME[@REV]  a Hugging Face cache snapshot, offline
-      FILE               a blob named by its sha256 (sha256-<hex>), or with --manifest a model
+      ollama:NAME              every layer and the config of an Ollama model
+      ollama:*                 every model of the store, one report each, then the blobs no
+                               manifest names (orphans)
+      hf:ORG/NAME[@REV]        a Hugging Face cache snapshot, offline
+      hf-local:DIR             a huggingface-cli download --local-dir DIR, by its metadata
+      lmstudio:[PUB/MODEL]     LM Studio's models (all, or one): each GGUF opens, split sets complete
+      gpt4all:                 GPT4All's models: size and md5 from its local models3.json, else as LM Studio
+      FILE                     a blob named by its sha256 (sha256-<hex>), with --sha256 HEX any file,
+                               or with --manifest a model
     Several TARGETs are reported one after the other; a failure in one does not lose the others.
 
-    Exit 0 all good, 1 mismatches, 2 unreadable input. A file the expectations say should exist
-    (an Ollama layer, a shard, a sums entry, TARGET itself with --manifest or as a blob) and that is
-    absent is a "missing" mismatch: exit 1.
+    Exit 0 all good, 1 mismatches (an orphan blob included), 2 unreadable input. A file the
+    expectations say should exist (an Ollama layer, a shard, a sums entry, TARGET itself with
+    --manifest or as a blob) and that is absent is a "missing" mismatch: exit 1.
+
+    Whole-file digests are kept in a cache (ggaudit's folder in the user's cache folder, or
+    $GGAUDIT_CACHE_DIR) and a file unchanged since (device, inode, size, mtime, ctime) is not read
+    again; --no-cache hashes everything. --quick hashes nothing: a file the cache has no digest for
+    is left unchecked (a warning, counted in the summary), and exit 0 says nothing wrong was found.
     """
+    if quick and no_cache:
+        raise UsageError(None, "--quick takes its digests from the cache: not with --no-cache")
+    cache = not no_cache
     items = list(targets) + ([OLLAMA_PREFIX + ollama_name] if ollama_name is not None else [])
+    if sums is None and (ignore_missing or base is not None):
+        raise UsageError(None, "--ignore-missing and --base are for --sums FILE")
     if sums is not None:
-        if items or manifest_file is not None:
-            raise UsageError(None, "--sums FILE takes no TARGET and no --manifest")
-        outcomes = run_models([sums], lambda path: check(sums=path, fail_fast=fail_fast))
+        if items or manifest_file is not None or sha256 is not None:
+            raise UsageError(None, "--sums FILE takes no TARGET, no --manifest and no --sha256")
+        outcomes = run_models([sums], lambda path: check(sums=path, ignore_missing=ignore_missing, base=base,
+                                                         fail_fast=fail_fast, cache=cache, quick=quick))
     elif not items:
         raise UsageError(None, "give a TARGET, --ollama NAME or --sums FILE")
+    elif sha256 is not None:
+        if len(items) != 1 or manifest_file is not None:
+            raise UsageError(None, "--sha256 HEX checks one FILE and takes no --manifest")
+        outcomes = run_models(items, lambda t: check(t, sha256=sha256, cache=cache, quick=quick))
     else:
-        outcomes = run_models(items, lambda t: check(t, manifest=manifest_file, store=store, fail_fast=fail_fast),
-                              jobs=jobs)
+        # Keyed by the target's text: a target given twice is the same check, reported twice.
+        names, audits = _audits(items, store, manifest_file, fail_fast, cache, quick)
+        outcomes = run_models(names, lambda t: audits[t](), jobs=jobs)
     for outcome in outcomes:
         for warning in outcome.result.warnings if outcome.result is not None else ():
-            hint(f"ggaudit: warning: {escape(warning)}")
+            hint(f"ggaudit: warning: {escape_message(warning)}")
     raise SystemExit(emit_outcomes(outcomes, fmt))
+
+
+def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool, cache: bool,
+            quick: bool) -> tuple[list[str], dict[str, Callable[[], VerifyReport]]]:
+    """The targets, in order, and each one's check; ``ollama:*`` (without --manifest) becomes one target
+    per model of the store, then the store itself (its orphan blobs and stray partial downloads)."""
+    targets: list[str] = []
+    audits: dict[str, Callable[[], VerifyReport]] = {}
+    for item in items:
+        if item == OLLAMA_ALL and manifest_file is None:
+            listing = list_ollama_models(store)
+            for name in listing.names:
+                targets.append(OLLAMA_PREFIX + str(name))
+                # partials=False: the store's report says the stray partial downloads once, not each model's.
+                audits[targets[-1]] = functools.partial(in_session, cache, quick, functools.partial(
+                    verify_ollama, str(name), store, fail_fast=fail_fast, partials=False))
+            targets.append(os.fspath(listing.store))
+            audits[targets[-1]] = functools.partial(verify_ollama_store, store, layers=False, fail_fast=fail_fast)
+        else:
+            targets.append(item)
+            audits[item] = functools.partial(check, item, manifest=manifest_file, store=store, fail_fast=fail_fast,
+                                             cache=cache, quick=quick)
+    return targets, audits
+

@@ -151,6 +151,8 @@ class GGUFFile:
     metadata: Mapping[str, MetaValue]
     tensors: tuple[Tensor, ...]
     identity: FileIdentity
+    #: Where the tensor infos end: the bytes from here to ``data_offset`` are alignment padding.
+    header_end: int
 
     def meta(self, key: str, default: Any = None) -> Any:
         entry = self.metadata.get(key)
@@ -404,7 +406,7 @@ def _check_version(cur: _Cursor) -> int:
     raise cur.error("version", f"unsupported GGUF version {version} (supported: 2, 3)", 4)
 
 
-def _parse(cur: _Cursor) -> tuple[int, int, int, dict[str, MetaValue], list[_RawTensor]]:
+def _parse(cur: _Cursor) -> tuple[int, int, int, int, dict[str, MetaValue], list[_RawTensor]]:
     cur.require(4, "magic")
     if cur.buf[:4] != GGUF_MAGIC:
         raise cur.error("magic", f"bad magic {cur.buf[:4]!r} (expected b'GGUF')", 0)
@@ -429,7 +431,7 @@ def _parse(cur: _Cursor) -> tuple[int, int, int, dict[str, MetaValue], list[_Raw
                         "bytes after the metadata", 8)
     raw = [_read_tensor_info(cur, i, alignment) for i in range(n_tensors)]
     data_offset = -(-cur.pos // alignment) * alignment
-    return version, alignment, data_offset, metadata, raw
+    return version, alignment, cur.pos, data_offset, metadata, raw
 
 
 def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tuple[Tensor, ...]:
@@ -459,12 +461,12 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     fd, st = io.open_readonly(path)
     try:
         cur = _Cursor(fd, path, st.st_size)
-        version, alignment, data_offset, metadata, raw = _parse(cur)
+        version, alignment, header_end, data_offset, metadata, raw = _parse(cur)
         tensors = _place_tensors(cur, raw, data_offset)
     finally:
         os.close(fd)
     return GGUFFile(path, st.st_size, version, alignment, data_offset, MappingProxyType(metadata), tensors,
-                    FileIdentity.of(st))
+                    FileIdentity.of(st), header_end)
 
 
 def open_model(source: str | os.PathLike[str]) -> Model:

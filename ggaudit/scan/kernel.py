@@ -143,6 +143,8 @@ class Plan:
     n_cols: int
     layout: BlockLayout
     deep: bool
+    #: Rows of one expert in a mixture-of-experts tensor (the expert is the last axis); 0: not one.
+    rows_per_expert: int = 0
 
     @property
     def units(self) -> int:
@@ -156,6 +158,20 @@ class Plan:
     def units_per_row(self) -> int:
         return self.n_cols // self.layout.block_size
 
+    def expert_of_row(self, row: int) -> int | None:
+        return row // self.rows_per_expert if self.rows_per_expert else None
+
+
+def count_expert(experts: dict[int, dict[str, int]], expert: int, kind: str, n: int = 1) -> None:
+    experts.setdefault(expert, dict.fromkeys(KINDS, 0))[kind] += n
+
+
+def add_experts(experts: dict[int, dict[str, int]], more: dict[int, dict[str, int]]) -> None:
+    for expert, counts in more.items():
+        for kind, n in counts.items():
+            if n:
+                count_expert(experts, expert, kind, n)
+
 
 @dataclass
 class Acc:
@@ -165,6 +181,8 @@ class Acc:
     max_abs: float | None = None
     findings: list[Finding] = field(default_factory=list)
     stopped: bool = False
+    #: Per expert of a mixture-of-experts tensor with any finding: its counts per kind.
+    experts: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def add_max(self, value: float | None) -> None:
         if value is not None and (self.max_abs is None or value > self.max_abs):
@@ -173,6 +191,7 @@ class Acc:
     def merge(self, other: Acc, limit: int) -> None:
         for kind, n in other.counts.items():
             self.counts[kind] += n
+        add_experts(self.experts, other.experts)
         self.add_max(other.max_abs)
         self.findings.extend(other.findings[:max(0, limit - len(self.findings))])
         self.stopped = self.stopped or other.stopped
@@ -186,6 +205,7 @@ class _Candidates:
 
     offsets: list[int] = field(default_factory=list)
     makers: list[Callable[[], Finding]] = field(default_factory=list)
+    experts: dict[int, dict[str, int]] = field(default_factory=dict)    # counts per expert, all of them
 
 
 @dataclass
@@ -352,6 +372,8 @@ def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.
     keep = np.flatnonzero(kinds != "")
     for kind in KINDS:
         counts[kind] += int(np.count_nonzero(kinds[keep] == kind))
+    if plan.rows_per_expert:
+        _count_experts(plan, cands.experts, first_unit + rows[keep], kinds[keep])
     bits_bytes = 2 if group.words > 1 else group.fields[0].size    # IQ1_M: the assembled f16
     for i in keep[:room]:
         f = group.fields[cols[i] if group.words == 1 else 0]
@@ -364,6 +386,15 @@ def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.
     nonfinite = keep[kinds[keep] != "outlier"]
     located: np.ndarray = first_unit + rows[nonfinite]
     return located
+
+
+def _count_experts(plan: Plan, experts: dict[int, dict[str, int]], units: np.ndarray, kinds: np.ndarray) -> None:
+    """Add the findings at ``units`` (of kinds ``kinds``) to the counts of their experts."""
+    of_unit = units // (plan.units_per_row * plan.rows_per_expert)
+    for kind in KINDS:
+        found, n = np.unique(of_unit[kinds == kind], return_counts=True)
+        for expert, count in zip(found.tolist(), n.tolist(), strict=True):
+            count_expert(experts, expert, kind, count)
 
 
 def _overflow_kinds(ggml_type: T, data: np.ndarray, rows: np.ndarray, bb: int) -> np.ndarray:
@@ -393,7 +424,8 @@ def _finding(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value
         row, block = divmod(unit, plan.units_per_row)
         column, width = block * layout.block_size + f.first_col, f.width
     return Finding(tensor=plan.name, path=plan.path, kind=kind, row=row, column=column, width=width, block=block,
-                   field=f.name, offset=offset, size=f.size, bits=bits, value=value, cause=cause)
+                   field=f.name, offset=offset, size=f.size, bits=bits, value=value, cause=cause,
+                   expert=plan.expert_of_row(row))
 
 
 def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: int,
@@ -413,18 +445,21 @@ def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: i
         for r in bad:
             kind, col = _first_kind(decoded[r])
             counts[kind] += 1
+            unit = first_unit + b0 + int(r)
+            row, block = divmod(unit, plan.units_per_row)
+            expert = plan.expert_of_row(row)
+            if expert is not None:
+                count_expert(cands.experts, expert, kind)
             if listed >= room:
                 continue
             listed += 1
-            unit = first_unit + b0 + int(r)
-            row, block = divmod(unit, plan.units_per_row)
             value = np.float32(decoded[r, col])
             offset = plan.offset + unit * bb
             cands.offsets.append(offset)
             cands.makers.append(functools.partial(
                 Finding, tensor=plan.name, path=plan.path, kind=kind, row=row, column=block * bs + col, width=1,
                 block=block, field="decoded", offset=offset, size=bb, bits=hex_bits(int(value.view(np.uint32)), 4),
-                value=None, cause=CAUSE_DECODED))
+                value=None, cause=CAUSE_DECODED, expert=expert))
 
 
 def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates) -> None:
@@ -435,10 +470,13 @@ def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates)
             first = cands.makers[order[0]]()
             acc.findings.append(first)
             acc.counts[first.kind] += 1
+            if first.expert is not None:
+                count_expert(acc.experts, first.expert, first.kind)
             acc.stopped = True
         return
     for kind, n in counts.items():
         acc.counts[kind] += n
+    add_experts(acc.experts, cands.experts)
     room = max(0, opts.limit - len(acc.findings))
     acc.findings.extend(cands.makers[i]() for i in order[:room])
 

@@ -12,6 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._version import __version__
+from ..format.structure import StructureFinding
+
+__all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CHECK_ELEMENTS", "CHECK_FIELDS", "CHECK_NONE",
+           "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScanReport", "ScanStats",
+           "StructureFinding", "TensorScan", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
@@ -58,6 +63,8 @@ class Finding:
     ``bits`` is the raw stored value (for IQ1_M the assembled f16; for a ``decoded`` finding the
     float32 bits of the decoded value). ``value`` is the decoded field when it is finite (an outlier,
     or a scale that overflows when decoded), else None: the kind says which non-finite it is.
+    ``expert``: in a mixture-of-experts tensor (``ffn_*_exps``, experts along the last axis), the expert
+    the value belongs to, ``row // (rows per expert)`` (``row`` counts across all experts); else None.
     """
 
     tensor: str
@@ -73,11 +80,28 @@ class Finding:
     bits: str
     value: float | None
     cause: str = CAUSE_FIELD
+    expert: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "row": self.row, "column": self.column, "block": self.block,
                 "field": self.field, "offset": self.offset, "bits": self.bits, "width": self.width,
-                "size": self.size, "value": finite_or_none(self.value), "cause": self.cause}
+                "size": self.size, "value": finite_or_none(self.value), "cause": self.cause,
+                "expert": self.expert}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpertCounts:
+    """What the scan found in one expert of a mixture-of-experts tensor."""
+
+    expert: int
+    counts: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"expert": self.expert, "counts": dict(self.counts)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +121,8 @@ class TensorScan:
     encoding: str | None = None     # FP8_E4M3 when the caller said an I8 tensor holds FP8
     deep: bool = False              # decoded with gguf.quants as well
     complete: bool = True           # False when --fail-fast stopped inside this tensor
+    n_experts: int | None = None    # a mixture-of-experts tensor (ffn_*_exps): how many experts it holds
+    experts: tuple[ExpertCounts, ...] = ()     # its experts with a finding, in order (all counted)
 
     @property
     def total(self) -> int:
@@ -113,7 +139,8 @@ class TensorScan:
                 "findings": [f.to_json() for f in self.findings],
                 "shape": list(self.shape), "file": self.path, "offset": self.offset,
                 "nbytes": self.nbytes, "check": self.check, "encoding": self.encoding,
-                "deep": self.deep, "complete": self.complete}
+                "deep": self.deep, "complete": self.complete, "n_experts": self.n_experts,
+                "experts": [e.to_json() for e in self.experts]}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +167,8 @@ class FileDigest:
 
 @dataclass(frozen=True, kw_only=True)
 class ScanReport:
-    """The result of :func:`ggaudit.scan.run.scan`; ``ok`` when no tensor holds a finding."""
+    """The result of :func:`ggaudit.scan.run.scan`; ``ok`` when no tensor holds a finding and the files'
+    structure is sound (``structure``: padding that is not zeros, gaps, data after the last tensor)."""
 
     model: str
     files: tuple[str, ...]
@@ -151,6 +179,7 @@ class ScanReport:
     stats: ScanStats = field(default_factory=lambda: ScanStats(bytes=0, seconds=0.0, workers=0))
     hashes: tuple[str, ...] = ()          # digest algorithms asked for (empty: none)
     digests: tuple[FileDigest, ...] = ()  # per file read to its end; --fail-fast may leave some out
+    structure: tuple[StructureFinding, ...] = ()    # per file, in file order
 
     @property
     def counts(self) -> dict[str, int]:
@@ -158,15 +187,17 @@ class ScanReport:
 
     @property
     def ok(self) -> bool:
-        """Nothing found: no non-finite value (and, with ``max_abs``, no outlier) in any tensor."""
-        return not any(t.total for t in self.tensors)
+        """Nothing found: no non-finite value (and, with ``max_abs``, no outlier) in any tensor, and no
+        structure finding."""
+        return not self.structure and not any(t.total for t in self.tensors)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "model": self.model,
             "files": list(self.files), "complete": self.complete, "counts": self.counts,
             "max_abs_threshold": self.max_abs, "warnings": list(self.warnings),
-            "tensors": [t.to_json() for t in self.tensors], "stats": self.stats.to_json()}
+            "tensors": [t.to_json() for t in self.tensors], "stats": self.stats.to_json(),
+            "structure": [s.to_json() for s in self.structure]}
         if self.hashes:     # only when asked for, so a plain scan's JSON is unchanged
             doc["digests"] = [d.to_json() for d in self.digests]
         return doc

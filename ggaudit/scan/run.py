@@ -31,8 +31,10 @@ import itertools
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
@@ -42,8 +44,9 @@ from ..verify.digests import ALGORITHMS, read_through
 from ..errors import ReadError, UsageError
 from ..format.layout import GGUFFile, Model, Tensor
 from ..format.locate import open_model
-from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, FileDigest, ScanReport, ScanStats,
-                     TensorScan)
+from ..format.structure import StructureConsumer, StructureFinding, check_structure
+from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, FileDigest, ScanReport,
+                     ScanStats, TensorScan)
 from .kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
 from .workers import run_mapped
 from ..text import escape
@@ -59,6 +62,10 @@ AUTO_WORKERS_MIN_BYTES = 64 << 20
 
 #: Unselected bytes between two selected tensors shorter than this are read through, not skipped.
 _GAP_BYTES = 1 << 20
+
+#: A mixture-of-experts tensor, as llama.cpp names them (``blk.3.ffn_down_exps.weight``, ``ffn_gate_up_exps``,
+#: their ``.bias``): the experts are its last axis. Shared experts (``ffn_*_shexp``) are not split.
+EXPERTS_NAME = re.compile(r"(?:^|\.)ffn_\w*_exps(?:\.|$)")
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -159,31 +166,45 @@ def _run_streamed(plans: Sequence[Plan], opts: Options, progress: Callable[[int]
     return accs
 
 
-def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], hashes: Sequence[str],
-                progress: Callable[[int], None]) -> tuple[dict[int, Acc], list[FileDigest]]:
-    """Read each whole file once, feeding the hashers and the scan the same chunks.
+@dataclasses.dataclass
+class _Hashed:
+    """What the one read of each whole file gave."""
 
-    A file's digests are kept only when it was read to its end (--fail-fast may stop the read).
+    accs: dict[int, Acc] = dataclasses.field(default_factory=dict)
+    digests: list[FileDigest] = dataclasses.field(default_factory=list)
+    structure: list[StructureFinding] = dataclasses.field(default_factory=list)
+
+
+def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], hashes: Sequence[str],
+                progress: Callable[[int], None]) -> _Hashed:
+    """Read each whole file once, feeding the hashers, the structure checks and the scan the same chunks.
+
+    A file's digests are kept only when it was read to its end (--fail-fast may stop the read); the
+    structure of a file the read did not finish, or never started, is checked by reads of its own.
     """
-    accs: dict[int, Acc] = {}
-    digests: list[FileDigest] = []
+    out = _Hashed()
     groups = by_file(plans)
+    stopped = False
     for f in files:
+        if stopped:
+            out.structure.extend(check_structure(f))
+            continue
         hashers = [ALGORITHMS[name]() for name in hashes]
+        structure = StructureConsumer(f)
         scanner = ScanConsumer(groups[f.path], opts, progress) if f.path in groups else None
         try:
-            read_through(f.path, [*hashers, *([scanner] if scanner else [])], end=f.identity.size,
+            read_through(f.path, [*hashers, structure, *([scanner] if scanner else [])], end=f.identity.size,
                          chunk_size=STREAM_CHUNK_BYTES)
         except _Stopped:
             pass
         else:
-            digests.append(FileDigest(path=f.path, size=f.identity.size,
-                                      digests={name: h.hexdigest() for name, h in zip(hashes, hashers, strict=True)}))
+            out.digests.append(FileDigest(path=f.path, size=f.identity.size, digests={
+                name: h.hexdigest() for name, h in zip(hashes, hashers, strict=True)}))
+        out.structure.extend(structure.findings() if structure.complete else check_structure(f))
         if scanner is not None:
-            accs.update(scanner.results())
-            if scanner.stopped:
-                break
-    return accs, digests
+            out.accs.update(scanner.results())
+            stopped = scanner.stopped
+    return out
 
 
 def _runs(plans: Sequence[Plan]) -> Iterator[tuple[int, int]]:
@@ -252,6 +273,10 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     under 64 MiB of tensor data, else up to 2). ``hashes``: digest algorithms (``"sha256"``,
     ``"xxh3-128"``) of each whole file, computed from the same single read as the scan (which then
     runs in this process) and returned in ``report.digests``, one entry per file (per shard).
+
+    Whatever the tensors selected, each file's structure is checked too (``report.structure``): padding
+    that is not zeros, gaps between tensors, data after the last tensor. That reads the padding and a
+    bounded prefix of anything else, a few KiB for a real model.
     """
     m = model if isinstance(model, Model) else open_model(model)
     hashes = tuple(hashes)
@@ -276,16 +301,18 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
         f.check_unchanged("since it was opened")
     digests: list[FileDigest] = []
     if hashes:
-        accs, digests = _run_hashed(plans, opts, m.files, hashes, advance)
-    elif n_workers:
-        accs = run_mapped(plans, opts, m.files, n_workers, advance)
+        hashed = _run_hashed(plans, opts, m.files, hashes, advance)
+        accs, digests = hashed.accs, hashed.digests
+        structure = tuple(hashed.structure)
     else:
-        accs = _run_streamed(plans, opts, advance)
+        structure = tuple(finding for f in m.files for finding in check_structure(f))
+        accs = run_mapped(plans, opts, m.files, n_workers, advance) if n_workers else \
+            _run_streamed(plans, opts, advance)
     for f in m.files:
         f.check_unchanged("during scan")
     elapsed = time.perf_counter() - started
     stats = ScanStats(bytes=total, seconds=elapsed, workers=n_workers)
-    report = _report(m, selected, plans, accs, fp8, warnings, opts, stats)
+    report = dataclasses.replace(_report(m, selected, plans, accs, fp8, warnings, opts, stats), structure=structure)
     if not hashes:
         return report
     unhashed = len(m.files) - len(digests)
@@ -313,10 +340,25 @@ def _plans(selected: Sequence[Tensor], fp8: set[str], deep: bool) -> tuple[list[
         decode = deep and blockwise and deep_supported(t.ggml_type)
         if deep and blockwise and not decode:
             undecodable[t.ggml_type.name] = undecodable.get(t.ggml_type.name, 0) + 1
-        plans.append(Plan(index, t.name, t.path, t.offset, t.nbytes, t.n_cols, layout, decode))
+        plans.append(Plan(index, t.name, t.path, t.offset, t.nbytes, t.n_cols, layout, decode, _rows_per_expert(t)))
     warnings = [f"deep: gguf.quants cannot decode {name}; {n} tensor{'s' if n > 1 else ''} of that type "
                 "checked by block fields only" for name, n in sorted(undecodable.items())]
     return plans, warnings
+
+
+def _rows_per_expert(t: Tensor) -> int:
+    """Rows of one expert when ``t`` is a mixture-of-experts tensor (2-D or 3-D), else 0."""
+    if len(t.shape) not in (2, 3) or not EXPERTS_NAME.search(t.name):
+        return 0
+    return t.n_rows // t.shape[-1]
+
+
+def _experts(t: Tensor, acc: Acc) -> dict[str, Any]:
+    """The TensorScan fields of a mixture-of-experts tensor: its expert count and its experts' findings."""
+    if not _rows_per_expert(t):
+        return {}
+    found = tuple(ExpertCounts(expert=e, counts=dict(acc.experts[e])) for e in sorted(acc.experts))
+    return {"n_experts": t.shape[-1], "experts": found}
 
 
 def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
@@ -334,7 +376,7 @@ def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], acc
         out.append(TensorScan(name=t.name, type=t.ggml_type.name, shape=t.shape, path=t.path, offset=t.offset,
                               nbytes=t.nbytes, check=check, counts=dict(acc.counts), max_abs=acc.max_abs,
                               findings=tuple(acc.findings), encoding=FP8_E4M3 if t.name in fp8 else None,
-                              deep=bool(plan and plan.deep), complete=not acc.stopped))
+                              deep=bool(plan and plan.deep), complete=not acc.stopped, **_experts(t, acc)))
     if stopped:
         skipped = sum(1 for p in plans if p.index not in accs)
         warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]

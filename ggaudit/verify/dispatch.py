@@ -7,40 +7,98 @@ import os
 from ..errors import UsageError
 from ..format.layout import Model
 from ..format.locate import HF_PREFIX, OLLAMA_PREFIX, Target, resolve_model
-from .run import (VerifyReport, verify_blob, verify_hf, verify_ollama, verify_sums,
-                  verify_tensor_manifest)
+from .cache import CacheChoice, using_cache
+from .run import (VerifyReport, verify_blob, verify_gpt4all, verify_hf, verify_hf_local, verify_lmstudio,
+                  verify_manifest, verify_ollama, verify_ollama_store, verify_sha256, verify_sums)
+
+#: Every model of the Ollama store: ``ollama:*``.
+OLLAMA_ALL = OLLAMA_PREFIX + "*"
+#: A folder written by ``huggingface-cli download --local-dir``.
+HF_LOCAL_PREFIX = "hf-local:"
+#: LM Studio's models: ``lmstudio:`` (all) or ``lmstudio:PUBLISHER/MODEL``.
+LMSTUDIO_PREFIX = "lmstudio:"
+#: GPT4All's model folder.
+GPT4ALL_PREFIX = "gpt4all:"
 
 
 def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | None = None,
            sums: str | os.PathLike[str] | None = None, store: str | os.PathLike[str] | None = None,
-           hf_cache: str | os.PathLike[str] | None = None, fail_fast: bool = False) -> VerifyReport:
+           hf_cache: str | os.PathLike[str] | None = None, fail_fast: bool = False, sha256: str | None = None,
+           ignore_missing: bool = False, base: str | os.PathLike[str] | None = None, cache: CacheChoice = False,
+           quick: bool = False) -> VerifyReport:
     """Check bytes against the digests they should have, and say where they differ.
 
     - ``verify(model, manifest=F)``: a model (path, ``ollama:NAME``, ``hf:ORG/NAME``, or a Model)
-      against a tensor manifest; differences are localised to tensors and row ranges.
-    - ``verify("ollama:NAME")``: every layer and the config of an Ollama model (``store``: its root).
+      against a manifest: ggaudit's tensor manifest (differences localised to tensors and row ranges)
+      or llama.cpp's ``llama-gguf-hash`` lines (matched by tensor name), told apart by content.
+    - ``verify("ollama:NAME")``: every layer and the config of an Ollama model (``store``: its root);
+      ``verify("ollama:*")``: the whole store as one report, blobs no manifest names as ``orphan``.
     - ``verify("hf:ORG/NAME[@REV]")``: every file of a cached Hugging Face snapshot, offline.
-    - ``verify(sums=F)``: every file a sha256 checksum file names.
+    - ``verify("hf-local:D")``: a ``huggingface-cli download --local-dir D`` folder, by its metadata.
+    - ``verify("lmstudio:")``, ``verify("lmstudio:PUBLISHER/MODEL")``, ``verify("gpt4all:")``: those
+      apps' model folders (``store``: the folder; default per OS), by structure, and by size and md5
+      where GPT4All's local model list gives them.
+    - ``verify(sums=F)``: every file a sha256 checksum file names (``base``: the folder names resolve
+      in; ``ignore_missing``: absent files are skipped).
+    - ``verify(path, sha256=HEX)``: one file against a sha256.
     - ``verify(path)``: a content-addressed blob (``sha256-<hex>``) against the digest in its name.
 
     A file the expectations name that is absent is a "missing" mismatch, not an error.
+
+    ``cache``: keep whole-file digests in the digest cache (True: the user's cache folder, see
+    :mod:`ggaudit.verify.cache`; or a folder) and take them from it for files unchanged since (same
+    device, inode, size, mtime and ctime); ``stats.cached`` counts them. ``quick`` (needs ``cache``):
+    check sizes and names, hash nothing, and leave a file without a cached digest unchecked
+    (``stats.unchecked``, and a warning naming it); not with ``manifest``, whose check reads every tensor.
     """
+    if quick and manifest is not None:
+        raise UsageError(None, "checks whole files' cached digests; a manifest's check reads every tensor",
+                         field="quick")
+    with using_cache(cache, quick=quick):
+        return _verify(target, manifest=manifest, sums=sums, store=store, hf_cache=hf_cache, fail_fast=fail_fast,
+                       sha256=sha256, ignore_missing=ignore_missing, base=base)
+
+
+def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, sums: str | os.PathLike[str] | None,
+            store: str | os.PathLike[str] | None, hf_cache: str | os.PathLike[str] | None, fail_fast: bool,
+            sha256: str | None, ignore_missing: bool, base: str | os.PathLike[str] | None) -> VerifyReport:
     if sums is not None:
         if target is not None or manifest is not None:
             raise UsageError(None, "takes no target and no manifest", field="sums")
-        return verify_sums(sums, fail_fast=fail_fast)
+        if sha256 is not None:
+            raise UsageError(None, "checks one target file, not a checksum file's", field="sha256")
+        return verify_sums(sums, ignore_missing=ignore_missing, base=base, fail_fast=fail_fast)
+    if ignore_missing or base is not None:
+        raise UsageError(None, "is for a checksum file: give sums", field="base" if base is not None
+                         else "ignore_missing")
+    if sha256 is not None:
+        if target is None or manifest is not None or isinstance(target, Model):
+            raise UsageError(None, "checks one file: give it as the target, and no manifest", field="sha256")
+        return verify_sha256(_text(target), sha256)
     if target is None:
         raise UsageError(None, "give a model (a path, ollama:NAME, hf:ORG/NAME or a Model) or sums",
                          field="target")
     if manifest is not None:
-        path = target.source if isinstance(target, Model) else resolve_model(
-            _text(target), store=store, hf_cache=hf_cache)[0]
-        return verify_tensor_manifest(path, manifest, fail_fast=fail_fast)
+        if isinstance(target, Model):
+            return verify_manifest(target, manifest, fail_fast=fail_fast)
+        paths = resolve_model(_text(target), store=store, hf_cache=hf_cache)
+        return verify_manifest(paths[0], manifest, also=paths[1:], fail_fast=fail_fast)
     if isinstance(target, Model):
         raise UsageError(None, "an opened model is checked against a manifest: give manifest", field="target")
     text = _text(target)
+    if text == OLLAMA_ALL:
+        return verify_ollama_store(store, fail_fast=fail_fast)
     if text.startswith(OLLAMA_PREFIX):
         return verify_ollama(text[len(OLLAMA_PREFIX):], store, fail_fast=fail_fast)
+    if text.startswith(HF_LOCAL_PREFIX):
+        return verify_hf_local(text[len(HF_LOCAL_PREFIX):], fail_fast=fail_fast)
+    if text.startswith(LMSTUDIO_PREFIX):
+        return verify_lmstudio(text[len(LMSTUDIO_PREFIX):], store, fail_fast=fail_fast)
+    if text.startswith(GPT4ALL_PREFIX):
+        if text != GPT4ALL_PREFIX:
+            raise UsageError(None, "gpt4all: names the whole folder and takes nothing after the colon",
+                             field="target")
+        return verify_gpt4all(store, fail_fast=fail_fast)
     if text.startswith(HF_PREFIX):
         return verify_hf(text[len(HF_PREFIX):], hf_cache, fail_fast=fail_fast)
     return verify_blob(text)

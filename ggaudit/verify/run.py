@@ -7,6 +7,7 @@ damaged file down to the tensor and the rows that changed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -18,15 +19,23 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._version import __version__
+from .cache import DigestCache, active_cache
 from .digests import GitBlobSha1, Sha256, read_through
 from ..errors import FormatError, ManifestError, ReadError, UsageError
-from ..format.layout import open_gguf
+from ..format.layout import GGUFFile, Model, open_gguf, open_model
+from ..format.structure import check_structure
 from ..io import FileIdentity
+from .stores.gpt4all import read_gpt4all
 from .stores.hf_cache import read_hf_snapshot
-from .stores.ollama import ollama_blob_path, ollama_partial_files, read_ollama_manifest
+from .stores.hf_local import read_hf_local
+from .stores.lmstudio import GGUFFolder, read_lmstudio
+from .stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_path, ollama_blobs,
+                            ollama_partial_files, read_ollama_manifest)
 from .stores.sums import read_sums
 from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
-from ..untrusted import OUTSIDE, confine, sibling_roots
+from .manifests.llama_hash import FORMAT as LLAMA_HASH
+from .manifests.llama_hash import FilePlan, hash_gguf_file, manifest_format, plan_llama_check, read_llama_hash
+from ..untrusted import OUTSIDE, confine, quote, sibling_roots
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +47,11 @@ SCHEMA = "ggaudit/verify-report/1"
 class Mismatch:
     """One thing that is not as expected. Where, then what was expected and what was found.
 
-    ``kind`` is one of: missing, not-a-file, size, sha256, git-sha1, link, header, tensor-data,
-    tensor-missing, tensor-extra, tensor-layout. ``expected``/``actual`` hold hex digests (or sizes,
-    types, shapes as text). For tensor-data, ``offset``/``length`` give the absolute span of the
-    differing row groups and ``rows`` the first and last row (inclusive).
+    ``kind`` is one of: missing, not-a-file, size, sha256, git-sha1, md5, link, header, orphan, tensor-data,
+    tensor-missing, tensor-extra, tensor-layout, model-data. ``expected``/``actual`` hold hex digests (or
+    sizes, types, shapes as text). For tensor-data, ``offset``/``length`` give the absolute span of the
+    differing row groups and ``rows`` the first and last row (inclusive). model-data is a llama-gguf-hash
+    model line: the digest of all of a file's tensor data, spanning its first to its last tensor.
     """
 
     kind: str
@@ -79,12 +89,18 @@ class Checked:
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyStats:
+    """``files`` checked (``cached``: of these, how many by a digest from the digest cache, not read);
+    ``unchecked``: files ``quick`` left unhashed for want of a cached digest, neither passed nor failed."""
+
     files: int
     bytes_hashed: int
     seconds: float
+    cached: int = 0
+    unchecked: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": self.files, "bytes_hashed": self.bytes_hashed, "seconds": round(self.seconds, 6)}
+        return {"files": self.files, "bytes_hashed": self.bytes_hashed, "seconds": round(self.seconds, 6),
+                "cached": self.cached, "unchecked": self.unchecked}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,14 +141,22 @@ class _Collector:
     digests: dict[tuple[Any, ...], str] = field(default_factory=dict)
     #: stat (or its error) per path: 200k layers naming one blob stat it once (a stat costs ~1 ms in Wine).
     stats: dict[str, os.stat_result | OSError] = field(default_factory=dict)
+    #: The persistent digest cache of this run (verify(cache=...)), and what it saved or left unchecked.
+    cache: DigestCache | None = field(default_factory=active_cache)
+    cached: int = 0
+    unchecked: int = 0
 
     @property
     def full(self) -> bool:
         return self.fail_fast and bool(self.mismatches)
 
     def report(self, source: str, kind: str) -> VerifyReport:
+        if self.cache is not None:
+            self.cache.flush()
+            self.warnings.extend(self.cache.take_warnings())
         stats = VerifyStats(files=len(self.checked), bytes_hashed=self.bytes_hashed,
-                            seconds=time.perf_counter() - self.started)
+                            seconds=time.perf_counter() - self.started, cached=self.cached,
+                            unchecked=self.unchecked)
         return VerifyReport(source=source, kind=kind, checked=tuple(self.checked), mismatches=tuple(self.mismatches),
                             warnings=tuple(self.warnings), stats=stats, stopped_early=self.full)
 
@@ -159,7 +183,7 @@ def _identity(path: Path, subject: str, expected: str, out: _Collector) -> FileI
     return FileIdentity.of(st)
 
 
-def _hash(path: str | os.PathLike[str], hasher: Sha256 | GitBlobSha1, identity: FileIdentity) -> str:
+def _hash(path: str | os.PathLike[str], hasher: Sha256 | GitBlobSha1 | _Md5, identity: FileIdentity) -> str:
     """Digest of the file ``identity`` describes; ReadError if it is replaced or resized meanwhile,
     since a digest of bytes no longer there would be a wrong answer."""
     read_through(path, [hasher], end=identity.size)
@@ -193,23 +217,61 @@ def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
     key = (where, identity.size, identity.mtime_ns, algorithm)
     actual = out.digests.get(key)
     if actual is None:
-        actual = out.digests[key] = _hash(path, GitBlobSha1(size) if algorithm == "git-sha1" else Sha256(),
-                                          identity)
-        out.bytes_hashed += size
+        actual = _cached_or_hashed(path, algorithm, identity, out)
+        if actual is None:
+            return
+        out.digests[key] = actual
     out.checked.append(Checked(path=os.fspath(path), subject=subject, algorithm=algorithm, digest=actual, size=size,
                                ok=actual == expected))
     if actual != expected:
         out.mismatches.append(_digest_mismatch(algorithm, os.fspath(path), subject, expected, actual, size))
 
 
+def _cached_or_hashed(path: Path, algorithm: str, identity: FileIdentity, out: _Collector) -> str | None:
+    """The file's digest: the digest cache's when it holds one for the file unchanged, else hashed (and
+    given to the cache); None, counted unchecked, when ``quick`` finds none in the cache."""
+    before = out.stats[os.fspath(path)]
+    assert isinstance(before, os.stat_result)       # _identity has stat'ed it
+    cache = out.cache
+    if cache is not None:
+        found = cache.lookup(path, algorithm, before)
+        if found is not None:
+            out.cached += 1
+            return found
+        if cache.quick:
+            out.unchecked += 1
+            out.warnings.append(f"not hashed (quick): {os.fspath(path)}: no cached digest")
+            return None
+    started = time.time_ns()
+    actual = _hash(path, _hasher(algorithm, identity.size), identity)
+    out.bytes_hashed += identity.size
+    if cache is not None:
+        cache.store(path, algorithm, before, actual, started)
+    return actual
+
+
+def _hasher(algorithm: str, size: int) -> Sha256 | GitBlobSha1 | _Md5:
+    return GitBlobSha1(size) if algorithm == "git-sha1" else _Md5() if algorithm == "md5" else Sha256()
+
+
 _BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
 
 
 def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
-                  fail_fast: bool = False) -> VerifyReport:
-    """Check every layer and the config of an Ollama model: present, right size, right sha256."""
+                  fail_fast: bool = False, partials: bool = True) -> VerifyReport:
+    """Check every layer (of any kind: model, projector, tensor, draft, ...) and the config of an Ollama
+    model: present, right size, right sha256. A model without an ``image.model`` layer is checked by the
+    layers it has. ``partials``: warn about the store's stray ``-partial`` downloads."""
     manifest = read_ollama_manifest(name, store)
     out = _Collector(fail_fast)
+    _check_ollama_layers(manifest, out)
+    if partials:
+        _warn_partials(manifest.store, {layer.digest for layer in manifest.blobs}, out)
+    return out.report(str(manifest.name), "ollama")
+
+
+def _check_ollama_layers(manifest: OllamaManifest, out: _Collector, prefix: str = "") -> None:
+    """Check each blob of ``manifest``; subjects are its layers' (after ``prefix``: the model's name)."""
     # Per distinct digest: where its blob is, or why it must not be opened. Each layer is still reported,
     # but 200k layers naming one blob cost one lookup and one read (the digest memo), not 200k.
     located: dict[str, Path | ManifestError] = {}
@@ -224,16 +286,50 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
         path = located[layer.digest]
         if isinstance(path, ManifestError):
             out.mismatches.append(Mismatch(kind="link", path=os.fspath(path.path or ""),
-                                           subject=layer.media_type or layer.field, detail=path.message))
+                                           subject=prefix + layer.subject, detail=path.message))
             continue
-        _check_digest(path, layer.media_type or layer.field, layer.digest, out,
-                      expected_size=layer.size)
-    ours = {layer.digest for layer in manifest.blobs}
-    for partial in ollama_partial_files(manifest.store):
+        _check_digest(path, prefix + layer.subject, layer.digest, out, expected_size=layer.size)
+
+
+def _warn_partials(store: Path, ours: set[str], out: _Collector, whose: str = "this model") -> None:
+    for partial in ollama_partial_files(store):
         digest = _BLOB_NAME.match(partial.name)     # sha256-<hex>-partial: the name starts as a blob's
-        whose = " (a blob of this model)" if digest and digest[1].lower() in ours else ""
-        out.warnings.append(f"stray partial download: {os.fspath(partial)}{whose}")
-    return out.report(str(manifest.name), "ollama")
+        mine = f" (a blob of {whose})" if digest and digest[1].lower() in ours else ""
+        out.warnings.append(f"stray partial download: {os.fspath(partial)}{mine}")
+
+
+def verify_ollama_store(store: str | os.PathLike[str] | None = None, *, layers: bool = True,
+                        fail_fast: bool = False) -> VerifyReport:
+    """The whole Ollama store (``ollama:*``): every layer of every model (``layers``; subjects begin with
+    the model's name), and each blob no manifest names, as an ``orphan`` mismatch. A manifest that cannot
+    be read is a warning (its blobs may then be listed as orphans); stray partial downloads too."""
+    listing = list_ollama_models(store)
+    out = _Collector(fail_fast)
+    out.warnings.extend(listing.skipped)
+    referenced: set[str] = set()
+    for name in listing.names:
+        try:
+            manifest = read_ollama_manifest(name, listing.store)
+        except ManifestError as err:
+            out.warnings.append(f"manifest of {name} unreadable, its blobs may show as orphans: {err}")
+            continue
+        referenced.update(layer.digest for layer in manifest.blobs)
+        if layers and not out.full:
+            _check_ollama_layers(manifest, out, prefix=f"{name}: ")
+    for digest, path in ollama_blobs(listing.store).items():
+        if digest not in referenced and not out.full:
+            out.mismatches.append(_orphan(path, out))
+    _warn_partials(listing.store, referenced, out, "a model")
+    return out.report(os.fspath(listing.store), "ollama-store")
+
+
+def _orphan(path: Path, out: _Collector) -> Mismatch:
+    try:
+        size: int | None = os.lstat(path).st_size
+    except OSError:
+        size = None
+    return Mismatch(kind="orphan", path=os.fspath(path), subject="blob", offset=None if size is None else 0,
+                    length=size, detail="no manifest of the store names this blob")
 
 
 def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
@@ -255,17 +351,32 @@ def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
     return out.report(f"{snapshot.spec.repo_id}@{snapshot.commit}", "hf")
 
 
-def verify_sums(sums: str | os.PathLike[str], *, fail_fast: bool = False) -> VerifyReport:
-    """Check every file a sha256 checksum file names (GNU, BSD --tag or OpenSSL format)."""
+def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
+                base: str | os.PathLike[str] | None = None, fail_fast: bool = False) -> VerifyReport:
+    """Check every file a sha256 checksum file names (GNU, BSD --tag or OpenSSL format).
+
+    Names resolve under ``base`` (default: the checksum file's folder) and never leave it. With
+    ``ignore_missing`` (``sha256sum -c --ignore-missing``) an absent file is skipped, not a mismatch;
+    a file naming only absent files is then a ManifestError: nothing was verified.
+    """
     out = _Collector(fail_fast)
-    for entry in read_sums(sums):
+    entries = read_sums(sums, base)
+    skipped = 0
+    for entry in entries:
         if out.full:
             break
         if entry.problem is not None:    # a link out of the folder or a loop: one entry, never opened
             out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
                                            expected=entry.sha256, detail=f"line {entry.line}: {entry.problem}"))
+        elif ignore_missing and not os.path.exists(entry.path):
+            skipped += 1
         else:
             _check_digest(entry.path, entry.name, entry.sha256, out)
+    if skipped and skipped == len(entries):
+        raise ManifestError(sums, "no file it names is present (--ignore-missing): no file was verified",
+                            field="ignore_missing")
+    if skipped:
+        out.warnings.append(f"{skipped} of {len(entries)} files named are absent, skipped (--ignore-missing)")
     return out.report(os.fspath(sums), "sums")
 
 
@@ -284,6 +395,122 @@ def verify_blob(path: str | os.PathLike[str]) -> VerifyReport:
     out = _Collector(False)
     _check_digest(Path(path), "blob name", expected, out)
     return out.report(os.fspath(path), "blob")
+
+
+def verify_sha256(path: str | os.PathLike[str], sha256: str) -> VerifyReport:
+    """Check one file against a sha256 given as 64 hex digits (any case)."""
+    if not isinstance(sha256, str) or not _HEX64.fullmatch(sha256):
+        shown = quote(sha256) if isinstance(sha256, str) else type(sha256).__name__
+        raise UsageError(None, f"{shown} is not a sha256: 64 hex digits", field="sha256")
+    out = _Collector(False)
+    _check_digest(Path(path), "--sha256", sha256.lower(), out)
+    return out.report(os.fspath(path), "file")
+
+
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False) -> VerifyReport:
+    """Check a ``huggingface-cli download --local-dir`` folder against its download metadata, offline.
+
+    Each file whose metadata holds a digest etag (sha256 for LFS files, git's blob sha1 for the others)
+    is hashed; a file modified after its metadata was written, and one with no usable metadata, is a
+    warning; a file the metadata names that is absent is a ``missing`` mismatch.
+    """
+    download = read_hf_local(folder)
+    out = _Collector(fail_fast)
+    for entry in download.files + download.absent:
+        if out.full:
+            break
+        if entry.linked_out:
+            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
+                                           detail=entry.problem or ""))
+        elif entry.problem is not None:
+            out.warnings.append(f"{os.fspath(entry.path)}: {entry.problem}")
+        elif entry.expected is not None:
+            if entry.stale:
+                out.warnings.append(f"{os.fspath(entry.path)}: modified after it was downloaded (mtime later "
+                                    "than its download metadata)")
+            _check_digest(entry.path, entry.name, entry.expected, out, algorithm=entry.algorithm or "sha256")
+    out.warnings.extend(f"leftover of an interrupted download: {os.fspath(p)}" for p in download.incomplete)
+    return out.report(os.fspath(folder), "hf-local")
+
+
+def verify_lmstudio(spec: str = "", store: str | os.PathLike[str] | None = None, *,
+                    fail_fast: bool = False) -> VerifyReport:
+    """Check LM Studio's models (``spec`` empty: all; else ``PUBLISHER/MODEL``) offline. LM Studio keeps
+    no digests, so each GGUF is checked for structure: the header parses and the file holds every
+    tensor's data; and each split set for its shards."""
+    folder = read_lmstudio(spec, store)
+    out = _Collector(fail_fast)
+    _check_folder(folder, out, {})
+    return out.report(os.fspath(folder.root) + (f" {spec}" if spec else ""), "lmstudio")
+
+
+def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bool = False) -> VerifyReport:
+    """Check GPT4All's model folder offline: a file its local model list (``models3.json``) describes
+    against that size and md5; any other GGUF for structure, as :func:`verify_lmstudio`."""
+    found = read_gpt4all(store)
+    out = _Collector(fail_fast)
+    digests = {name: (item.md5, item.size) for name, item in found.listed.items() if item.md5 is not None}
+    _check_folder(found.folder, out, digests)
+    if found.listing is None:
+        out.warnings.append(f"no model list ({', '.join(('models3.json', 'models2.json', 'models.json'))}) in "
+                            f"{os.fspath(found.folder.root)}: structure checked, no digests")
+    return out.report(os.fspath(found.folder.root), "gpt4all")
+
+
+def _check_folder(folder: GGUFFolder, out: _Collector, md5s: dict[str, tuple[str, int | None]]) -> None:
+    """Each GGUF of ``folder``: against its md5 and size when ``md5s`` has its name, else its structure;
+    then the shards its split sets lack, as ``missing``."""
+    for entry in folder.files:
+        if out.full:
+            return
+        if entry.problem is not None:
+            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
+                                           detail=entry.problem))
+        elif entry.name in md5s:
+            _check_md5(entry.path, entry.name, *md5s[entry.name], out)
+        else:
+            _check_structure(entry.path, entry.name, out)
+    for shard in folder.missing:
+        if out.full:
+            return
+        out.mismatches.append(Mismatch(kind="missing", path=os.fspath(shard.path), subject=shard.name,
+                                       detail=f"shard {shard.number} of {shard.count} of a split set not found"))
+
+
+def _check_structure(path: Path, subject: str, out: _Collector) -> None:
+    """The file opens as GGUF: its header parses and it holds every tensor's data (a ``header`` mismatch
+    at the offending offset otherwise)."""
+    identity = _identity(path, subject, "", out)
+    if identity is None:
+        return
+    try:
+        open_gguf(path)
+    except FormatError as err:
+        out.mismatches.append(Mismatch(kind="header", path=os.fspath(path), subject=subject, offset=err.offset,
+                                       detail=err.message))
+        return
+    out.checked.append(Checked(path=os.fspath(path), subject=subject, algorithm="gguf-layout", digest="",
+                               size=identity.size, ok=True))
+
+
+def _check_md5(path: Path, subject: str, expected: str, expected_size: int | None, out: _Collector) -> None:
+    _check_digest(path, subject, expected, out, algorithm="md5", expected_size=expected_size)
+
+
+class _Md5:
+    """md5 of everything it is fed, as a chunk consumer: GPT4All's lists give md5, nothing stronger."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.md5(usedforsecurity=False)
+
+    def update(self, offset: int, data: memoryview) -> None:
+        self._hash.update(data)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
 
 
 def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: str | os.PathLike[str],
@@ -310,6 +537,110 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
         else:
             _check_model_file(manifest, file_digest, path, out)
     return out.report(os.fspath(model_path), "manifest")
+
+
+def verify_manifest(model: str | os.PathLike[str] | Model, manifest_path: str | os.PathLike[str], *,
+                    also: Sequence[str | os.PathLike[str]] = (), fail_fast: bool = False) -> VerifyReport:
+    """Check a model against a manifest in either format, told apart by its content: ggaudit's tensor
+    manifest (JSON) or llama.cpp's ``llama-gguf-hash`` lines. ``also``: more files of the model (an Ollama
+    model's projector), which the llama format matches by tensor name; the tensor manifest names its own."""
+    if manifest_format(manifest_path) == LLAMA_HASH:
+        return verify_llama_hash([model, *also], manifest_path, fail_fast=fail_fast)
+    return verify_tensor_manifest(model.source if isinstance(model, Model) else model, manifest_path,
+                                  fail_fast=fail_fast)
+
+
+def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest_path: str | os.PathLike[str],
+                      *, fail_fast: bool = False) -> VerifyReport:
+    """Check a model against llama.cpp's manifest format (``llama-gguf-hash``), one read per file.
+
+    ``models``: the model's files (a path opens a whole split set) or opened Models. Lines are matched by
+    tensor name, whatever path the manifest was made with (see :func:`plan_llama_check`); for each tensor
+    and each model line the strongest type given is checked. Reports each tensor whose digest differs
+    (its file span), a model line's digest of all tensor data that differs, tensors the manifest names
+    that the model lacks and the reverse, and a model file absent or no longer GGUF.
+    """
+    entries = read_llama_hash(manifest_path)
+    out = _Collector(fail_fast)
+    first = models[0] if models else ""
+    source = first.source if isinstance(first, Model) else os.fspath(first)
+    files = _open_llama_targets(models, out)
+    if files is None:
+        return out.report(source, "llama-gguf-hash")
+    plan = plan_llama_check(entries, files, manifest_path)
+    out.mismatches.extend(
+        Mismatch(kind="tensor-missing", path=source if home is None else home.path, subject=tensor, expected=e.hex,
+                 tensor=tensor, detail=f"tensor in the manifest (line {e.line}), not in the model")
+        for e, tensor, home in plan.missing)
+    out.mismatches.extend(
+        Mismatch(kind="missing", path=source, subject=e.name, expected=e.hex,
+                 detail=f"no file of the model has this model line's tensors or name (line {e.line})")
+        for e in plan.unmatched)
+    for file_plan in plan.files:
+        if out.full:
+            break
+        _check_llama_file(file_plan, out)
+    return out.report(source, "llama-gguf-hash")
+
+
+def _open_llama_targets(models: Sequence[str | os.PathLike[str] | Model], out: _Collector) -> list[GGUFFile] | None:
+    """The files of every model given, each once; None (and why, as a mismatch) if one is absent or unreadable."""
+    files: dict[str, GGUFFile] = {}
+    for model in models:
+        if not isinstance(model, Model):
+            path = os.fspath(model)
+            if _absent(path):
+                out.mismatches.append(Mismatch(kind="missing", path=path, subject=os.path.basename(path),
+                                               detail="model file not found"))
+                return None
+            try:
+                model = open_model(path)
+            except FormatError as err:
+                out.mismatches.append(Mismatch(kind="header", path=err.path or path, subject=os.path.basename(path),
+                                               offset=err.offset, detail=f"not a readable GGUF model, nothing "
+                                               f"checked: {err.message}"))
+                return None
+        files.update((f.path, f) for f in model.files)
+    return list(files.values())
+
+
+def _structure_mismatches(f: GGUFFile, subject: str) -> list[Mismatch]:
+    """Bytes of the file no tensor owns that should not be there (a payload after the weights, non-zero
+    padding, gaps): digests of tensor data cannot see them, so they are checked here."""
+    return [Mismatch(kind="structure", path=f.path, subject=subject, offset=s.offset, length=s.length,
+                     expected=s.expected, actual=s.actual, detail=f"{s.kind}: bytes no tensor owns")
+            for s in check_structure(f)]
+
+
+def _check_llama_file(plan: FilePlan, out: _Collector) -> None:
+    f = plan.file
+    out.mismatches.extend(_structure_mismatches(f, f.path))
+    hashes = hash_gguf_file(f, {name: (e.type,) for name, e in plan.tensors.items()},
+                            () if plan.model is None else (plan.model.type,))
+    out.bytes_hashed += hashes.bytes_hashed
+    for t in f.tensors:
+        want = plan.tensors.get(t.name)
+        if want is None:
+            if plan.extra:
+                out.mismatches.append(Mismatch(kind="tensor-extra", path=f.path, subject=t.name, offset=t.offset,
+                                               length=t.nbytes, tensor=t.name,
+                                               detail="tensor in the file, not in the manifest"))
+        elif (have := hashes.tensors[t.name][want.type]) != want.hex:
+            out.mismatches.append(Mismatch(kind="tensor-data", path=f.path, subject=t.name, expected=want.hex,
+                                           actual=have, offset=t.offset, length=t.nbytes, tensor=t.name,
+                                           rows=(0, max(t.n_rows - 1, 0)),
+                                           detail=f"{want.type} of the tensor differs (manifest line {want.line})"))
+    if plan.model is not None:
+        want, have = plan.model, hashes.model[plan.model.type]
+        out.checked.append(Checked(path=f.path, subject="all tensor data", algorithm=want.type, digest=have,
+                                   size=sum(t.nbytes for t in f.tensors), ok=have == want.hex))
+        if have != want.hex:
+            start = min((t.offset for t in f.tensors), default=f.data_offset)
+            end = max((t.end for t in f.tensors), default=start)
+            out.mismatches.append(Mismatch(kind="model-data", path=f.path, subject=want.name, expected=want.hex,
+                                           actual=have, offset=start, length=end - start,
+                                           detail=f"{want.type} of all tensor data differs (manifest line "
+                                                  f"{want.line})"))
 
 
 def _leaves_folder(path: str, given: str) -> str | None:
@@ -351,7 +682,9 @@ def _locate_files(manifest: TensorManifest, model_path: str, out: _Collector) ->
 def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str, out: _Collector) -> None:
     wanted = [t for t in manifest.tensors if t.file == expected.name]
     try:
-        actual, tensors = digest_gguf_file(open_gguf(path), manifest.group_bytes)
+        opened = open_gguf(path)
+        actual, tensors = digest_gguf_file(opened, manifest.group_bytes)
+        out.mismatches.extend(_structure_mismatches(opened, expected.name))
     except FormatError as err:
         # A damaged header is a finding too: say so, and still compare the whole file's digest.
         out.mismatches.append(Mismatch(kind="header", path=path, subject=expected.name, offset=err.offset,

@@ -56,12 +56,21 @@ def format_options(command: F) -> F:
     """``--format NAME`` (any reporter here; default text) and ``--json``, short for ``--format json``: the
     command receives the name as ``fmt``. Two options, not one destination, since click versions differ
     in which of two options sharing a destination sets it."""
+    return format_options_also()(command)
 
-    @functools.wraps(command)
-    def with_format(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
-        return command(*args, fmt="json" if as_json else fmt, **kwargs)
 
-    with_json = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (--format json).")
-    with_name = click.option("--format", "fmt", type=click.Choice(sorted(REPORTERS)), default="text",
-                             show_default=True, help="How to print the result.")
-    return cast(F, with_name(with_json(with_format)))
+def format_options_also(*extra: str) -> Callable[[F], F]:
+    """:func:`format_options` whose ``--format`` also accepts the command's own ``extra`` names (the
+    command then decides what they mean)."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_format(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
+            return command(*args, fmt="json" if as_json else fmt, **kwargs)
+
+        with_json = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (--format json).")
+        with_name = click.option("--format", "fmt", type=click.Choice(sorted(REPORTERS) + list(extra)),
+                                 default="text", show_default=True, help="How to print the result.")
+        return cast(F, with_name(with_json(with_format)))
+
+    return decorate

@@ -14,10 +14,11 @@ from ...batch import Outcome, Report
 from ...format.info import ModelInfo, bytes_per_type
 from ...format.layout import ArrayValue, MetaValue
 from ...rows.replay import Geometry, Mismatch, RowsReport, ShortRead
-from ...scan.report import CAUSE_OVERFLOW, CHECK_NONE, KINDS, Finding, ScanReport
-from ...text import escape, escape_path
+from ...scan.report import CAUSE_OVERFLOW, CHECK_NONE, KINDS, Finding, ScanReport, StructureFinding, TensorScan
+from ...text import escape, escape_message, escape_path
 from ...verify.diff import DiffReport, TensorDataDiff
 from ...verify.diff_meta import MetadataChange
+from ...verify.manifests.llama_hash import LlamaHashManifest, llama_hash_text
 from ...verify.manifests.tensor import tensor_manifest_text
 from ...verify.run import Mismatch as VerifyMismatch
 from ...verify.run import VerifyReport
@@ -51,13 +52,16 @@ def format_value(value: float | None) -> str:
     return f"{value:.6g}"
 
 
-def location(path: str, offset: int, length: int, *, tensor: str | None = None, row: int | None = None,
-             block: int | None = None, column: int | None = None, width: int | None = None) -> str:
+def location(path: str, offset: int, length: int, *, tensor: str | None = None, expert: int | None = None,
+             row: int | None = None, block: int | None = None, column: int | None = None,
+             width: int | None = None) -> str:
     """Where a finding is, fio style: file, absolute offset and length first, then the tensor position."""
     parts = [f"file {escape_path(path)} offset {offset}, length {length}"]
     where = []
     if tensor is not None:
         where.append(f"tensor {escape(tensor)}")
+    if expert is not None:
+        where.append(f"expert {expert}")
     if row is not None:
         where.append(f"row {row}")
     if block is not None:
@@ -71,8 +75,8 @@ def location(path: str, offset: int, length: int, *, tensor: str | None = None, 
 
 def describe_finding(f: Finding, max_abs: float | None = None) -> str:
     """One fio-like line: where, then expected before actual, in hex."""
-    where = location(f.path, f.offset, f.size, tensor=f.tensor, row=f.row, block=f.block, column=f.column,
-                     width=f.width)
+    where = location(f.path, f.offset, f.size, tensor=f.tensor, expert=f.expert, row=f.row, block=f.block,
+                     column=f.column, width=f.width)
     expected = f"|x| <= {format_value(max_abs)}" if f.kind == "outlier" else "finite"
     actual = f"{f.bits} ({f.kind if f.value is None else format_value(f.value)})"
     if f.cause == CAUSE_OVERFLOW:
@@ -88,6 +92,23 @@ def counts_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {counts[k]}" for k in KINDS)
 
 
+def describe_structure(s: StructureFinding) -> str:
+    """One line: what and where (file, offset, length; the tensors on either side), expected before actual."""
+    after = "the header" if s.after is None else f"tensor {escape(s.after)}"
+    where = f"after {after}" if s.before is None else f"between {after} and tensor {escape(s.before)}"
+    return (f"structure {s.kind} at {location(s.path, s.offset, s.length)}: {where}: "
+            f"expected {s.expected}, got {s.actual}")
+
+
+def expert_lines(t: TensorScan) -> Iterator[str]:
+    """A mixture-of-experts tensor's findings per expert (every finding counted, not only those listed)."""
+    if t.n_experts is None or not t.experts:
+        return
+    yield f"  experts with findings: {len(t.experts)} of {t.n_experts}"
+    for e in t.experts:
+        yield f"  expert {e.expert}: {counts_text(e.counts)}"
+
+
 def scan_lines(report: ScanReport) -> Iterator[str]:
     total_bytes = report.stats.bytes
     yield (f"model {escape_path(report.model)}: {_plural(len(report.tensors), 'tensor')}, {total_bytes} bytes of "
@@ -95,6 +116,7 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
     for d in report.digests:
         for algorithm, digest in d.digests.items():
             yield f"{algorithm}  {digest}  {escape_path(d.path)}"
+    yield from (describe_structure(s) for s in report.structure)
     not_applicable = []
     for t in report.tensors:
         if t.check == CHECK_NONE:
@@ -109,14 +131,17 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
             yield "  " + describe_finding(finding, report.max_abs)
         if t.truncated:
             yield f"  ... {t.total - len(t.findings)} more not listed (--limit)"
+        yield from expert_lines(t)
     if not_applicable:
         yield f"not applicable (integer data): {', '.join(not_applicable)}"
     if not report.complete:
         yield "incomplete: stopped at the first finding (--fail-fast)"
     flagged = sum(1 for t in report.tensors if t.total)
-    if flagged:
-        yield (f"result: findings in {flagged} of {len(report.tensors)} tensors: "
-               f"{counts_text(report.counts)}")
+    found = [f"findings in {flagged} of {len(report.tensors)} tensors: {counts_text(report.counts)}"] if flagged else []
+    if report.structure:
+        found.append(_plural(len(report.structure), "structure finding"))
+    if found:
+        yield f"result: {'; '.join(found)}"
     else:
         yield f"result: clean: no non-finite values{' or outliers' if report.max_abs is not None else ''}"
 
@@ -136,7 +161,7 @@ def describe_mismatch(m: VerifyMismatch) -> list[str]:
         if m.rows is not None:
             place += f", rows {m.rows[0]}-{m.rows[1]}"
     elif m.subject:
-        place += f" ({escape(m.subject)})"
+        place += f" ({escape_path(m.subject)})"
     lines = [f"MISMATCH {m.kind}: {place}: {escape(m.detail)}"]
     if m.expected is not None or m.actual is not None:
         lines.append(f"  expected: {escape(m.expected or '-')}")
@@ -148,13 +173,16 @@ def verify_lines(report: VerifyReport) -> list[str]:
     lines = [f"verify {report.kind}: {escape_path(report.source)}"]
     for item in report.checked:
         if item.ok:
-            lines.append(f"ok {item.algorithm} {item.digest}: file {escape_path(item.path)}, {item.size} bytes "
-                         f"({escape(item.subject)})")
+            digest = f" {item.digest}" if item.digest else ""    # gguf-layout: a structure check, no digest
+            lines.append(f"ok {item.algorithm}{digest}: file {escape_path(item.path)}, {item.size} bytes "
+                         f"({escape_path(item.subject)})")
     for m in report.mismatches:
         lines.extend(describe_mismatch(m))
     stop = " (stopped at the first mismatch)" if report.stopped_early else ""
-    lines.append(f"summary: {report.stats.files} files hashed, {report.stats.bytes_hashed} bytes, "
-                 f"{len(report.mismatches)} mismatches{stop}")
+    stats = report.stats
+    unchecked = f", {stats.unchecked} not hashed (quick)" if stats.unchecked else ""
+    lines.append(f"summary: {stats.files} files checked, {stats.cached} from the cache, {stats.bytes_hashed} bytes "
+                 f"hashed{unchecked}, {len(report.mismatches)} mismatches{stop}")
     return lines
 
 
@@ -368,12 +396,27 @@ def _nonfinite(r: RowsReport) -> str:
 def manifest_lines(written: ManifestWritten) -> list[str]:
     """What was written where; with ``-o -`` the manifest itself (stdout is where it was written)."""
     built = written.manifest
+    if isinstance(built, LlamaHashManifest):
+        return llama_hash_lines(built, written.output)
     if written.output == STDOUT:
         return tensor_manifest_text(built).removesuffix("\n").split("\n")
     groups = sum(len(t.groups) for t in built.tensors)
     lines = [f"wrote {escape_path(written.output)}: {len(built.files)} file(s), {len(built.tensors)} tensors, "
              f"{groups} row groups"]
     lines.extend(f"  {escape(f.name)}: {f.size} bytes, sha256 {f.sha256}" for f in built.files)
+    return lines
+
+
+def llama_hash_lines(built: LlamaHashManifest, output: str) -> list[str]:
+    """With ``-o -`` the lines as llama-gguf-hash prints them: a name holding a control or invisible
+    character is shown escaped here (the file written with ``-o FILE`` holds it exactly)."""
+    if output == STDOUT:
+        return [escape_message(line) for line in llama_hash_text(built).removesuffix("\n").split("\n")]
+    models = [h for h in built.lines if h.tensor is None]
+    tensors = len({(h.path, h.tensor) for h in built.lines if h.tensor is not None})
+    lines = [f"wrote {escape_path(output)}: {len(built.lines)} llama-gguf-hash lines ({', '.join(built.types)}), "
+             f"{tensors} tensors"]
+    lines.extend(f"  {escape_path(h.path)}: {h.type} {h.hex} (all tensor data)" for h in models)
     return lines
 
 

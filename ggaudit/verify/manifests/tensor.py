@@ -173,12 +173,19 @@ def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]
     """Write the manifest as JSON, atomically: a temporary file in the same folder, flushed to disk, then
     renamed over ``path``. An existing ``path`` is refused unless ``replace``, and is never one of
     ``inputs`` (the files the manifest describes, however they are named) nor anything but a file."""
+    write_manifest_text(tensor_manifest_text(manifest), path, replace=replace, inputs=inputs)
+
+
+def write_manifest_text(text: str, path: str | os.PathLike[str], *, replace: bool = False,
+                        inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Write a manifest's text (UTF-8, ``\\n`` line ends on every OS) atomically, as
+    :func:`write_tensor_manifest` says."""
     target = os.fspath(path)
     check_output(target, replace=replace, inputs=inputs)
     tmp = _create_tmp(target)
     try:
         with open(tmp[0], "w", encoding="utf-8", newline="\n") as f:
-            f.write(tensor_manifest_text(manifest))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         check_output(target, replace=replace, inputs=inputs)   # nothing took the name meanwhile

@@ -124,6 +124,13 @@ class OllamaLayer:
     digest: str         # 64 lowercase hex digits, validated
     size: int
     field: str          # where in the manifest: "config", "layers[2]"
+    name: str | None = None     # a tensor layer's tensor name (image.tensor layers), as stored
+
+    @property
+    def subject(self) -> str:
+        """What the layer is, for a report: its media type (or field), and the tensor it holds, if named."""
+        kind = self.media_type or self.field
+        return kind if self.name is None else f"{kind} {self.name}"
 
 
 @dataclass(frozen=True)
@@ -173,7 +180,8 @@ def _ollama_layer(entry: object, path: Path, field: str) -> OllamaLayer:
     media_type = entry.get("mediaType", "")
     if not isinstance(media_type, str):
         raise ManifestError(path, "mediaType is not a string", field=f"{field}.mediaType")
-    return OllamaLayer(media_type, digest, size, field)
+    name = entry.get("name")
+    return OllamaLayer(media_type, digest, size, field, name if isinstance(name, str) else None)
 
 
 def ollama_blob_path(store: Path, digest: str) -> Path:
@@ -210,3 +218,68 @@ def ollama_partial_files(store: Path) -> tuple[Path, ...]:
     if not blobs.is_dir():
         return ()
     return tuple(sorted(p for p in blobs.iterdir() if "-partial" in p.name))
+
+
+@dataclass(frozen=True)
+class OllamaStoreListing:
+    """Every model of a store (by its manifest's place), and the entries of ``manifests/`` that are not one."""
+
+    store: Path
+    names: tuple[OllamaName, ...]
+    skipped: tuple[str, ...]        # why each odd entry was left alone, its path in the message
+
+
+def list_ollama_models(store: str | os.PathLike[str] | None = None) -> OllamaStoreListing:
+    """The models of ``store``: ``manifests/<host>/<namespace>/<model>/<tag>`` files whose parts are valid
+    names. A folder or file that is a link pointing out of the store is skipped, never followed."""
+    root = Path(store) if store is not None else default_ollama_store()
+    manifests = root / "manifests"
+    _require_in_store(manifests, root, "manifests", "manifests folder")
+    if not manifests.is_dir():
+        raise ManifestError(manifests, f"no manifests folder: {root} is not an Ollama store")
+    inside = (real(root), real(manifests))
+    names: list[OllamaName] = []
+    skipped: list[str] = []
+    for parts in _manifest_files(manifests, inside, skipped):
+        try:
+            names.append(parse_ollama_name(f"{parts[0]}/{parts[1]}/{parts[2]}:{parts[3]}"))
+        except UsageError:
+            skipped.append(f"not a model name, skipped: {os.fspath(manifests.joinpath(*parts))}")
+    return OllamaStoreListing(root, tuple(sorted(names, key=str)), tuple(skipped))
+
+
+def _manifest_files(manifests: Path, inside: tuple[Path, ...], skipped: list[str]) -> list[tuple[str, ...]]:
+    """The relative parts of every file four levels below ``manifests`` (host, namespace, model, tag)."""
+    level: list[tuple[str, ...]] = [()]
+    for depth in range(4):
+        deeper: list[tuple[str, ...]] = []
+        for parts in level:
+            for entry in sorted(os.scandir(manifests.joinpath(*parts)), key=lambda e: e.name):
+                path = Path(entry.path)
+                problem = confine(path, inside)
+                if problem is not None:
+                    skipped.append(f"{'a link pointing outside the store' if problem == OUTSIDE else problem}, "
+                                   f"skipped: {os.fspath(path)}")
+                elif path.is_dir() == (depth < 3):      # folders down to the tag, the tag a file
+                    deeper.append((*parts, entry.name))
+                else:
+                    skipped.append(f"not an Ollama manifest {'folder' if depth < 3 else 'file'}, skipped: "
+                                   f"{os.fspath(path)}")
+        level = deeper
+    return level
+
+
+def ollama_blobs(store: Path) -> dict[str, Path]:
+    """Every complete blob of the store by its digest (``sha256-<hex>`` or the old ``sha256:<hex>``)."""
+    blobs = store / "blobs"
+    if not blobs.is_dir():
+        return {}
+    found: dict[str, Path] = {}
+    for path in sorted(blobs.iterdir()):
+        match = _BLOB_FILE.fullmatch(path.name)
+        if match:
+            found.setdefault(match[1].lower(), path)
+    return found
+
+
+_BLOB_FILE = re.compile(r"sha256[-:]([0-9a-fA-F]{64})")

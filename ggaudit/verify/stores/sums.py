@@ -1,4 +1,5 @@
-"""sha256 checksum files (GNU, BSD ``--tag``, OpenSSL); every name stays inside the file's folder."""
+"""sha256 checksum files (GNU, BSD ``--tag``, OpenSSL); every name stays inside the file's folder (or
+the base folder given)."""
 
 from __future__ import annotations
 
@@ -36,15 +37,16 @@ class SumsEntry:
     problem: str | None = None
 
 
-def read_sums(path: str | os.PathLike[str]) -> tuple[SumsEntry, ...]:
+def read_sums(path: str | os.PathLike[str], base: str | os.PathLike[str] | None = None) -> tuple[SumsEntry, ...]:
     """Parse a sha256 checksum file: GNU, BSD ``--tag`` or OpenSSL lines, hex in any case.
 
-    Blank lines and ``#`` comments are skipped. Names resolve relative to the file's folder; a name
-    that is absolute or climbs out of it (``..``) makes the file a ManifestError; a name that is a link
-    pointing out of the folder, or a symlink loop, is an entry whose ``problem`` says so.
+    Blank lines and ``#`` comments are skipped. Names resolve relative to ``base`` (default: the file's
+    folder); a name that is absolute or climbs out of it (``..``) makes the file a ManifestError; a name
+    that is a link pointing out of that folder, or a symlink loop, is an entry whose ``problem`` says so.
     """
     sums = Path(path)
-    folder = real(sums.parent)
+    folder = real(sums.parent if base is None else base)
+    where = "the checksum file's folder" if base is None else "the base folder"
     problems: dict[str, str | None] = {}    # per name: 65,536 lines naming one file resolve it once
     entries = []
     text = read_text(sums, "checksum file")
@@ -56,10 +58,10 @@ def read_sums(path: str | os.PathLike[str]) -> tuple[SumsEntry, ...]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, hexdigest = _parse_sums_line(line, sums, number)
-        target = _confined(folder, name, sums, number)
+        target = _confined(folder, name, sums, number, where)
         if name not in problems:
             problems[name] = confine(target, (folder,))
-        entries.append(SumsEntry(name, target, hexdigest.lower(), number, _problem_text(problems[name])))
+        entries.append(SumsEntry(name, target, hexdigest.lower(), number, _problem_text(problems[name], where)))
     if not entries:
         raise ManifestError(sums, "no checksum lines found")
     return tuple(entries)
@@ -100,18 +102,18 @@ def _unescape(name: str, sums: Path, field: str) -> str:
     return "".join(out)
 
 
-def _confined(folder: Path, name: str, sums: Path, number: int) -> Path:
+def _confined(folder: Path, name: str, sums: Path, number: int, where: str) -> Path:
     """The path *name* gives in *folder*; ManifestError if the name itself leaves it (its links are
     judged apart, by ``confine``: a file is not malformed because of where a link on disk leads)."""
     candidate = Path(name)
     # root as well as drive: on Windows "/etc/passwd" is not absolute (no drive) but starts at the root.
     if "\0" in name or candidate.is_absolute() or candidate.drive or candidate.root or ".." in candidate.parts:
-        raise ManifestError(sums, f"name {quote(name)} leaves the checksum file's folder",
+        raise ManifestError(sums, f"name {quote(name)} leaves {where}",
                             field=f"line {number}")
     return folder / candidate
 
 
-def _problem_text(problem: str | None) -> str | None:
+def _problem_text(problem: str | None, where: str) -> str | None:
     if problem == OUTSIDE:
-        return "resolves outside the checksum file's folder (a link pointing out): not followed"
+        return f"resolves outside {where} (a link pointing out): not followed"
     return problem

@@ -1,0 +1,296 @@
+"""A persistent cache of whole-file digests: a second verify of an unchanged store reads no file's bytes.
+
+An entry is one file's digest under one algorithm, keyed by the file's resolved path and algorithm, and
+it stands only while the file's (device, inode, size, mtime_ns, ctime_ns) are what they were when it was
+hashed. A write changes ctime on POSIX (and setting mtime back changes it too), so a file rewritten in
+place with the same size and the same mtime is not served stale. What the key cannot see: on Windows
+ctime is the creation time, so a same-size rewrite whose mtime is then set back is invisible there; and a
+file written within the filesystem's timestamp granularity of when it was hashed could keep both stamps,
+so such a "racy" file is not stored (``_racy``), as git does for its index.
+
+The cache is a sqlite database in the user's cache folder (:func:`cache_folder`), never next to the files
+it describes, created private to the user. It is an optimisation and nothing more: a cache that is
+corrupt, locked, foreign or unwritable becomes a warning in the report and the files are hashed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TypeVar
+
+from ..errors import UsageError
+
+#: The database's name inside the cache folder.
+FILE_NAME = "digests.sqlite3"
+#: Entries kept; past this, entries for files that no longer exist go, then the oldest.
+MAX_ENTRIES = 200_000
+#: How long a run waits for another run's write before giving up on the cache (a warning).
+LOCK_TIMEOUT_SECONDS = 2.0
+#: Digests are written at most this often, in one short transaction (never held while hashing).
+FLUSH_SECONDS = 1.0
+#: sqlite's application_id: marks the database as ggaudit's ("ggAC"), so a foreign one is left alone.
+APPLICATION_ID = 0x67674143
+SCHEMA_VERSION = 1
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS digests (
+    path TEXT NOT NULL, algorithm TEXT NOT NULL,
+    device TEXT NOT NULL, inode TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL, digest TEXT NOT NULL, computed REAL NOT NULL,
+    PRIMARY KEY (path, algorithm))"""
+
+#: What a caller may pass as ``cache``: on (the user's cache folder), off, or a folder of its own.
+CacheChoice = bool | str | os.PathLike[str]
+
+R = TypeVar("R")
+
+
+def cache_folder() -> Path:
+    """Where the cache lives: ``$GGAUDIT_CACHE_DIR``, else the platform's per-user cache folder
+    (``$XDG_CACHE_HOME/ggaudit`` or ``~/.cache/ggaudit``; ``~/Library/Caches/ggaudit``;
+    ``%LOCALAPPDATA%\\ggaudit\\Cache``)."""
+    explicit = os.environ.get("GGAUDIT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        return (Path(local) if local else Path.home() / "AppData" / "Local") / "ggaudit" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "ggaudit"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "ggaudit"
+
+
+def _stamp(st: os.stat_result) -> tuple[str, str, int, int, int]:
+    # Device and inode as text: Windows' file ids reach 128 bits, past sqlite's integers.
+    return str(st.st_dev), str(st.st_ino), st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _racy(st: os.stat_result, started_ns: int) -> bool:
+    """Whether a write after hashing began could have left both stamps as they are: the file changed
+    within the timestamp granularity (2 s where stamps are whole seconds, as FAT's; else a clock tick,
+    taken generously) of when its hashing started, or its stamps lie in the future."""
+    whole_seconds = st.st_mtime_ns % 1_000_000_000 == 0 and st.st_ctime_ns % 1_000_000_000 == 0
+    margin = 2_000_000_000 if whole_seconds else 100_000_000
+    return started_ns - max(st.st_mtime_ns, st.st_ctime_ns) < margin
+
+
+class DigestCache:
+    """One run's use of the cache: lookups, digests to store, and the warnings its troubles gave.
+
+    The database opens on first use, in the thread that uses it. ``quick``: the run hashes nothing and
+    takes digests from here only.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None, *, quick: bool = False,
+                 max_entries: int = MAX_ENTRIES) -> None:
+        self.folder = Path(folder) if folder is not None else cache_folder()
+        self.quick = quick
+        self.max_entries = max_entries
+        self._db: sqlite3.Connection | None = None
+        self._broken = False
+        self._pending: list[tuple[object, ...]] = []
+        self._flushed = time.monotonic()
+        self._warnings: list[str] = []
+
+    @property
+    def path(self) -> Path:
+        return self.folder / FILE_NAME
+
+    def lookup(self, path: str | os.PathLike[str], algorithm: str, st: os.stat_result) -> str | None:
+        """The digest stored for ``path`` if the file is unchanged since it was hashed, else None."""
+        db = self._open()
+        if db is None:
+            return None
+        try:
+            row = db.execute("SELECT device, inode, size, mtime_ns, ctime_ns, digest FROM digests "
+                             "WHERE path = ? AND algorithm = ?", (_key_path(path), algorithm)).fetchone()
+        except sqlite3.Error as err:
+            self._give_up("could not be read", err)
+            return None
+        if row is None or tuple(row[:5]) != _stamp(st):
+            return None
+        return str(row[5])
+
+    def store(self, path: str | os.PathLike[str], algorithm: str, before: os.stat_result, digest: str,
+              started_ns: int) -> None:
+        """Remember ``digest``, hashed from ``started_ns`` (wall clock) on, of the file ``before``
+        describes, unless the file changed meanwhile or is too fresh to trust its stamps."""
+        if self._broken:
+            return
+        try:
+            after = os.stat(path)
+        except OSError:
+            return
+        if _stamp(after) != _stamp(before) or _racy(before, started_ns):
+            return
+        self._pending.append((_key_path(path), algorithm, *_stamp(before), digest, time.time()))
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the digests stored so far, in one transaction."""
+        self._flushed = time.monotonic()
+        pending, self._pending = self._pending, []
+        db = self._open() if pending else None
+        if db is None:
+            return
+        try:
+            with _transaction(db):
+                db.executemany("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", pending)
+        except sqlite3.Error as err:
+            self._give_up("could not be written", err)
+
+    def take_warnings(self) -> list[str]:
+        """The warnings so far (each said once), emptied."""
+        taken, self._warnings = self._warnings, []
+        return taken
+
+    def close(self) -> None:
+        self.flush()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _give_up(self, what: str, err: BaseException) -> None:
+        """Stop using the cache for this run, saying why once."""
+        self._warnings.append(f"digest cache {os.fspath(self.path)} {what} ({_reason(err)}): "
+                              "hashing without it")
+        self._broken = True
+        self._pending = []
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _open(self) -> sqlite3.Connection | None:
+        if self._db is not None or self._broken:
+            return self._db
+        try:
+            self._db = self._connect()
+        except (OSError, sqlite3.Error) as err:
+            self._give_up("could not be opened", err)
+            return None
+        if self._db is not None:
+            self._prune(self._db)
+        return self._db
+
+    def _connect(self) -> sqlite3.Connection | None:
+        """The database, made if need be; a file that is not a database (a crash mid-write, a disk error)
+        is replaced by an empty one, since all it held can be hashed again."""
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Created here, before sqlite does, so it is the user's alone (sqlite's journal copies its mode).
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600))
+        try:
+            return self._setup(_connect(self.path))
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError):    # locked, read-only, disk full: not corrupt
+                raise
+            self._warnings.append(f"digest cache {os.fspath(self.path)} was not a readable database "
+                                  f"({_reason(err)}): started afresh")
+            os.unlink(self.path)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600))
+            return self._setup(_connect(self.path))
+
+    def _setup(self, db: sqlite3.Connection) -> sqlite3.Connection | None:
+        """``db`` once it holds this version's table (made in a transaction: one run makes it, the others
+        wait and find it made), or None with a warning if it is another program's or version's."""
+        try:
+            if _identity(db) == (0, 0):
+                with _transaction(db):
+                    if _identity(db) == (0, 0):
+                        db.execute(_SCHEMA)
+                        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            found = _identity(db)
+        except BaseException:
+            db.close()
+            raise
+        if found != (APPLICATION_ID, SCHEMA_VERSION):
+            db.close()
+            self._give_up("is not this version's cache", ValueError("application_id {}, user_version {}"
+                                                                    .format(*found)))
+            return None
+        return db
+
+    def _prune(self, db: sqlite3.Connection) -> None:
+        """Past ``max_entries``: drop entries for files that no longer exist, then the oldest."""
+        try:
+            count = db.execute("SELECT count(*) FROM digests").fetchone()[0]
+            if count <= self.max_entries:
+                return
+            gone = [(p,) for (p,) in db.execute("SELECT DISTINCT path FROM digests") if not os.path.exists(p)]
+            with _transaction(db):
+                db.executemany("DELETE FROM digests WHERE path = ?", gone)
+                db.execute("DELETE FROM digests WHERE rowid IN (SELECT rowid FROM digests ORDER BY computed "
+                           "LIMIT max(0, (SELECT count(*) FROM digests) - ?))", (self.max_entries,))
+        except sqlite3.Error as err:
+            self._give_up("could not be pruned", err)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # Autocommit: transactions are explicit and short (_transaction), never open while a file is hashed.
+    return sqlite3.connect(path, timeout=LOCK_TIMEOUT_SECONDS, isolation_level=None)
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _identity(db: sqlite3.Connection) -> tuple[int, int]:
+    return (db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _key_path(path: str | os.PathLike[str]) -> str:
+    return os.path.realpath(path)
+
+
+def _reason(err: BaseException) -> str:
+    return (err.strerror if isinstance(err, OSError) and err.strerror else str(err)) or type(err).__name__
+
+
+_ACTIVE: ContextVar[DigestCache | None] = ContextVar("ggaudit_digest_cache", default=None)
+
+
+def active_cache() -> DigestCache | None:
+    """The cache the verify running in this thread uses, if any (see :func:`using_cache`)."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def using_cache(cache: CacheChoice, *, quick: bool = False) -> Iterator[DigestCache | None]:
+    """Let the checks run inside use the digest cache (``cache``: True for the user's cache folder, a
+    folder of its own, or False for none); with ``quick``, hash nothing and take digests from it only."""
+    if not isinstance(cache, (bool, str, os.PathLike)):
+        raise UsageError(None, f"must be True, False or a folder, not {type(cache).__name__}", field="cache")
+    if not isinstance(quick, bool):
+        raise UsageError(None, f"must be True or False, not {type(quick).__name__}", field="quick")
+    if quick and cache is False:
+        raise UsageError(None, "takes its digests from the cache: not with the cache off", field="quick")
+    session = None if cache is False else DigestCache(None if cache is True else cache, quick=quick)
+    token = _ACTIVE.set(session)
+    try:
+        yield session
+    finally:
+        _ACTIVE.reset(token)
+        if session is not None:
+            session.close()
+
+
+def in_session(cache: CacheChoice, quick: bool, audit: Callable[[], R]) -> R:
+    """``audit()`` run inside :func:`using_cache`."""
+    with using_cache(cache, quick=quick):
+        return audit()

@@ -1,0 +1,128 @@
+"""LM Studio's model folder: ``<root>/<publisher>/<model>/*.gguf``. It keeps no digests, so what can be
+checked offline is structure: each GGUF opens and its split sets are complete.
+
+The GGUF listing here (files, split sets, links confined to the folder) serves GPT4All's folder too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Mapping
+
+from ...errors import ManifestError, UsageError
+from ...untrusted import OUTSIDE, confine, quote, real
+from .ollama import home_folder
+
+log = logging.getLogger(__name__)
+
+_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._ -]{0,254}")
+SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def default_lmstudio_store(env: Mapping[str, str] | None = None, platform: str | None = None,
+                           home: Path | None = None) -> Path:
+    """``~/.lmstudio/models``, or the older ``~/.cache/lm-studio/models`` when only that one exists."""
+    env = os.environ if env is None else env
+    platform = sys.platform if platform is None else platform
+    advice = "pass --store"
+    variable = "USERPROFILE" if platform.startswith("win") else "HOME"
+    home = home or Path(env.get(variable) or home_folder(advice))
+    current = home / ".lmstudio" / "models"
+    older = home / ".cache" / "lm-studio" / "models"
+    return older if not current.is_dir() and older.is_dir() else current
+
+
+@dataclass(frozen=True)
+class GGUFEntry:
+    """A GGUF file of a store folder: its name there ('/'-separated), its path, and why it must not be
+    opened (a link pointing out of the folder, a loop), if so."""
+
+    name: str
+    path: Path
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class MissingShard:
+    """A shard a split set's names say exists and that is not there."""
+
+    name: str
+    path: Path
+    number: int
+    count: int
+
+
+@dataclass(frozen=True)
+class GGUFFolder:
+    root: Path
+    files: tuple[GGUFEntry, ...]
+    missing: tuple[MissingShard, ...]
+
+
+def parse_lmstudio_spec(text: str) -> tuple[str, str] | None:
+    """``PUBLISHER/MODEL`` as its two parts; empty text (``lmstudio:``) is the whole store (None)."""
+    if not text:
+        return None
+    parts = text.split("/")
+    if len(parts) != 2 or not all(_PART.fullmatch(p) and set(p) != {"."} for p in parts):
+        raise UsageError(None, f"LM Studio model {quote(text)} is not PUBLISHER/MODEL")
+    return parts[0], parts[1]
+
+
+def read_lmstudio(spec: str, store: str | os.PathLike[str] | None = None) -> GGUFFolder:
+    """The GGUF files of ``lmstudio:`` (every model) or ``lmstudio:PUBLISHER/MODEL``."""
+    root = Path(store) if store is not None else default_lmstudio_store()
+    if not root.is_dir():
+        raise ManifestError(root, "no LM Studio model folder here (pass --store)")
+    parts = parse_lmstudio_spec(spec)
+    folder = root if parts is None else root.joinpath(*parts)
+    if confine(folder, (real(root),)) is not None:
+        raise ManifestError(folder, "model folder is a link pointing outside the store (or a loop); not followed")
+    if not folder.is_dir():
+        raise ManifestError(folder, f"model {quote(spec)} is not in the LM Studio folder {root}")
+    return gguf_folder(root, folder)
+
+
+def gguf_folder(root: Path, folder: Path | None = None) -> GGUFFolder:
+    """Every ``*.gguf`` below ``folder`` (default ``root``), named relative to ``root``, and the shards its
+    split sets lack. Links are listed, never followed out of ``root``."""
+    inside = real(root)
+    found: list[GGUFEntry] = []
+    for dirpath, dirnames, filenames in os.walk(folder or root):
+        here = Path(dirpath)
+        dirnames.sort()
+        for name in sorted(filenames + [n for n in dirnames if (here / n).is_symlink()]):
+            if name.lower().endswith(".gguf"):
+                found.append(_entry(root, here / name, inside))
+    return GGUFFolder(root, tuple(found), _missing_shards(root, found))
+
+
+def _entry(root: Path, path: Path, inside: Path) -> GGUFEntry:
+    name = path.relative_to(root).as_posix()
+    problem = confine(path, (inside,))
+    if problem is None:
+        return GGUFEntry(name, path)
+    said = "a link pointing outside the folder" if problem == OUTSIDE else problem
+    return GGUFEntry(name, path, f"{said}: not followed")
+
+
+def _missing_shards(root: Path, found: list[GGUFEntry]) -> tuple[MissingShard, ...]:
+    """Per split set (``NAME-0000k-of-0000n.gguf`` in one folder), each of its n shards not found."""
+    sets: dict[tuple[Path, str, int], set[int]] = {}
+    for entry in found:
+        match = SHARD.search(entry.path.name)
+        if match and int(match[2]) >= 1:
+            key = (entry.path.parent, entry.path.name[:match.start()], int(match[2]))
+            sets.setdefault(key, set()).add(int(match[1]))
+    missing = []
+    for (parent, stem, count), have in sorted(sets.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+        for k in range(1, count + 1):
+            if k not in have:
+                path = parent / f"{stem}-{k:05d}-of-{count:05d}.gguf"
+                missing.append(MissingShard(path.relative_to(root).as_posix(), path, k, count))
+    return tuple(missing)

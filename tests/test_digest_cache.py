@@ -1,0 +1,350 @@
+"""The digest cache (ggaudit/verify/cache.py): a second verify of an unchanged store reads nothing, a file
+changed in any way the key can see is read again, and a cache in trouble is a warning, never an error.
+
+Every test's cache is its own (conftest sets GGAUDIT_CACHE_DIR); tests that look at the cache's file take
+the folder from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ggaudit.verify import cache as digest_cache
+from ggaudit.verify import run
+from ggaudit.verify.cache import FILE_NAME, DigestCache, cache_folder
+from ggaudit.verify.dispatch import verify
+from ggaudit.errors import UsageError
+
+from ollama_support import ollama_store
+from reliability_support import run_cli
+from test_json_schema import errors
+
+MODEL = bytes(range(256)) * 4096            # 1 MiB
+PROJECTOR = b"projector " * 1000
+
+
+def settled() -> None:
+    """Let the files just written age past the window in which the cache does not trust their stamps."""
+    time.sleep(0.15)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """An Ollama store (model and projector blob), settled; returns (root, model blob, projector blob)."""
+    model, projector = ollama_store(tmp_path / "store", MODEL, PROJECTOR)
+    settled()
+    return tmp_path / "store", model, projector
+
+
+@pytest.fixture
+def folder() -> Path:
+    return Path(os.environ["GGAUDIT_CACHE_DIR"])
+
+
+def no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, a file read to hash it fails the test."""
+    def refuse(path: Any, *args: Any, **kwargs: Any) -> int:
+        raise AssertionError(f"read {path}")
+    monkeypatch.setattr(run, "read_through", refuse)
+
+
+def rows(folder: Path) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(folder / FILE_NAME) as db:
+        return sorted(db.execute("SELECT path, algorithm, digest FROM digests"))
+
+
+def test_a_second_verify_of_an_unchanged_store_reads_nothing(store: tuple[Path, Path, Path], folder: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    root, model, projector = store
+    first = verify("ollama:tiny", store=root, cache=True)
+    assert first.ok and (first.stats.files, first.stats.cached, first.stats.bytes_hashed) == (2, 0, len(MODEL)
+                                                                                             + len(PROJECTOR))
+    assert rows(folder) == sorted([(str(model.resolve()), "sha256", hashlib.sha256(MODEL).hexdigest()),
+                                   (str(projector.resolve()), "sha256", hashlib.sha256(PROJECTOR).hexdigest())])
+    no_reading(monkeypatch)
+    second = verify("ollama:tiny", store=root, cache=True)
+    assert second.ok and (second.stats.files, second.stats.cached, second.stats.bytes_hashed) == (2, 2, 0)
+    assert [c.digest for c in second.checked] == [c.digest for c in first.checked]
+    assert second.warnings == () and second.stats.seconds < 0.5
+
+
+def test_a_same_size_rewrite_with_its_mtime_set_back_is_read_again(store: tuple[Path, Path, Path]) -> None:
+    root, model, _ = store
+    verify("ollama:tiny", store=root, cache=True)
+    before = os.stat(model)
+    with open(model, "r+b") as f:
+        f.seek(1000)
+        f.write(bytes([MODEL[1000] ^ 0xFF]))
+    os.utime(model, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(model)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    if sys.platform != "win32":     # Windows' ctime is the creation time: the limitation cache.py states
+        assert after.st_ctime_ns != before.st_ctime_ns
+        report = verify("ollama:tiny", store=root, cache=True)
+        assert (report.stats.cached, report.stats.bytes_hashed) == (1, len(MODEL))
+        assert [(m.kind, m.path) for m in report.mismatches] == [("sha256", str(model))]
+
+
+def test_a_file_replaced_by_another_of_the_same_size_and_stamps_is_read_again(store: tuple[Path, Path, Path]) -> None:
+    root, model, _ = store
+    verify("ollama:tiny", store=root, cache=True)
+    before = os.stat(model)
+    replacement = model.with_name("replacement")
+    replacement.write_bytes(MODEL[:-1] + b"\0")
+    os.utime(replacement, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(replacement, model)
+    report = verify("ollama:tiny", store=root, cache=True)
+    assert (report.stats.cached, report.stats.bytes_hashed) == (1, len(MODEL))
+    assert [m.kind for m in report.mismatches] == ["sha256"]
+
+
+def test_a_file_with_stamps_too_fresh_to_trust_is_not_stored(tmp_path: Path, folder: Path) -> None:
+    blob = tmp_path / f"sha256-{hashlib.sha256(b'fresh').hexdigest()}"
+    blob.write_bytes(b"fresh")
+    future = time.time_ns() + 60 * 10**9      # a write now could leave stamps like these unchanged
+    os.utime(blob, ns=(future, future))
+    for _ in range(2):
+        report = verify(blob, cache=True)
+        assert report.ok and (report.stats.cached, report.stats.bytes_hashed) == (0, 5)
+    assert rows(folder) == []
+
+
+def test_a_digest_is_kept_per_algorithm(tmp_path: Path, folder: Path) -> None:
+    (tmp_path / "f.bin").write_bytes(b"payload")
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text(f"{hashlib.sha256(b'payload').hexdigest()}  f.bin\n")
+    settled()
+    assert verify(sums=sums, cache=True).stats.cached == 0
+    assert verify(sums=sums, cache=True).stats.cached == 1
+    assert [a for _, a, _ in rows(folder)] == ["sha256"]
+
+
+def test_the_library_leaves_the_cache_alone_unless_asked(store: tuple[Path, Path, Path], folder: Path) -> None:
+    root, _, _ = store
+    for _ in range(2):
+        assert verify("ollama:tiny", store=root).stats.cached == 0
+    assert not (folder / FILE_NAME).exists()
+
+
+def test_a_cache_folder_of_the_callers_own(store: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    root, _, _ = store
+    verify("ollama:tiny", store=root, cache=tmp_path / "mine")
+    assert verify("ollama:tiny", store=root, cache=tmp_path / "mine").stats.cached == 2
+    assert len(rows(tmp_path / "mine")) == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permission bits")
+def test_the_cache_is_private(store: tuple[Path, Path, Path], folder: Path) -> None:
+    verify("ollama:tiny", store=store[0], cache=True)
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(folder / FILE_NAME).st_mode) == 0o600
+
+
+def test_a_corrupt_cache_is_a_warning_and_is_started_afresh(store: tuple[Path, Path, Path], folder: Path) -> None:
+    root, _, _ = store
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FILE_NAME).write_bytes(b"this is not a database, it was damaged" * 100)
+    report = verify("ollama:tiny", store=root, cache=True)
+    assert report.ok and report.stats.bytes_hashed == len(MODEL) + len(PROJECTOR)
+    assert report.warnings == (f"digest cache {folder / FILE_NAME} was not a readable database (file is not a "
+                               "database): started afresh",)
+    again = verify("ollama:tiny", store=root, cache=True)
+    assert again.warnings == () and again.stats.cached == 2
+
+
+def test_a_foreign_database_is_left_alone(store: tuple[Path, Path, Path], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(folder / FILE_NAME) as db:
+        db.execute("CREATE TABLE theirs (x)")
+        db.execute("PRAGMA user_version = 7")
+    report = verify("ollama:tiny", store=store[0], cache=True)
+    assert report.ok and report.warnings == (f"digest cache {folder / FILE_NAME} is not this version's cache "
+                                             "(application_id 0, user_version 7): hashing without it",)
+    with sqlite3.connect(folder / FILE_NAME) as db:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("theirs",)]
+
+
+def test_an_unwritable_cache_folder_is_a_warning(store: tuple[Path, Path, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a-file").write_bytes(b"")
+    where = tmp_path / "a-file" / "cache"       # a folder that cannot be made, whoever runs the test
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = err.strerror
+    monkeypatch.setenv("GGAUDIT_CACHE_DIR", str(where))
+    report = verify("ollama:tiny", store=store[0], cache=True)
+    assert report.ok and report.stats.bytes_hashed == len(MODEL) + len(PROJECTOR)
+    assert report.warnings == (f"digest cache {where / FILE_NAME} could not be opened ({reason}): "
+                               "hashing without it",)
+
+
+def test_a_cache_locked_too_long_by_another_run_is_a_warning(store: tuple[Path, Path, Path], folder: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    verify("ollama:tiny", store=store[0], cache=True)
+    monkeypatch.setattr(digest_cache, "LOCK_TIMEOUT_SECONDS", 0.05)
+    holder = sqlite3.connect(folder / FILE_NAME, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        report = verify("ollama:tiny", store=store[0], cache=True)
+    finally:
+        holder.close()
+    assert report.ok and report.stats.cached == 0
+    assert report.warnings == (f"digest cache {folder / FILE_NAME} could not be opened (database is locked): "
+                               "hashing without it",)
+
+
+def test_runs_at_the_same_time_share_the_cache(tmp_path: Path) -> None:
+    roots = []
+    for i in range(4):
+        ollama_store(tmp_path / f"s{i}", MODEL + bytes([i]), PROJECTOR + bytes([i]))
+        roots.append(tmp_path / f"s{i}")
+    settled()
+    reports: list[Any] = [None] * 8
+
+    def one(i: int) -> None:
+        reports[i] = verify("ollama:tiny", store=roots[i % 4], cache=True)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.ok and r.warnings == () for r in reports)
+    assert sum(verify("ollama:tiny", store=root, cache=True).stats.cached for root in roots) == 8
+
+
+def test_entries_past_the_bound_go_the_missing_files_first(tmp_path: Path, folder: Path) -> None:
+    names = ["a", "b", "c"]
+    for name in names:
+        (tmp_path / name).write_bytes(name.encode())
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("".join(f"{hashlib.sha256(n.encode()).hexdigest()}  {n}\n" for n in names))
+    settled()
+    verify(sums=sums, cache=True)
+    assert len(rows(folder)) == 3
+    (tmp_path / "b").unlink()
+    DigestCache(max_entries=2).lookup(tmp_path / "a", "sha256", os.stat(tmp_path / "a"))
+    assert [Path(p).name for p, _, _ in rows(folder)] == ["a", "c"]
+    DigestCache(max_entries=1).lookup(tmp_path / "a", "sha256", os.stat(tmp_path / "a"))
+    assert len(rows(folder)) == 1
+
+
+def test_quick_on_a_store_never_seen_hashes_nothing_and_says_so(store: tuple[Path, Path, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    root, model, projector = store
+    no_reading(monkeypatch)
+    report = verify("ollama:tiny", store=root, cache=True, quick=True)
+    assert report.ok and report.checked == () and report.mismatches == ()
+    assert (report.stats.files, report.stats.cached, report.stats.unchecked, report.stats.bytes_hashed) == (0, 0, 2, 0)
+    assert report.warnings == (f"not hashed (quick): {model}: no cached digest",
+                               f"not hashed (quick): {projector}: no cached digest")
+
+
+def test_quick_serves_what_a_full_run_cached_and_still_checks_sizes(store: tuple[Path, Path, Path],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root, model, _ = store
+    verify("ollama:tiny", store=root, cache=True)
+    no_reading(monkeypatch)
+    report = verify("ollama:tiny", store=root, cache=True, quick=True)
+    assert report.ok and (report.stats.cached, report.stats.unchecked) == (2, 0)
+    with open(model, "r+b") as f:
+        f.truncate(len(MODEL) - 1)
+    damaged = verify("ollama:tiny", store=root, cache=True, quick=True)
+    assert [(m.kind, m.expected, m.actual) for m in damaged.mismatches] == [("size", str(len(MODEL)),
+                                                                            str(len(MODEL) - 1))]
+
+
+def test_quick_needs_the_cache_and_takes_no_manifest(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="quick: takes its digests from the cache"):
+        verify(tmp_path / "x", quick=True)
+    with pytest.raises(UsageError, match="quick: checks whole files' cached digests"):
+        verify(tmp_path / "x", manifest=tmp_path / "m", cache=True, quick=True)
+    with pytest.raises(UsageError, match="cache: must be True, False or a folder, not int"):
+        verify(tmp_path / "x", cache=1)  # type: ignore[arg-type]
+
+
+def test_the_cache_folder_per_platform(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("GGAUDIT_CACHE_DIR")
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_folder() == tmp_path / "xdg" / "ggaudit"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")        # the XDG spec: ignore a relative path
+    assert cache_folder() == tmp_path / "home" / ".cache" / "ggaudit"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert cache_folder() == tmp_path / "home" / "Library" / "Caches" / "ggaudit"
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "local"))
+    assert cache_folder() == tmp_path / "local" / "ggaudit" / "Cache"
+    monkeypatch.setenv("GGAUDIT_CACHE_DIR", str(tmp_path / "given"))
+    assert cache_folder() == tmp_path / "given"
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+def summary(result: Any) -> str:
+    return str(result.stdout.splitlines()[-1])
+
+
+def test_cli_caches_by_default_and_says_how_many(store: tuple[Path, Path, Path]) -> None:
+    root = store[0]
+    size = len(MODEL) + len(PROJECTOR)
+    first = run_cli(["verify", "ollama:tiny", "--store", root])
+    assert first.exit_code == 0 and summary(first) == f"summary: 2 files checked, 0 from the cache, {size} bytes " \
+                                                      "hashed, 0 mismatches"
+    second = run_cli(["verify", "ollama:tiny", "--store", root])
+    assert second.exit_code == 0 and second.stderr == ""
+    assert summary(second) == "summary: 2 files checked, 2 from the cache, 0 bytes hashed, 0 mismatches"
+
+
+def test_cli_no_cache_hashes_everything(store: tuple[Path, Path, Path], folder: Path) -> None:
+    size = len(MODEL) + len(PROJECTOR)
+    for _ in range(2):
+        result = run_cli(["verify", "ollama:tiny", "--store", store[0], "--no-cache"])
+        assert summary(result) == f"summary: 2 files checked, 0 from the cache, {size} bytes hashed, 0 mismatches"
+    assert not (folder / FILE_NAME).exists()
+
+
+def test_cli_quick_on_a_store_never_seen(store: tuple[Path, Path, Path]) -> None:
+    root, model, projector = store
+    result = run_cli(["verify", "ollama:tiny", "--store", root, "--quick"])
+    assert result.exit_code == 0
+    assert summary(result) == "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 2 not hashed (quick), " \
+                              "0 mismatches"
+    # Warnings are prose: a path in one is shown once-escaped, as paths are (single backslashes on Windows).
+    assert result.stderr.splitlines() == [f"ggaudit: warning: not hashed (quick): {p}: no cached digest"
+                                          for p in (model, projector)]
+
+
+def test_cli_quick_with_no_cache_is_a_usage_error(store: tuple[Path, Path, Path]) -> None:
+    result = run_cli(["verify", "ollama:tiny", "--store", store[0], "--quick", "--no-cache"])
+    assert result.exit_code == 2
+    assert result.stderr == "ggaudit: error: --quick takes its digests from the cache: not with --no-cache\n"
+
+
+def test_cli_every_model_of_a_store_is_served_from_the_cache(store: tuple[Path, Path, Path]) -> None:
+    run_cli(["verify", "ollama:*", "--store", store[0]])
+    result = run_cli(["verify", "ollama:*", "--store", store[0], "--json"])
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and errors(doc) == []
+    assert [m["stats"]["cached"] for m in doc["models"]] == [2, 0]     # the model, then the store's own report
+
+
+def test_cli_json_counts_validate(store: tuple[Path, Path, Path]) -> None:
+    run_cli(["verify", "ollama:tiny", "--store", store[0]])
+    result = run_cli(["verify", "ollama:tiny", "--store", store[0], "--json"])
+    doc = json.loads(result.stdout)
+    assert errors(doc) == []
+    stats = doc["models"][0]["stats"]
+    assert (stats["files"], stats["cached"], stats["unchecked"], stats["bytes_hashed"]) == (2, 2, 0, 0)
