@@ -21,9 +21,9 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from gguf import GGMLQuantizationType as T, GGUFValueType, quants
+from gguf import GGUFValueType, quants
 
-from ggaudit.format.blocks import LAYOUTS, BlockLayout, Encoding, FloatField, layout_of
+from ggaudit.format.blocks import LAYOUTS, BlockLayout, Encoding, FloatField, GGMLQuantizationType as T, layout_of
 from ggaudit.format.build import TensorSpec, Typed, gguf_bytes
 
 SEED = 0x66617564  # any constant; changing it changes every fixture

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 from click.testing import CliRunner, Result
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T, GGUFValueType as V
+from gguf import GGML_QUANT_SIZES, GGUFValueType as V
 
-from ggaudit.format.blocks import LAYOUTS
+from ggaudit.format.blocks import LAYOUTS, GGMLQuantizationType as T
 from ggaudit.format.build import TensorSpec, Typed, write_gguf
 from ggaudit.cli import main
 

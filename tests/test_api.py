@@ -40,7 +40,7 @@ def test_importing_ggaudit_loads_no_job_until_one_is_used() -> None:
     """``import ggaudit`` costs its version and its errors: numpy, gguf, click and the jobs load on use."""
     code = ("import sys, ggaudit; heavy = lambda: sorted(m for m in sys.modules if m.split('.')[0] in "
             "('numpy', 'gguf', 'click', 'xxhash') or m.startswith(('ggaudit.scan.', 'ggaudit.rows', 'ggaudit.cli')));"
-            "print(heavy()); ggaudit.open_model; print('numpy' in sys.modules)")
+            "print(heavy()); ggaudit.open_model; print('ggaudit.format.locate' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["[]", "True"]
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf import GGML_QUANT_SIZES
 import gguf.quants
 
-from ggaudit.format.blocks import LAYOUTS, Encoding, decode_bits, layout_of
+from ggaudit.format.blocks import LAYOUTS, Encoding, GGMLQuantizationType as T, decode_bits, layout_of
 from ggaudit.scan.run import deep_supported
 
 from scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke

@@ -10,9 +10,9 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T, quants
+from gguf import quants
 
-from ggaudit.format.blocks import LAYOUTS, decode_bits, field_bits, layout_of
+from ggaudit.format.blocks import LAYOUTS, GGMLQuantizationType as T, decode_bits, field_bits, layout_of
 from ggaudit.format.layout import Tensor, open_gguf, open_model
 
 ROOT = Path(__file__).resolve().parent.parent

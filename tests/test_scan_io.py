@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T
 
 from ggaudit.scan import run as scan_module
 from ggaudit.scan import workers as workers_module
+from ggaudit.format.blocks import GGMLQuantizationType as T
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import ReadError
 from ggaudit.format.layout import open_model

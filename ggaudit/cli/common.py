@@ -17,11 +17,12 @@ import click
 
 from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
 from ..errors import GGAuditError
-from ..format.locate import resolve_model
 from ..text import escape_message, escape_path
 from ..untrusted import shorten
-from ..verify.manifests.llama_hash import LlamaHashManifest, llama_hash_to_json
-from ..verify.manifests.tensor import TensorManifest, tensor_manifest_to_json
+
+if TYPE_CHECKING:   # imported where used: `ggaudit --help` loads no job (tests/test_startup_cost.py)
+    from ..verify.manifests.llama_hash import LlamaHashManifest
+    from ..verify.manifests.tensor import TensorManifest
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
@@ -222,6 +223,8 @@ def hint(message: str) -> None:
 def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
     """Each MODEL as the files it names: ``ollama:NAME`` becomes its model blob and then its projector's,
     if it has one. A name that does not resolve is kept as it is, so auditing it reports the error."""
+    from ..format.locate import resolve_model
+
     paths: list[str] = []
     for spec in specs:
         try:
@@ -248,6 +251,9 @@ class ManifestWritten:
         return True
 
     def to_json(self) -> dict[str, Any]:
+        from ..verify.manifests.llama_hash import LlamaHashManifest, llama_hash_to_json
+        from ..verify.manifests.tensor import tensor_manifest_to_json
+
         if isinstance(self.manifest, LlamaHashManifest):
             return llama_hash_to_json(self.manifest)
         return tensor_manifest_to_json(self.manifest)

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
-from ..format.locate import resolve_model
-from ..scan.report import FP8_E4M3, ScanReport
-from ..scan.run import scan as scan_model
+from ..scan.report import FP8_E4M3
 from ..text import escape_message
 from .common import PathParam, expand_models, handle_errors, hint, stderr_is_tty
 from .reporters import emit_outcomes, format_options
+
+if TYPE_CHECKING:
+    from ..scan.report import ScanReport
 
 
 @click.command()
@@ -44,6 +46,10 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     projector's if it has one). Several MODELs are reported one after the other; a failure in one does
     not lose the others.
     """
+    # Imported here, not above: `ggaudit scan --help` loads neither numpy nor the scanner.
+    from ..format.locate import resolve_model
+    from ..scan.run import scan as scan_model
+
     paths = expand_models(models, store)
     show_progress = len(paths) == 1 and stderr_is_tty()
 

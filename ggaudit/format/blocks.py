@@ -1,7 +1,10 @@
 """The one table of GGML block facts: block size, block bytes, and where every float field sits.
 
-Block sizes and byte counts come from ``gguf.GGML_QUANT_SIZES``; this module adds what gguf does not
-say: the byte position and encoding of each float field inside a block (ggml's struct order). A block
+The GGML type ids, the GGUF value type ids and each type's block size and byte count are written out here
+with gguf-py's names (``GGMLQuantizationType``, ``GGUFValueType``, ``GGML_QUANT_SIZES``), so that reading
+a header does not import gguf (and with it numpy and yaml); tests/test_startup_cost.py checks they equal
+gguf's. This module adds what gguf does not say: the byte position and encoding of each float field
+inside a block (ggml's struct order). A block
 of a quantized type decodes to ``scale x small integer (+ min)``, so it decodes non-finite exactly when
 one of these fields is non-finite; reading only them is what makes the fast scan fast.
 """
@@ -12,9 +15,81 @@ import enum
 from dataclasses import dataclass
 from types import MappingProxyType
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+if TYPE_CHECKING:   # numpy is imported by the decoders below when they run, not by reading a header
+    import numpy as np
+
+
+class GGMLQuantizationType(enum.IntEnum):
+    """ggml's tensor type ids (``enum ggml_type``), as gguf-py names them."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    IQ2_XXS = 16
+    IQ2_XS = 17
+    IQ3_XXS = 18
+    IQ1_S = 19
+    IQ4_NL = 20
+    IQ3_S = 21
+    IQ2_S = 22
+    IQ4_XS = 23
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    IQ1_M = 29
+    BF16 = 30
+    TQ1_0 = 34
+    TQ2_0 = 35
+    MXFP4 = 39
+    NVFP4 = 40
+    Q1_0 = 41
+
+
+class GGUFValueType(enum.IntEnum):
+    """The type ids of GGUF metadata values (``enum gguf_type``), as gguf-py names them."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+T = GGMLQuantizationType
+
+#: Elements per block and bytes per block of each type (gguf-py's ``GGML_QUANT_SIZES``).
+GGML_QUANT_SIZES: Mapping[T, tuple[int, int]] = MappingProxyType({
+    T.F32: (1, 4), T.F16: (1, 2), T.Q4_0: (32, 18), T.Q4_1: (32, 20), T.Q5_0: (32, 22), T.Q5_1: (32, 24),
+    T.Q8_0: (32, 34), T.Q8_1: (32, 40), T.Q2_K: (256, 84), T.Q3_K: (256, 110), T.Q4_K: (256, 144),
+    T.Q5_K: (256, 176), T.Q6_K: (256, 210), T.Q8_K: (256, 292), T.IQ2_XXS: (256, 66), T.IQ2_XS: (256, 74),
+    T.IQ3_XXS: (256, 98), T.IQ1_S: (256, 50), T.IQ4_NL: (32, 18), T.IQ3_S: (256, 110), T.IQ2_S: (256, 82),
+    T.IQ4_XS: (256, 136), T.I8: (1, 1), T.I16: (1, 2), T.I32: (1, 4), T.I64: (1, 8), T.F64: (1, 8),
+    T.IQ1_M: (256, 56), T.BF16: (1, 2), T.TQ1_0: (256, 54), T.TQ2_0: (256, 66), T.MXFP4: (32, 17),
+    T.NVFP4: (64, 36), T.Q1_0: (128, 18),
+})
 
 
 class Encoding(enum.Enum):
@@ -153,9 +228,13 @@ def known_type(value: int) -> T | None:
 
 
 # Decoding: every field is turned into float64 for reporting, plus a "non-finite" class per value.
+# Each decoder imports numpy itself (a dictionary look-up once loaded) so that the table above costs
+# no numpy: `ggaudit --help` and reading a header never load it.
 
 def field_bits(field: FloatField, raw: np.ndarray) -> np.ndarray:
     """The raw bits of each field as unsigned integers; *raw* is (n, field.size) uint8."""
+    import numpy as np
+
     raw = np.ascontiguousarray(raw, dtype=np.uint8)
     if field.encoding is Encoding.IQ1M_F16:
         return iq1m_assemble(raw)
@@ -166,6 +245,8 @@ def field_bits(field: FloatField, raw: np.ndarray) -> np.ndarray:
 
 def iq1m_assemble(raw: np.ndarray) -> np.ndarray:
     """IQ1_M keeps its f16 scale in the top nibble of each of four u16 scale words (low first)."""
+    import numpy as np
+
     words = np.ascontiguousarray(raw, dtype=np.uint8).view("<u2").reshape(-1, 4)
     return ((words[:, 0] >> 12) | ((words[:, 1] >> 12) << 4) | ((words[:, 2] >> 12) << 8)
             | ((words[:, 3] >> 12) << 12)).astype(np.uint16)
@@ -173,6 +254,8 @@ def iq1m_assemble(raw: np.ndarray) -> np.ndarray:
 
 def decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
     """Decode field bits (as returned by :func:`field_bits`) to float64 values."""
+    import numpy as np
+
     # Widening a signalling NaN raises FE_INVALID, which numpy turns into a RuntimeWarning on stderr;
     # the value is still NaN, which is what the caller wants to see.
     # numpy 1.x cannot reinterpret a 0-d array as a dtype of another width: decode a 1-d view, then
@@ -183,6 +266,8 @@ def decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
 
 
 def _decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     if encoding in (Encoding.F16, Encoding.IQ1M_F16):
         return bits.astype(np.uint16).view(np.float16).astype(np.float64)
     if encoding is Encoding.BF16:
@@ -203,15 +288,32 @@ def _decode_bits(encoding: Encoding, bits: np.ndarray) -> np.ndarray:
 
 def _e4m3_magnitude(b: np.ndarray) -> np.ndarray:
     """|x| of E4M3 bytes (exponent bias 7, subnormals at exponent 0), bit 7 ignored, no NaN."""
+    import numpy as np
+
     exp = (b >> 3) & 0xF
     man = (b & 7).astype(np.float64)
     return np.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * np.exp2(exp.astype(np.float64) - 7))
 
 
 def _ue4m3(b: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     # As gguf.quants decodes NVFP4 scales: bit 7 ignored, 0x7F means zero, so no NaN or Inf exists.
     return np.where(b == 0x7F, 0.0, _e4m3_magnitude(b))
 
 
 def _e4m3(b: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     return np.where((b & 0x7F) == 0x7F, np.nan, np.where(b & 0x80, -1.0, 1.0) * _e4m3_magnitude(b))
+
+
+def dequantize(blocks: np.ndarray, ggml_type: T) -> np.ndarray:
+    """Whole blocks of ``ggml_type`` decoded by gguf.quants (NotImplementedError for a type it cannot
+    decode). Only --deep, row replay and the rare huge-scale check decode, so gguf (a tenth of a second
+    to import, yaml with it) is imported here, on first use."""
+    import gguf
+    import gguf.quants
+
+    decoded: np.ndarray = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(ggml_type))
+    return decoded

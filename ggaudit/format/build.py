@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 
-from gguf import GGMLQuantizationType, GGUFValueType
-
-from .blocks import layout_of
+from .blocks import GGMLQuantizationType, GGUFValueType, layout_of
 
 
 @dataclass(frozen=True)
@@ -72,11 +70,12 @@ def _infer_type(value: Any) -> GGUFValueType:
 
 
 def _encode_value(vtype: GGUFValueType, value: Any) -> bytes:
-    if vtype is GGUFValueType.STRING:
+    # Compared by value: a caller may name the type with gguf-py's enum of the same ids.
+    if vtype == GGUFValueType.STRING:
         return encode_string(value)
-    if vtype is GGUFValueType.ARRAY:
+    if vtype == GGUFValueType.ARRAY:
         return _encode_array(_infer_type(value[0]) if value else GGUFValueType.UINT32, value)
-    return struct.pack(_SCALAR[vtype], value)
+    return struct.pack(_SCALAR[GGUFValueType(vtype)], value)
 
 
 def _encode_array(etype: GGUFValueType, values: Sequence[Any]) -> bytes:

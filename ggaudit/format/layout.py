@@ -18,9 +18,7 @@ from types import MappingProxyType
 from typing import Any
 from collections.abc import Mapping
 
-from gguf import GGMLQuantizationType, GGUFValueType
-
-from .blocks import known_type, layout_of
+from .blocks import GGMLQuantizationType, GGUFValueType, known_type, layout_of
 from .. import io
 from ..errors import FormatError, ReadError, UsageError
 from ..io import FileIdentity

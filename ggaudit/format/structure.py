@@ -21,11 +21,13 @@ import bisect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import io
 from ..errors import ReadError
-from .layout import GGUFFile
+
+if TYPE_CHECKING:   # only named: scan's report types load without the header parser (`scan --help`)
+    from .layout import GGUFFile
 
 #: Padding between the header or a tensor and the next tensor holds a byte that is not zero.
 PADDING = "padding"

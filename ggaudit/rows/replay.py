@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf import quants as gguf_quants
 
 from .._version import __version__
-from ..format.blocks import Encoding, decode_bits
+from ..format.blocks import Encoding, GGMLQuantizationType, decode_bits, dequantize
 from ..errors import UsageError, check_arg
 from ..format.layout import Model, Tensor
 from ..format.locate import Target, open_model
@@ -105,7 +103,7 @@ class RowTable:
             return raw.view({GGMLQuantizationType.I16: "<i2", GGMLQuantizationType.I32: "<i4"}
                             .get(t, "<i8")).astype(np.float64)
         try:
-            return np.asarray(gguf_quants.dequantize(raw, t), dtype=np.float64).reshape(-1)
+            return np.asarray(dequantize(raw, t), dtype=np.float64).reshape(-1)
         except (NotImplementedError, ValueError, KeyError):
             return None
 

@@ -15,11 +15,10 @@ import threading
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
 
-import gguf.quants
 import numpy as np
-from gguf import GGMLQuantizationType as T
 
-from ..format.blocks import BlockLayout, Encoding, FloatField, decode_bits, iq1m_assemble, layout_of
+from ..format.blocks import BlockLayout, Encoding, FloatField, GGMLQuantizationType as T, decode_bits, dequantize
+from ..format.blocks import iq1m_assemble, layout_of
 from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, finite_or_none, hex_bits
 from ..arrays import distinct
 
@@ -401,7 +400,7 @@ def _overflow_kinds(ggml_type: T, data: np.ndarray, rows: np.ndarray, bb: int) -
     """Decode the few blocks with a huge finite scale; the kind of the first non-finite value, or ''."""
     blocks = np.stack([data[r * bb:(r + 1) * bb] for r in rows]).reshape(-1)
     with np.errstate(all="ignore"):     # overflow is what we are looking for
-        decoded = gguf.quants.dequantize(blocks, ggml_type).reshape(len(rows), -1)
+        decoded = dequantize(blocks, ggml_type).reshape(len(rows), -1)
     return np.array([_first_kind(row)[0] for row in decoded], dtype=object)
 
 
@@ -439,7 +438,7 @@ def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: i
     for b0 in range(0, n, step):
         m = min(step, n - b0)
         with np.errstate(all="ignore"):     # non-finite results are what we are looking for
-            decoded = gguf.quants.dequantize(data[b0 * bb:(b0 + m) * bb], layout.ggml_type).reshape(m, bs)
+            decoded = dequantize(data[b0 * bb:(b0 + m) * bb], layout.ggml_type).reshape(m, bs)
         bad = np.flatnonzero(~np.isfinite(decoded).all(axis=1))
         bad = bad[~np.isin(first_unit + b0 + bad, flagged)]
         for r in bad:
@@ -493,7 +492,7 @@ def deep_supported(ggml_type: T) -> bool:
     """Whether gguf.quants can dequantize ``ggml_type`` (what --deep needs)."""
     layout = layout_of(ggml_type)
     try:
-        gguf.quants.dequantize(np.zeros(layout.block_bytes, np.uint8), ggml_type)
+        dequantize(np.zeros(layout.block_bytes, np.uint8), ggml_type)
     except NotImplementedError:
         return False
     return True

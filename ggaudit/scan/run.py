@@ -37,9 +37,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
 
-from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
+from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
 from ..verify.digests import ALGORITHMS, read_through
 from ..errors import ReadError, UsageError
 from ..format.layout import GGUFFile, Model, Tensor

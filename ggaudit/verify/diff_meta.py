@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Iterator
 
-from gguf import GGUFValueType as V
-
+from ..format.blocks import GGUFValueType as V
 from ..format.info import value_to_json
 from ..format.layout import SCALAR_FORMATS, ArrayValue, GGUFFile, MetaValue
 

@@ -2,8 +2,9 @@
 
 A reporter is a function ``report(outcomes) -> str``: it takes the outcome of every target of the run, in
 the order given (a report, or the error that stopped it), and returns the text for stdout. Adding a
-format is one file: a module in this package that defines ``NAME`` and ``report``; it is found here and
-offered by every command. Errors are never a reporter's job alone: each is also one line on stderr.
+format is one file: a module in this package named as its format, defining ``NAME`` (that name) and
+``report``; it is found here and offered by every command, and imported only when a run prints with it.
+Errors are never a reporter's job alone: each is also one line on stderr.
 """
 
 from __future__ import annotations
@@ -23,16 +24,16 @@ from ..common import as_flags
 Reporter = Callable[[Sequence[Outcome[Report]]], str]
 
 
-def _discover() -> dict[str, Reporter]:
-    found: dict[str, Reporter] = {}
-    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
-        found[module.NAME] = module.report
+#: The format names: this package's modules, listed without importing them (the text reporter imports
+#: every report type, numpy with them, and `--help` should not).
+NAMES: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)))
+
+
+def reporter(name: str) -> Reporter:
+    """The reporter of the format ``name`` (one of :data:`NAMES`), imported on first use."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    found: Reporter = module.report
     return found
-
-
-#: Format name -> reporter.
-REPORTERS: dict[str, Reporter] = _discover()
 
 
 def emit_outcomes(outcomes: Sequence[Outcome[Report]], fmt: str) -> int:
@@ -40,7 +41,7 @@ def emit_outcomes(outcomes: Sequence[Outcome[Report]], fmt: str) -> int:
     exit status: 2 if any target failed, else 1 if any report is not ok, else 0."""
     # Errors name the command line's options, not the library's parameters, on stderr and in reports.
     said = [o if o.error is None else dataclasses.replace(o, error=as_flags(o.error)) for o in outcomes]
-    text = REPORTERS[fmt](said)
+    text = reporter(fmt)(said)
     if text:
         click.echo(text, nl=False)
     for o in said:
@@ -69,7 +70,7 @@ def format_options_also(*extra: str) -> Callable[[F], F]:
             return command(*args, fmt="json" if as_json else fmt, **kwargs)
 
         with_json = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (--format json).")
-        with_name = click.option("--format", "fmt", type=click.Choice(sorted(REPORTERS) + list(extra)),
+        with_name = click.option("--format", "fmt", type=click.Choice(list(NAMES) + list(extra)),
                                  default="text", show_default=True, help="How to print the result.")
         return cast(F, with_name(with_json(with_format)))
 
