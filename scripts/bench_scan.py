@@ -3,10 +3,12 @@
 
     python scripts/bench_scan.py [MODEL ...] [--repeat 3] [--keep]
 
-With no MODEL it writes two models of about 1 GiB under bench-data/ (gitignored): one of mixed
-Q4_K/Q6_K/Q8_0/F32 tensors and one of F32/F16 tensors, and deletes them afterwards unless --keep.
-For each model it prints GB/s of the plain read (the limit for work that must see every byte) and of
-the scan, and their ratio. Targets: quantized >= 1.0x, all-float >= 0.6x. Peak RSS of this process
+With no MODEL it writes two models of about 1 GiB (--size-gib) of real random bytes in a temporary
+directory (under bench-data/, gitignored, with --keep): one of mixed Q4_K/Q6_K/Q8_0/F32 tensors and one
+of F32/F16 tensors (--only picks one). For each model it prints GB/s of the plain read (an in-process
+read of the file in chunks into one reused numpy buffer: the limit for work that must see every byte)
+and of the scan, measured interleaved in the same run, and their ratio. Targets: quantized >= 1.0x,
+all-float >= 0.8x. Peak RSS of this process
 and of the scan's worker processes is printed too: it must not grow with the file size.
 """
 
@@ -16,6 +18,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +35,7 @@ from ggaudit.scan.run import scan
 DATA_DIR = Path(__file__).resolve().parent.parent / "bench-data"
 ALIGN = 32
 READ_CHUNK = 8 << 20
+_READ_BUFFER = np.empty(READ_CHUNK, np.uint8)
 
 
 def _align(n: int) -> int:
@@ -95,8 +99,7 @@ def _float_tensors(target: int) -> Iterator[tuple[str, T, tuple[int, int]]]:
 
 
 def _plain_read(path: Path) -> int:
-    buf = bytearray(READ_CHUNK)
-    view = memoryview(buf)
+    view = memoryview(_READ_BUFFER)
     total = 0
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(view):
@@ -131,15 +134,15 @@ def _peak_rss_mib(path: Path) -> tuple[float, float]:
     return own, children
 
 
-def bench(path: Path, repeat: int) -> None:
+def bench(path: Path, repeat: int, workers: int | None) -> None:
     size = path.stat().st_size
     _plain_read(path)                       # make it hot
-    report = scan(str(path))
+    report = scan(str(path), workers=workers)
     # Interleaved, best of each: the page cache and the other core are shared with whatever else runs.
     read_s = scan_s = float("inf")
     for _ in range(repeat):
         read_s = min(read_s, _timed(lambda: _plain_read(path)))
-        scan_s = min(scan_s, _timed(lambda: scan(str(path))))
+        scan_s = min(scan_s, _timed(lambda: scan(str(path), workers=workers)))
     read_gbs, scan_gbs = size / read_s / 1e9, size / scan_s / 1e9
     own, children = _peak_rss_mib(path)
     print(f"{path.name}: {size / 1e9:.2f} GB, {len(report.tensors)} tensors, ok {report.ok}, "
@@ -154,30 +157,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--size-gib", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, help="scan(workers=...): 0 scans in this process; default: it picks")
+    parser.add_argument("--only", choices=sorted(_KINDS), help="generate only this model")
     parser.add_argument("--keep", action="store_true", help="keep generated models in bench-data/")
     args = parser.parse_args(argv)
-    made: list[Path] = []
-    models = list(args.models)
-    if not models:
-        DATA_DIR.mkdir(exist_ok=True)
-        target = int(args.size_gib * (1 << 30))
-        for name, gen in (("bench-quantized.gguf", _quantized_tensors), ("bench-float.gguf", _float_tensors)):
-            path = DATA_DIR / name
-            if not path.exists():
-                t0 = time.perf_counter()
-                _write_model(path, list(gen(target)))
-                print(f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
-                made.append(path)
-            models.append(path)
-    print(f"cpus {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    try:
+    with tempfile.TemporaryDirectory(prefix="bench-scan-") as tmp:
+        models = list(args.models) or _generate(Path(tmp), args)
+        print(f"cpus {os.cpu_count()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for path in models:
-            bench(path, args.repeat)
-    finally:
-        if not args.keep:
-            for path in made:
-                path.unlink()
+            bench(path, args.repeat, args.workers)
     return 0
+
+
+_KINDS = {"quantized": _quantized_tensors, "float": _float_tensors}
+
+
+def _generate(tmp: Path, args: argparse.Namespace) -> list[Path]:
+    """Write the synthetic models (real bytes: sparse files would not measure reads) unless kept ones exist."""
+    where = DATA_DIR if args.keep else tmp
+    where.mkdir(exist_ok=True)
+    target = int(args.size_gib * (1 << 30))
+    models = []
+    for kind, gen in _KINDS.items():
+        if args.only not in (None, kind):
+            continue
+        path = where / f"bench-{kind}.gguf"
+        if not path.exists():
+            t0 = time.perf_counter()
+            _write_model(path, list(gen(target)))
+            print(f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
+        models.append(path)
+    return models
 
 
 if __name__ == "__main__":
