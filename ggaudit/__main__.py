@@ -6,6 +6,8 @@ import os
 import sys
 import traceback
 
+from .errors import caused_by_ctrl_c
+
 
 def run() -> None:
     """Start the command line. Ctrl-C while the command line's modules are still importing (the first
@@ -16,6 +18,8 @@ def run() -> None:
     except KeyboardInterrupt:
         _end("ggaudit: interrupted\n", 130)
     except Exception as err:
+        if caused_by_ctrl_c(err):
+            _end("ggaudit: interrupted\n", 130)
         detail = "".join(traceback.format_exception(err)) if "--debug" in sys.argv[1:] else ""
         _end(f"{detail}ggaudit: internal error: cannot load the command line: {type(err).__name__}: "
              f"{str(err)[:200]!r} (check the installation; --debug shows the traceback)\n", 3)

@@ -77,3 +77,16 @@ def check_arg(name: str, value: object, kinds: type | tuple[type, ...], wanted: 
 
 def _accepts_bool(kinds: type | tuple[type, ...]) -> bool:
     return bool in (kinds if isinstance(kinds, tuple) else (kinds,))
+
+
+def caused_by_ctrl_c(err: BaseException) -> bool:
+    """Whether ``err`` wraps a KeyboardInterrupt: Python before 3.12 turns one raised while a class body
+    is set up (a dataclass being imported, say) into "RuntimeError: Error calling __set_name__"."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False

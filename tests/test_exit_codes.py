@@ -279,3 +279,24 @@ def test_run_models_refuses_fewer_than_one_job(jobs: int) -> None:
     with pytest.raises(UsageError) as caught:
         run_models(["a", "b"], len, jobs=jobs)
     assert str(caught.value) == f"jobs: must be at least 1, not {jobs}"
+
+
+def _set_name_interrupted() -> None:
+    """What Python before 3.12 raises when Ctrl-C lands while a class body is set up."""
+    class Interrupts:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt
+
+    try:
+        type("Model", (), {"field": Interrupts()})
+    except KeyboardInterrupt as err:        # Python 3.12 and later let it through: wrap it as 3.11 does
+        raise RuntimeError("Error calling __set_name__ on 'Interrupts' instance 'field' in 'Model'") from err
+
+
+@pytest.mark.parametrize("call", [_set_name_interrupted, _raise(ValueError("x"))])
+def test_a_wrapped_ctrl_c_is_130_and_other_errors_are_3(call: Any) -> None:
+    from ggaudit.cli.common import guarded
+
+    with pytest.raises(SystemExit) as ended:
+        guarded(call)
+    assert ended.value.code == (130 if call is _set_name_interrupted else 3)

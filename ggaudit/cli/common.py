@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
-from ..errors import GGAuditError
+from ..errors import GGAuditError, caused_by_ctrl_c
 from ..text import escape_message, escape_path
 from ..untrusted import shorten
 
@@ -109,10 +109,16 @@ def guarded(call: Callable[[], R]) -> R:
     except MemoryError:
         fail("out of memory")
     except KeyboardInterrupt:
-        click.echo("ggaudit: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        interrupted()
     except Exception as err:  # anything else is a bug, reported as one
+        if caused_by_ctrl_c(err):
+            interrupted()
         internal_error(err)
+
+
+def interrupted() -> NoReturn:
+    click.echo("ggaudit: interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 #: The library's parameters that an option of the command line sets: its errors name the parameter
