@@ -7,6 +7,7 @@ import sys
 import traceback
 
 from .errors import caused_by_ctrl_c
+from .untrusted import quote
 
 
 def run() -> None:
@@ -17,12 +18,12 @@ def run() -> None:
         from .cli import main
     except KeyboardInterrupt:
         _end("ggaudit: interrupted\n", 130)
-    except Exception as err:
+    except Exception as err:  # the command line's own guarded() cannot report this: it did not load
         if caused_by_ctrl_c(err):
             _end("ggaudit: interrupted\n", 130)
         detail = "".join(traceback.format_exception(err)) if "--debug" in sys.argv[1:] else ""
         _end(f"{detail}ggaudit: internal error: cannot load the command line: {type(err).__name__}: "
-             f"{str(err)[:200]!r} (check the installation; --debug shows the traceback)\n", 3)
+             f"{quote(str(err), 200)} (check the installation; --debug shows the traceback)\n", 3)
     try:
         main(prog_name="ggaudit")
     except KeyboardInterrupt:

@@ -33,10 +33,16 @@ def open_model(target: Target, *, store: str | os.PathLike[str] | None = None,
     Model, returned as it is."""
     if isinstance(target, Model):
         return target
+    return open_path(resolve_model(target_text(target, "model"), store=store, hf_cache=hf_cache)[0])
+
+
+def target_text(target: object, field: str) -> str:
+    """``target`` (a path or a store name) as text; a UsageError naming the parameter ``field`` for
+    anything else (an opened Model is the caller's to handle)."""
     if not isinstance(target, (str, os.PathLike)):
         raise UsageError(None, f"must be a path, ollama:NAME, hf:ORG/NAME or a Model, not {type(target).__name__}",
-                         field="model")
-    return open_path(resolve_model(os.fspath(target), store=store, hf_cache=hf_cache)[0])
+                         field=field)
+    return os.fspath(target)
 
 
 def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None,

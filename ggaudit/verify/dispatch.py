@@ -6,7 +6,7 @@ import os
 
 from ..errors import UsageError
 from ..format.layout import Model
-from ..format.locate import HF_PREFIX, OLLAMA_PREFIX, Target, resolve_model
+from ..format.locate import HF_PREFIX, OLLAMA_PREFIX, Target, resolve_model, target_text
 from .cache import CacheChoice, using_cache
 from .run import (VerifyReport, verify_blob, verify_gpt4all, verify_hf, verify_hf_local, verify_lmstudio,
                   verify_manifest, verify_ollama, verify_ollama_store, verify_sha256, verify_sums)
@@ -74,18 +74,18 @@ def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, s
     if sha256 is not None:
         if target is None or manifest is not None or isinstance(target, Model):
             raise UsageError(None, "checks one file: give it as the target, and no manifest", field="sha256")
-        return verify_sha256(_text(target), sha256)
+        return verify_sha256(target_text(target, "target"), sha256)
     if target is None:
         raise UsageError(None, "give a model (a path, ollama:NAME, hf:ORG/NAME or a Model) or sums",
                          field="target")
     if manifest is not None:
         if isinstance(target, Model):
             return verify_manifest(target, manifest, fail_fast=fail_fast)
-        paths = resolve_model(_text(target), store=store, hf_cache=hf_cache)
+        paths = resolve_model(target_text(target, "target"), store=store, hf_cache=hf_cache)
         return verify_manifest(paths[0], manifest, also=paths[1:], fail_fast=fail_fast)
     if isinstance(target, Model):
         raise UsageError(None, "an opened model is checked against a manifest: give manifest", field="target")
-    text = _text(target)
+    text = target_text(target, "target")
     if text == OLLAMA_ALL:
         return verify_ollama_store(store, fail_fast=fail_fast)
     if text.startswith(OLLAMA_PREFIX):
@@ -102,10 +102,3 @@ def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, s
     if text.startswith(HF_PREFIX):
         return verify_hf(text[len(HF_PREFIX):], hf_cache, fail_fast=fail_fast)
     return verify_blob(text)
-
-
-def _text(target: str | os.PathLike[str]) -> str:
-    if not isinstance(target, (str, os.PathLike)):
-        raise UsageError(None, f"must be a path, ollama:NAME, hf:ORG/NAME or a Model, not "
-                               f"{type(target).__name__}", field="target")
-    return os.fspath(target)
