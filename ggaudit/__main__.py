@@ -28,6 +28,13 @@ def run() -> None:
         main(prog_name="ggaudit")
     except KeyboardInterrupt:
         _end("ggaudit: interrupted\n", 130)
+    except SystemExit as exit_:
+        # Ctrl-C that the command line reported (exit 130) may have escaped an exec() on its way (dataclasses
+        # compile methods with one while a module imports): CPython 3.11 then still counts it as unhandled and
+        # would end the process by SIGINT after teardown instead of with 130.
+        if exit_.code == 130:
+            _end("", 130)
+        raise
 
 
 def _end(message: str, status: int) -> None:
