@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.batch import overall_status, run_models
 from ggaudit.format.build import encode_kv, encode_tensor_info
 from ggaudit.cli.common import handle_errors
-from ggaudit.cli.reporters import emit_outcomes
+from ggaudit.cli.reporters import Rendering, emit_outcomes
 from ggaudit.errors import FormatError, ReadError
 from ggaudit.format.layout import open_model
 from ggaudit.rows.replay import RowTable, rows_geometry, table_geometry
@@ -121,7 +121,7 @@ def test_verify_of_several_blobs_reports_each(blobs: list[Path], jobs: int) -> N
 @handle_errors
 def multi_scan(models: tuple[str, ...], jobs: int, as_json: bool) -> None:
     outcomes = run_models(list(models), lambda m: scan(m, workers=0 if jobs > 1 else None), jobs=jobs)
-    raise SystemExit(emit_outcomes(outcomes, "json" if as_json else "text"))
+    raise SystemExit(emit_outcomes(outcomes, Rendering(fmt="json" if as_json else "text")))
 
 
 def _invoke(*args: object) -> Any:

@@ -8,7 +8,7 @@ from ..batch import run_models
 from ..format.locate import resolve_model
 from ..verify.diff import diff_paths
 from .common import PathParam, handle_errors
-from .reporters import emit_outcomes, format_options
+from .reporters import Rendering, emit_outcomes, format_options
 
 
 @click.command()
@@ -18,11 +18,11 @@ from .reporters import emit_outcomes, format_options
 @format_options
 @click.option("--fail-fast", is_flag=True, help="Stop at the first tensor whose data differ.")
 @handle_errors
-def diff(a: str, b: str, store: str | None, fmt: str, fail_fast: bool) -> None:
+def diff(a: str, b: str, store: str | None, rendering: Rendering, fail_fast: bool) -> None:
     """Compare models A and B (files, split sets, or ollama:NAME): metadata keys only in one or with
     another type or value (for arrays, the first differing element), tensors only in one, type or shape
     changes, and for differing data the first differing byte and the number of differing rows."""
     # One target, A (compared with B): a failure is its outcome, which names the file that failed.
     outcomes = run_models([a], lambda _: diff_paths(resolve_model(a, store=store)[0], resolve_model(b, store=store)[0],
                                                     fail_fast=fail_fast))
-    raise SystemExit(emit_outcomes(outcomes, fmt))
+    raise SystemExit(emit_outcomes(outcomes, rendering))

@@ -9,7 +9,7 @@ from ..format.info import ModelInfo
 from ..format.layout import open_model
 from ..format.locate import resolve_model
 from .common import PathParam, expand_models, handle_errors
-from .reporters import emit_outcomes, format_options
+from .reporters import Rendering, emit_outcomes, format_options
 
 
 @click.command()
@@ -17,7 +17,7 @@ from .reporters import emit_outcomes, format_options
 @click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
 @format_options
 @handle_errors
-def info(models: tuple[str, ...], store: str | None, fmt: str) -> None:
+def info(models: tuple[str, ...], store: str | None, rendering: Rendering) -> None:
     """Show each MODEL's header, metadata and tensor table.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
@@ -26,4 +26,4 @@ def info(models: tuple[str, ...], store: str | None, fmt: str) -> None:
     # A name expand_models could not resolve is resolved again here, so its error becomes its outcome.
     outcomes = run_models(expand_models(models, store),
                           lambda m: ModelInfo(model=open_model(resolve_model(m, store=store)[0])))
-    raise SystemExit(emit_outcomes(outcomes, fmt))
+    raise SystemExit(emit_outcomes(outcomes, rendering))

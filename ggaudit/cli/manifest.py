@@ -3,6 +3,8 @@ llama.cpp's ``llama-gguf-hash`` lines."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from ..batch import run_models
@@ -13,7 +15,7 @@ from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output, write_tensor_manifest
 from .common import STDOUT, ManifestWritten, PathParam, handle_errors
-from .reporters import emit_outcomes, format_options_also
+from .reporters import Rendering, emit_outcomes, format_options_also
 
 #: ``--manifest-format`` of ggaudit's own JSON tensor manifest.
 GGAUDIT = "ggaudit"
@@ -33,10 +35,10 @@ GGAUDIT = "ggaudit"
 @click.option("--group-bytes", type=click.IntRange(min=1), default=None,
               help=f"Target size of a row group (whole rows, at least one) [default: {DEFAULT_GROUP_BYTES}].")
 @click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
-@format_options_also(LLAMA_HASH)
+@format_options_also(LLAMA_HASH, output_flags=("--report",))
 @handle_errors
 def manifest(model: str, output: str, force: bool, manifest_format: str, hashes: str | None,
-             group_bytes: int | None, store: str | None, fmt: str) -> None:
+             group_bytes: int | None, store: str | None, rendering: Rendering) -> None:
     """Write MODEL's tensor manifest to OUTPUT, reading each file once.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model layer and, if it has one,
@@ -51,8 +53,8 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
 
     Check it later with `ggaudit verify MODEL --manifest OUTPUT`, which reads either format.
     """
-    if fmt == LLAMA_HASH:       # the issue's and llama.cpp users' spelling: the manifest's format
-        manifest_format, fmt = LLAMA_HASH, "text"
+    if rendering.fmt == LLAMA_HASH:       # the issue's and llama.cpp users' spelling: the manifest's format
+        manifest_format, rendering = LLAMA_HASH, dataclasses.replace(rendering, fmt="text")
     llama = manifest_format == LLAMA_HASH
     if llama and group_bytes is not None:
         raise UsageError(None, f"--group-bytes is for the {GGAUDIT} manifest, not {LLAMA_HASH}")
@@ -78,4 +80,4 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
             write_tensor_manifest(built, output, replace=force, inputs=inputs)
         return ManifestWritten(output=output, manifest=built)
 
-    raise SystemExit(emit_outcomes(run_models([model], make), fmt))
+    raise SystemExit(emit_outcomes(run_models([model], make), rendering))

@@ -11,7 +11,7 @@ from ..rows.readers import MODES
 from ..rows.replay import RowSelection, RowsOptions, RowsReport, check_rows, pick_tensor
 from .common import PathParam, handle_errors, stderr_is_tty
 from .ids import given_ids
-from .reporters import emit_outcomes, format_options
+from .reporters import Rendering, emit_outcomes, format_options
 
 
 def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -65,13 +65,15 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
 @handle_errors
 def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
-         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, fmt: str) -> None:
+         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool,
+         rendering: Rendering) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     chosen = _modes(modes)
     if chosen is None:
         chosen = () if against is not None else MODES
     options = RowsOptions(workers=workers, batch=batch, cache_rows=cache_rows, prefetch=prefetch, fp8=fp8,
-                          fail_fast=fail_fast, progress=_progress if stderr_is_tty() else None)
+                          fail_fast=fail_fast,
+                          progress=_progress if stderr_is_tty() and not rendering.quiet else None)
 
     def replay(_: str) -> RowsReport:
         opened = open_model(model)
@@ -86,14 +88,14 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
                 raise UsageError(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
         report = check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
                             against=against)
-        if stderr_is_tty():
+        if options.progress is not None:
             click.echo("\r\x1b[K", err=True, nl=False)
         if not report.compared and report.ok:   # a check that compared nothing must not pass for a clean one
             raise UsageError(model, "nothing was compared: every read path was skipped ("
                              + "; ".join(report.warnings) + ")")
         return report
 
-    raise SystemExit(emit_outcomes(run_models([model], replay), fmt))
+    raise SystemExit(emit_outcomes(run_models([model], replay), rendering))
 
 
 def _progress(mode: str, done: int, total: int) -> None:

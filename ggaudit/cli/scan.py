@@ -12,9 +12,8 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..scan.report import FP8_E4M3
-from ..text import escape_message
-from .common import PathParam, expand_models, handle_errors, hint, stderr_is_tty
-from .reporters import emit_outcomes, format_options
+from .common import PathParam, expand_models, handle_errors, stderr_is_tty
+from .reporters import Rendering, emit_outcomes, format_options
 
 if TYPE_CHECKING:
     from ..scan.report import ScanReport
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 @handle_errors
 def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None,
          overrides: tuple[str, ...], limit: int, fail_fast: bool, store: str | None, sha256: bool, jobs: int,
-         fmt: str) -> None:
+         rendering: Rendering) -> None:
     """Find NaN and Inf (and with --max-abs, outliers) in each MODEL's tensors.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
@@ -51,7 +50,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     from ..scan.run import scan as scan_model
 
     paths = expand_models(models, store)
-    show_progress = len(paths) == 1 and stderr_is_tty()
+    show_progress = len(paths) == 1 and stderr_is_tty() and not rendering.quiet
 
     def one(model: str) -> ScanReport:
         path = resolve_model(model, store=store)[0]  # re-raises what expand_models kept back
@@ -66,11 +65,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
             if progress is not None:
                 progress.close()
 
-    outcomes = run_models(paths, one, jobs=jobs)
-    for outcome in outcomes:
-        for warning in outcome.result.warnings if outcome.result is not None else ():
-            hint(f"ggaudit: warning: {escape_message(warning)}")
-    raise SystemExit(emit_outcomes(outcomes, fmt))
+    raise SystemExit(emit_outcomes(run_models(paths, one, jobs=jobs), rendering))
 
 
 def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:

@@ -13,14 +13,13 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..format.locate import OLLAMA_PREFIX
-from ..text import escape_message
 from ..verify.cache import in_session
 from ..verify.dispatch import OLLAMA_ALL
 from ..verify.dispatch import verify as check
 from ..verify.run import VerifyReport, verify_ollama, verify_ollama_store
 from ..verify.stores.ollama import list_ollama_models
-from .common import PathParam, handle_errors, hint
-from .reporters import emit_outcomes, format_options
+from .common import PathParam, handle_errors
+from .reporters import Rendering, emit_outcomes, format_options
 
 
 @click.command()
@@ -46,7 +45,7 @@ from .reporters import emit_outcomes, format_options
 @handle_errors
 def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
            ignore_missing: bool, base: str | None, sha256: str | None, manifest_file: str | None, jobs: int,
-           fmt: str, fail_fast: bool, no_cache: bool, quick: bool) -> None:
+           rendering: Rendering, fail_fast: bool, no_cache: bool, quick: bool) -> None:
     """Check the bytes of each TARGET against the digests they should have.
 
     \b
@@ -92,10 +91,7 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
         # Keyed by the target's text: a target given twice is the same check, reported twice.
         names, audits = _audits(items, store, manifest_file, fail_fast, cache, quick)
         outcomes = run_models(names, lambda t: audits[t](), jobs=jobs)
-    for outcome in outcomes:
-        for warning in outcome.result.warnings if outcome.result is not None else ():
-            hint(f"ggaudit: warning: {escape_message(warning)}")
-    raise SystemExit(emit_outcomes(outcomes, fmt))
+    raise SystemExit(emit_outcomes(outcomes, rendering))
 
 
 def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool, cache: bool,

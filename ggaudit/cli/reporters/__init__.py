@@ -1,10 +1,11 @@
 """How the CLI shows a run: reporters, chosen by name (``--format NAME``; ``--json`` is ``--format json``).
 
-A reporter is a function ``report(outcomes) -> str``: it takes the outcome of every target of the run, in
-the order given (a report, or the error that stopped it), and returns the text for stdout. Adding a
-format is one file: a module in this package named as its format, defining ``NAME`` (that name) and
-``report``; it is found here and offered by every command, and imported only when a run prints with it.
-Errors are never a reporter's job alone: each is also one line on stderr.
+A reporter is a function ``report(outcomes, rendering) -> str``: it takes the outcome of every target of
+the run, in the order given (a report, or the error that stopped it), and how the user asked to see it
+(:class:`Rendering`), and returns the text for stdout or ``-o FILE``. Adding a format is one file: a module
+in this package named as its format, defining ``NAME`` (that name) and ``report``; it is found here and
+offered by every command, and imported only when a run prints with it. Errors are never a reporter's job
+alone: each is also one line on stderr.
 """
 
 from __future__ import annotations
@@ -12,16 +13,36 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import click
 
 from ...batch import Outcome, Report, overall_status
-from ..common import as_flags
+from ...text import escape_message
+from ..common import STDOUT, as_flags, hint
 
-Reporter = Callable[[Sequence[Outcome[Report]]], str]
+
+@dataclass(frozen=True, kw_only=True)
+class Rendering:
+    """How the user asked to see a run: the format, where it goes, and how much of it."""
+
+    fmt: str = "text"
+    #: A file the report is written to (atomically) instead of stdout; None or "-": stdout.
+    output: str | None = None
+    #: Only errors and the summary: no warnings, no per-finding lines (text), no progress.
+    quiet: bool = False
+    #: Mismatches listed per target by ``verify`` (all are counted); None: every one.
+    limit: int | None = None
+
+
+#: As a command shows a run when no option says otherwise.
+DEFAULT = Rendering()
+
+Reporter = Callable[[Sequence[Outcome[Report]], Rendering], str]
 
 
 #: The format names: this package's modules, listed without importing them (the text reporter imports
@@ -36,13 +57,20 @@ def reporter(name: str) -> Reporter:
     return found
 
 
-def emit_outcomes(outcomes: Sequence[Outcome[Report]], fmt: str) -> int:
-    """Print the run with the reporter ``fmt``, each target's error as one line on stderr, and return the
-    exit status: 2 if any target failed, else 1 if any report is not ok, else 0."""
+def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering) -> int:
+    """Show the run as ``rendering`` asks: each report's warnings on stderr (unless quiet), the reporter's
+    text on stdout or in ``-o FILE``, each target's error as one line on stderr; return the exit status:
+    2 if any target failed, else 1 if any report is not ok, else 0."""
     # Errors name the command line's options, not the library's parameters, on stderr and in reports.
     said = [o if o.error is None else dataclasses.replace(o, error=as_flags(o.error)) for o in outcomes]
-    text = reporter(fmt)(said)
-    if text:
+    if not rendering.quiet:
+        for o in said:
+            for warning in getattr(o.result, "warnings", ()):
+                hint(f"ggaudit: warning: {escape_message(warning)}")
+    text = reporter(rendering.fmt)(said, rendering)
+    if rendering.output not in (None, STDOUT):
+        _write_report(text, rendering.output, said)
+    elif text:
         click.echo(text, nl=False)
     for o in said:
         if o.error is not None:
@@ -50,28 +78,52 @@ def emit_outcomes(outcomes: Sequence[Outcome[Report]], fmt: str) -> int:
     return overall_status(said)
 
 
+def _write_report(text: str, path: str, outcomes: Sequence[Outcome[Report]]) -> None:
+    """``-o FILE``: replaced atomically (a CI job writes the same report name every run), but never when it
+    is one of the run's targets, and never a GGUF file (a model given by another name, say)."""
+    from ...errors import UsageError
+    from ...verify.manifests.tensor import write_manifest_text
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) == b"GGUF":
+                raise UsageError(path, "is a GGUF file; a report never replaces a model", field="--output")
+    except OSError:
+        pass    # absent, or not readable: write_manifest_text says what is wrong with it
+    targets = [o.model for o in outcomes if os.path.exists(o.model)]
+    write_manifest_text(text, path, replace=True, inputs=targets, what="the report")
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def format_options(command: F) -> F:
-    """``--format NAME`` (any reporter here; default text) and ``--json``, short for ``--format json``: the
-    command receives the name as ``fmt``. Two options, not one destination, since click versions differ
-    in which of two options sharing a destination sets it."""
+    """``--format NAME`` (any reporter here; default text), ``--json`` (short for ``--format json``),
+    ``-o/--output FILE`` and ``-q/--quiet``: the command receives them as one :class:`Rendering`,
+    ``rendering``. ``--format`` and ``--json`` are two options, not one destination, since click versions
+    differ in which of two options sharing a destination sets it."""
     return format_options_also()(command)
 
 
-def format_options_also(*extra: str) -> Callable[[F], F]:
+def format_options_also(*extra: str, output_flags: tuple[str, ...] = ("-o", "--output")) -> Callable[[F], F]:
     """:func:`format_options` whose ``--format`` also accepts the command's own ``extra`` names (the
-    command then decides what they mean)."""
+    command then decides what they mean), and whose report file is given with ``output_flags`` (for a
+    command whose ``-o`` is already something else)."""
 
     def decorate(command: F) -> F:
         @functools.wraps(command)
-        def with_format(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
-            return command(*args, fmt="json" if as_json else fmt, **kwargs)
+        def with_format(*args: Any, fmt: str, as_json: bool, report_file: str | None, quiet: bool,
+                        **kwargs: Any) -> Any:
+            rendering = Rendering(fmt="json" if as_json else fmt, output=report_file, quiet=quiet)
+            return command(*args, rendering=rendering, **kwargs)
 
         with_json = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (--format json).")
         with_name = click.option("--format", "fmt", type=click.Choice(list(NAMES) + list(extra)),
                                  default="text", show_default=True, help="How to print the result.")
-        return cast(F, with_name(with_json(with_format)))
+        with_file = click.option(*output_flags, "report_file", metavar="FILE", default=None,
+                                 help="Write the result to FILE (replaced atomically) instead of stdout.")
+        with_quiet = click.option("-q", "--quiet", is_flag=True,
+                                  help="Print only errors and the summary: no warnings, no progress.")
+        return cast(F, with_name(with_json(with_file(with_quiet(with_format)))))
 
     return decorate

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, Report, overall_status
 from ...errors import GGAuditError
+from . import DEFAULT, Rendering
 
 NAME = "json"
 SCHEMA = "ggaudit/cli-output/1"
@@ -22,7 +23,7 @@ SCHEMA = "ggaudit/cli-output/1"
 STATUS_WORDS = {STATUS_CLEAN: "clean", STATUS_FINDINGS: "findings", STATUS_ERROR: "error"}
 
 
-def report(outcomes: Sequence[Outcome[Report]]) -> str:
+def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) -> str:
     doc = {"schema": SCHEMA, "status": STATUS_WORDS[overall_status(outcomes)],
            "models": [element(o) for o in outcomes]}
     return json.dumps(doc, indent=2) + "\n"

@@ -23,11 +23,12 @@ from ...verify.manifests.tensor import tensor_manifest_text
 from ...verify.run import Mismatch as VerifyMismatch
 from ...verify.run import VerifyReport
 from ..common import STDOUT, ManifestWritten
+from . import DEFAULT, Rendering
 
 NAME = "text"
 
 
-def report(outcomes: Sequence[Outcome[Report]]) -> str:
+def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) -> str:
     """Each report in turn, in the order the targets were given."""
     return "".join(line + "\n" for o in outcomes if o.result is not None for line in lines(o.result))
 

@@ -177,18 +177,19 @@ def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]
 
 
 def write_manifest_text(text: str, path: str | os.PathLike[str], *, replace: bool = False,
-                        inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+                        inputs: Iterable[str | os.PathLike[str]] = (), what: str = "the manifest") -> None:
     """Write a manifest's text (UTF-8, ``\\n`` line ends on every OS) atomically, as
-    :func:`write_tensor_manifest` says."""
+    :func:`write_tensor_manifest` says; ``what`` it is (the command line's reports are written so too)
+    names it in errors."""
     target = os.fspath(path)
-    check_output(target, replace=replace, inputs=inputs)
-    tmp = _create_tmp(target)
+    check_output(target, replace=replace, inputs=inputs, what=what)
+    tmp = _create_tmp(target, what)
     try:
         with open(tmp[0], "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        check_output(target, replace=replace, inputs=inputs)   # nothing took the name meanwhile
+        check_output(target, replace=replace, inputs=inputs, what=what)   # nothing took the name meanwhile
         os.replace(tmp[1], target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -198,7 +199,7 @@ def write_manifest_text(text: str, path: str | os.PathLike[str], *, replace: boo
 
 
 def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike[str]] = (),
-                 replace_with: str = "replace=True") -> None:
+                 replace_with: str = "replace=True", what: str = "the manifest") -> None:
     """UsageError unless ``path`` may be written: absent, or (with ``replace``) a regular file that is
     none of ``inputs``. Files are compared by identity (device and inode), not by name, so a second
     path to the same file (a link, ``./``, another case on Windows) is caught too. ``replace_with`` is
@@ -208,7 +209,7 @@ def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike
     except FileNotFoundError:
         return
     except OSError as err:
-        raise UsageError(path, f"cannot write the manifest here: {err.strerror or err}") from None
+        raise UsageError(path, f"cannot write {what} here: {err.strerror or err}") from None
     for source in inputs:
         with contextlib.suppress(OSError):
             if os.path.samestat(st, os.stat(source)):
@@ -220,7 +221,7 @@ def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike
         raise UsageError(path, f"exists; give {replace_with} to replace it")
 
 
-def _create_tmp(target: str) -> tuple[int, str]:
+def _create_tmp(target: str, what: str) -> tuple[int, str]:
     """A new, empty temporary file in the output's folder: (descriptor, path)."""
     folder, name = os.path.split(target)
     for _ in range(16):
@@ -230,7 +231,7 @@ def _create_tmp(target: str) -> tuple[int, str]:
         except FileExistsError:
             continue
         except OSError as err:
-            raise UsageError(target, f"cannot write the manifest: {err.strerror or err}") from None
+            raise UsageError(target, f"cannot write {what}: {err.strerror or err}") from None
     raise UsageError(target, "cannot create a temporary file next to it")
 
 
