@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import mmap
 import os
 import stat
 import sys
@@ -239,6 +240,25 @@ def advise(fd: int, offset: int, length: int, advice: str) -> None:
         return
     with contextlib.suppress(OSError):
         fn(fd, offset, length, os.POSIX_FADV_SEQUENTIAL if advice == "sequential" else os.POSIX_FADV_WILLNEED)
+
+
+def advise_mapping(mapping: mmap.mmap) -> None:
+    """Ask the OS to fault a fresh mapping's pages in ahead of use (MADV_WILLNEED: read-ahead of the
+    whole window at once instead of a fault per 64 KiB); only a hint, absent on Windows."""
+    advice = getattr(mmap, "MADV_WILLNEED", None)
+    if advice is not None and hasattr(mapping, "madvise"):
+        with contextlib.suppress(OSError, ValueError):
+            mapping.madvise(advice)
+
+
+def available_cores() -> int:
+    """CPUs this process may run on: its affinity where the OS says (Linux; a container's cpuset), else
+    the machine's count."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        with contextlib.suppress(OSError):
+            return max(1, len(affinity(0)))
+    return os.cpu_count() or 1
 
 
 def sync_folder(path: str | os.PathLike[str]) -> None:

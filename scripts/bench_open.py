@@ -24,6 +24,7 @@ from gguf import GGMLQuantizationType as T, GGUFReader, GGUFValueType as V
 from ggaudit.format.blocks import layout_of
 from ggaudit.format.build import Typed, encode_kv, encode_tensor_info
 from ggaudit.format.layout import open_model
+from ggml_reference import Ggml
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "bench-data" / "bench-open-262k.gguf"
@@ -108,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", type=Path, help=f"model to open (default: synthesize {DEFAULT.name})")
     parser.add_argument("--repeat", type=int, default=5, help="ggaudit runs; the best is reported")
+    parser.add_argument("--libggml", type=Path, metavar="SO",
+                        help="also time ggml's gguf_init_from_file from this libggml-base (see ggml_reference.py)")
     args = parser.parse_args(argv)
     path = args.file or DEFAULT
     if args.file is None and not path.exists():
@@ -123,6 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"ggaudit open_model: {ours * 1000:9.1f} ms (best of {args.repeat})")
     print(f"gguf.GGUFReader:    {theirs * 1000:9.1f} ms")
     print(f"ratio GGUFReader/ggaudit: {theirs / ours:.1f}x")
+    if args.libggml is not None:
+        ggml = Ggml(args.libggml)
+        c_open = _best(lambda: ggml.open(path), args.repeat)
+        print(f"ggml gguf_init_from_file: {c_open * 1000:9.1f} ms (best of {args.repeat}); "
+              f"ggaudit/ggml {ours / c_open:.2f}x (target < 1)")
     if args.file is None:
         print(f"target ggaudit < {TARGET_S * 1000:.0f} ms: {'met' if ours < TARGET_S else 'MISSED'}")
     return 0

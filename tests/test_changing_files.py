@@ -38,7 +38,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A 24 MiB model (streamed reads: several 8 MiB chunks) and a 72 MiB one (scan maps it in
+    """A 24 MiB model (streamed reads: several 8 MiB chunks) and a 72 MiB one (scan --workers 2 maps it in
     worker processes); each has an embedding table for `rows --all`."""
     folder = tmp_path_factory.mktemp("changing-src")
     out = {}
@@ -69,9 +69,9 @@ CASES = [
     Case("scan-truncate", "small", ("scan", "{model}"), "truncate"),
     Case("scan-replace", "small", ("scan", "{model}"), "replace"),
     Case("scan-rewrite", "small", ("scan", "{model}"), "rewrite"),
-    Case("scan-mapped-truncate", "big", ("scan", "{model}"), "truncate", "map", 1),
-    Case("scan-mapped-replace", "big", ("scan", "{model}"), "replace", "map", 1),
-    Case("scan-mapped-truncate-before-map", "big", ("scan", "{model}"), "truncate", "premap", 1),
+    Case("scan-mapped-truncate", "big", ("scan", "{model}", "--workers", "2"), "truncate", "map", 1),
+    Case("scan-mapped-replace", "big", ("scan", "{model}", "--workers", "2"), "replace", "map", 1),
+    Case("scan-mapped-truncate-before-map", "big", ("scan", "{model}", "--workers", "2"), "truncate", "premap", 1),
     Case("manifest-truncate", "small", ("manifest", "{model}", "-o", "{out}"), "truncate"),
     Case("manifest-replace", "small", ("manifest", "{model}", "-o", "{out}"), "replace"),
     Case("manifest-rewrite", "small", ("manifest", "{model}", "-o", "{out}"), "rewrite"),

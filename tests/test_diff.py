@@ -130,14 +130,20 @@ def test_cli_text_json_and_exit_codes(pair: tuple[Path, Path, dict, dict]) -> No
     lines = res.output.splitlines()
     raw_a = a.read_bytes()[offs_a["blk.0.attn_norm.weight"] + 36:][:4]
     raw_b = raw_a[:3] + bytes([after])
-    assert lines[2:8] == [
-        "DIFFER tensor blk.0.attn_norm.weight (F32 [64]): 1 of 1 rows differ",
-        "  first at row 0, block 9, column 9, byte 3 of the 4-byte block",
+    assert lines[2:] == [
+        "DIFFER tensor blk.0.attn_norm.weight (F32 [64]): 1 of 1 row differs",
+        "  first at row 0, column 9, byte 3 of the 4-byte element",
         f"  a: file {a}, offset {offs_a['blk.0.attn_norm.weight'] + 36}, length 4",
         f"  b: file {b}, offset {offs_b['blk.0.attn_norm.weight'] + 36}, length 4",
-        f"  expected (a): {raw_a.hex()}",
-        f"  actual   (b): {raw_b.hex()}",
+        f"  expected (a) +0: {raw_a.hex(' ')}",
+        f"  actual   (b) +0: {raw_b.hex(' ')}",
+        "                            ^^",
+        "  value at column 9 (f32): -0.34152195 -> 21.857405",
+        "summary: 2 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ",
     ]
+    # The values shown are the stored float32s, each the shortest text that reads back as it.
+    assert (np.frombuffer(raw_a, "<f4")[0], np.frombuffer(raw_b, "<f4")[0]) == (np.float32("-0.34152195"),
+                                                                                np.float32("21.857405"))
     assert raw_a[3] == before
     envelope = json.loads(runner.invoke(main, ["diff", str(a), str(b), "--json"]).output)
     assert envelope["status"] == "findings" and len(envelope["models"]) == 1

@@ -49,11 +49,11 @@ def test_a_nan_in_expert_5_names_expert_5(tmp_path: Path) -> None:
     at = offset + ((5 * NE1 + 2) * NE0 + 3) * 4
     assert result.stdout.splitlines()[1:] == [
         f"tensor {UP} (F32 [8, 4, 8]): nan 1, +inf 0, -inf 0, outlier 0; max finite |x| 1",
-        f"  nan at file {path} offset {at}, length 4: tensor {UP}, expert 5, row 22, block 3, column 3, field value: "
+        f"  nan at file {path} offset {at}, length 4: tensor {UP}, expert 5, row 22, column 3: "
         "expected finite, got 0x7fc00000 (nan)",
         "  experts with findings: 1 of 8",
         "  expert 5: nan 1, +inf 0, -inf 0, outlier 0",
-        "result: findings in 1 of 1 tensors: nan 1, +inf 0, -inf 0, outlier 0"]
+        "result: findings in 1 of 1 tensor: nan 1, +inf 0, -inf 0, outlier 0"]
     doc = json.loads(run_cli(["scan", path, "--json"]).stdout)["models"][0]["tensors"][0]
     assert (doc["n_experts"], doc["experts"]) == (8, [{"expert": 5, "counts": {**COUNTS_ZERO, "nan": 1}}])
     assert (doc["findings"][0]["expert"], doc["findings"][0]["row"]) == (5, 22)

@@ -252,7 +252,7 @@ def test_an_independent_manifest_verifies_clean(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == [
         f"verify llama-gguf-hash: {path}",
         f"ok sha256 {hashlib.sha256(everything).hexdigest()}: file {path}, {len(everything)} bytes (all tensor data)",
-        f"summary: 1 files checked, 0 from the cache, {len(everything)} bytes hashed, 0 mismatches"]
+        f"summary: 1 file checked, 0 from the cache, {len(everything)} bytes hashed, 0 mismatches"]
     assert result.stderr == ""
 
 
@@ -288,7 +288,7 @@ def test_a_flipped_byte_fails_naming_the_tensor(tmp_path: Path, types: tuple[str
         f"differs (manifest line {model_line})",
         f"  expected: {digest(kind, b''.join(before.values()))}",
         f"  actual:   {digest(kind, b''.join(after.values()))}",
-        f"summary: 1 files checked, 0 from the cache, {sum(len(d) for d in after.values())} bytes hashed, "
+        f"summary: 1 file checked, 0 from the cache, {sum(len(d) for d in after.values())} bytes hashed, "
         "2 mismatches"]
 
 
@@ -332,7 +332,7 @@ def test_without_a_model_line_names_after_the_last_colon_are_tensors(tmp_path: P
         "  expected: 0000000000000000",
         "  actual:   -",
         f"summary: 0 files checked, 0 from the cache, {sum(len(d) for _, d in tensors_of(path))} bytes hashed, "
-        "1 mismatches"]
+        "1 mismatch"]
 
 
 def test_the_strongest_hash_given_is_the_one_checked(tmp_path: Path) -> None:
@@ -368,7 +368,7 @@ def test_model_lines_only_check_all_tensor_data(tmp_path: Path) -> None:
         "differs (manifest line 4)",
         f"  expected: {hashlib.sha256(before).hexdigest()}",
         f"  actual:   {hashlib.sha256(after).hexdigest()}",
-        f"summary: 1 files checked, 0 from the cache, {len(after)} bytes hashed, 1 mismatches"]
+        f"summary: 1 file checked, 0 from the cache, {len(after)} bytes hashed, 1 mismatch"]
 
 
 def test_a_split_set_verifies_against_one_block_per_shard(tmp_path: Path) -> None:

@@ -138,8 +138,9 @@ def test_cli_several_models_text(models: dict[str, Path]) -> None:
     single_clean = _invoke(models["clean"])
     single_nan = _invoke(models["nan"])
     assert (single_clean.exit_code, single_nan.exit_code) == (0, 1)
-    # Each report appears whole, in order: exactly what scanning that model alone prints.
-    assert result.stdout == single_clean.stdout + single_nan.stdout
+    # Each report appears whole, in order: exactly what scanning that model alone prints; then the count.
+    assert result.stdout == (single_clean.stdout + single_nan.stdout
+                             + "4 models: 1 with findings, 1 clean, 2 errors\n")
 
 
 def test_cli_several_models_json(models: dict[str, Path]) -> None:

@@ -105,7 +105,7 @@ def test_existing_output_needs_force_and_is_replaced_atomically(tmp_path: Path) 
     assert out.read_text() == "keep me\n"
     replaced = run_cli(["manifest", model, "-o", out, "--force"])
     assert replaced.exit_code == 0, replaced.output
-    assert replaced.stdout.splitlines()[0] == f"wrote {out}: 1 file(s), 1 tensors, 1 row groups"
+    assert replaced.stdout.splitlines()[0] == f"wrote {out}: 1 file, 1 tensor, 1 row group"
     assert json.loads(out.read_text())["files"][0]["name"] == "m.gguf"
     assert sorted(os.listdir(tmp_path)) == ["m.gguf", "out.json"]
 
@@ -200,7 +200,7 @@ def test_whole_tensor_digest_alone_differing_is_a_tensor_data_mismatch(tmp_path:
         "rows 0-63: xxh3-128 of the whole tensor differs (no row group's does)",
         f"  expected: {'0' * 32}",
         f"  actual:   {good}",
-        f"summary: 1 files checked, 0 from the cache, {size} bytes hashed, 1 mismatches",
+        f"summary: 1 file checked, 0 from the cache, {size} bytes hashed, 1 mismatch",
     ]
     as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)["models"][0]
     assert [(m["kind"], m["tensor"], m["rows"], m["expected"], m["actual"]) for m in as_json["mismatches"]] == [
@@ -353,7 +353,7 @@ def test_capture_without_read_paths_says_what_was_compared(tmp_path: Path) -> No
     nan = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
     assert nan.exit_code == 1
     assert nan.stdout.splitlines()[-1].startswith(
-        "result: 1 mismatches (garbage 1), 0 short reads; mismatched rows crossing: ")
+        "result: 1 mismatch (garbage 1), 0 short reads; mismatched rows crossing: ")
     assert nan.stdout.splitlines()[-1].endswith(
         f"; 1 selected row holds non-finite values (first: row 7, block 1, field d = 0x7e00 nan, "
         f"offset {t.row_offset(7) + 34})")

@@ -16,7 +16,8 @@ from fake_kernel32 import FILE_FLAG_NO_BUFFERING, FakeKernel32
 from platforms import mapped_files_can_shrink, needs_fifo, needs_linux
 from ggaudit.rows import readers
 from ggaudit.errors import ReadError
-from ggaudit.rows.readers import (MODES, POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable,
+from ggaudit.rows import MODES
+from ggaudit.rows.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable,
                                   LinuxDirectReader, MacNoCacheReader, MmapReader, WindowsDirectReader,
                                   dio_alignment, is_short, map_view, open_reader, same_bytes)
 

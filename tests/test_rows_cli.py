@@ -49,7 +49,7 @@ def test_capture_mismatch_text_and_exit_1(tmp_path: Path) -> None:
     assert lines[at + 5].startswith(f"  {sum(b != 0xA5 for b in t.row(4162)[36:])} bytes differ; decoded row "
                                     "finite: expected yes, actual ")
     assert lines[at + 6] == f"  poison from offset {off + k} on: the read stopped there"
-    assert lines[-1].startswith("result: 1 mismatches (short-read 1), 0 short reads; mismatched rows crossing: ")
+    assert lines[-1].startswith("result: 1 mismatch (short-read 1), 0 short reads; mismatched rows crossing: ")
     assert "capture" in lines[3] and "2 raw rows (uint8), 1 differ" in lines[3]
 
 

@@ -160,7 +160,7 @@ def test_fp8_override_on_the_command_line(tmp_path: Path) -> None:
     code, lines, _ = _run(str(path), "--as", "per_layer_token_embd.weight=fp8_e4m3")
     assert code == 1
     assert lines[2] == (f"  nan at file {path} offset {offsets['per_layer_token_embd.weight'] + 9}, length 1: "
-                        "tensor per_layer_token_embd.weight, row 0, block 9, column 9, field value: "
+                        "tensor per_layer_token_embd.weight, row 0, column 9: "
                         "expected finite, got 0x7f (nan)")
     assert _run(str(path))[0] == 0
 
@@ -172,11 +172,15 @@ def test_progress_only_on_a_terminal_warnings_always(tmp_path: Path, monkeypatch
                "block fields only\n")
     code, _, err = _run(str(path), "--deep")
     assert (code, err) == (1, warning)                  # not a terminal: the warning, no progress
-    monkeypatch.setattr(importlib.import_module("ggaudit.cli.scan"), "stderr_is_tty", lambda: True)
+    progress = importlib.import_module("ggaudit.cli.progress")
+    monkeypatch.setattr(progress, "stderr_is_tty", lambda: True)
+    monkeypatch.setattr(progress, "REDRAW_SECONDS", 0.0)     # a frame at every step of this tiny scan
     code, _, err = _run(str(path), "--deep")
     assert code == 1
-    assert "\rscan " in err and " / " in err and "ETA" in err
-    assert err.endswith(warning) and err.count("ggaudit: warning:") == 1
+    frames, _, rest = err.rpartition("\r")
+    assert frames.startswith("\rscan  ") and " / " in frames
+    assert "ETA" not in err                     # a few KiB in no time: no rate, so no time left is made up
+    assert rest == warning and err.count("ggaudit: warning:") == 1      # the line wiped before the warning
 
 
 def test_ollama_model_scans_the_model_blob_and_the_projector(tmp_path: Path) -> None:

@@ -172,5 +172,6 @@ def test_cli_several_models_each_with_its_sha256(tmp_path: Path) -> None:
     b = tmp_path / "split-00001-of-00002.gguf"
     both = _cli(a, b, "--sha256", "--jobs", 2)
     assert both.exit_code == 1, both.output
-    assert both.stdout == _cli(a, "--sha256").stdout + _cli(b, "--sha256").stdout
+    assert both.stdout == (_cli(a, "--sha256").stdout + _cli(b, "--sha256").stdout
+                           + "2 models: 1 with findings, 1 clean, 0 errors\n")
     assert f"sha256  {_sha256(a)}  {a}" in both.stdout.splitlines()

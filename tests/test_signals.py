@@ -25,7 +25,7 @@ from platforms import WINDOWS, needs_posix_signals
 
 from ggaudit.format.build import encode_kv, encode_tensor_info
 
-#: Rows of 4096 Q4_K columns: 2304 bytes a row, 604 MB in all (scan.AUTO_WORKERS_MIN_BYTES is 64 MiB).
+#: Rows of 4096 Q4_K columns: 2304 bytes a row, 604 MB in all, scanned with --workers 2.
 ROWS = 262144
 #: How long a scan may take to end after the signal, and its workers after it.
 #: The promise is one second from Ctrl-C to exit; the bound gives a loaded 2-core CI machine (the suite
@@ -172,7 +172,7 @@ def _end(proc: subprocess.Popen[bytes], within: float, kids: dict[int, str]) -> 
 
 
 def _workers_expected() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+    return 2        # --workers 2
 
 
 # ----- the parent ends: its workers end with it --------------------------------------------------------
@@ -183,7 +183,7 @@ def _workers_expected() -> int:
 def test_signal_to_the_scan_ends_it_and_its_workers(big_model: Path, signum: int) -> None:
     # At several moments: as the workers start, while they scan, and later in the scan.
     for delay in (0.0, 0.3, 0.8):
-        proc = _start(big_model, str(big_model), "--deep")
+        proc = _start(big_model, str(big_model), "--deep", "--workers", "2")
         kids = _workers_running(proc, _workers_expected())
         time.sleep(delay)
         os.kill(proc.pid, signum)
@@ -201,7 +201,7 @@ def test_the_parent_watch_alone_ends_orphaned_workers(big_model: Path, spawn: bo
     sentinel ends it. SIGKILL leaves the parent no chance to kill its workers itself."""
     env = {"GGAUDIT_TEST_NO_PDEATHSIG": "1", **({"GGAUDIT_TEST_SPAWN": "1"} if spawn else {})}
     for delay in (0.0, 0.5):
-        proc = _start(big_model, str(big_model), "--deep", env=env)
+        proc = _start(big_model, str(big_model), "--deep", "--workers", "2", env=env)
         kids = _workers_running(proc, _workers_expected())
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
@@ -214,7 +214,7 @@ def test_killed_scan_leaves_no_worker_on_any_os(big_model: Path) -> None:
     """``Popen.kill()``: SIGKILL on POSIX, TerminateProcess on Windows; no handler runs in the parent."""
     if not WINDOWS and not os.path.isdir("/proc/self/task"):
         pytest.skip("lists child processes through /proc or the Windows Toolhelp API")
-    proc = _start(big_model, str(big_model), "--deep")
+    proc = _start(big_model, str(big_model), "--deep", "--workers", "2")
     kids = _workers_running(proc, _workers_expected())
     time.sleep(0.2)
     proc.kill()
@@ -240,7 +240,7 @@ def test_ctrl_c_ends_a_scan_with_workers_in_130(big_model: Path, spawn: bool) ->
     several moments, the first while the workers are still starting (the deadlock was intermittent)."""
     env = {"GGAUDIT_TEST_SPAWN": "1"} if spawn else {}
     for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
-        proc = _start(big_model, str(big_model), "--deep", env=env)
+        proc = _start(big_model, str(big_model), "--deep", "--workers", "2", env=env)
         kids = _workers_running(proc, 1 if delay == 0 else _workers_expected())
         time.sleep(delay)
         _ctrl_c(proc, kids if delay else _children(proc.pid))

@@ -67,10 +67,11 @@ def test_ollama_all_text_lines_and_partials_said_once(tmp_path: Path) -> None:
     result = run_cli(["verify", "--ollama", "*", "--store", store.root])
     assert result.exit_code == 1
     assert result.stderr == f"ggaudit: warning: stray partial download: {partial}\n"
-    assert result.stdout.splitlines()[-3:] == [
+    assert result.stdout.splitlines()[-4:] == [
         f"verify ollama-store: {store.root}",
         f"MISMATCH orphan: file {store.orphan}, offset 0, length 30 (blob): no manifest of the store names this blob",
-        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatches"]
+        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatch",
+        "3 models: 2 with findings, 1 clean, 0 errors"]
 
 
 def test_library_ollama_all_is_one_report_of_the_whole_store(tmp_path: Path) -> None:
@@ -90,7 +91,9 @@ def test_a_clean_store_with_no_orphans_exits_0(tmp_path: Path) -> None:
     store.blob("chat.model").write_bytes(gguf(1))      # undamaged again
     result = run_cli(["verify", "ollama:*", "--store", store.root])
     assert result.exit_code == 0, result.stdout
-    assert result.stdout.splitlines()[-1] == "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 0 mismatches"
+    assert result.stdout.splitlines()[-2:] == [
+        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 0 mismatches",
+        "3 models: 0 with findings, 3 clean, 0 errors"]
 
 
 def test_an_unreadable_manifest_is_an_error_of_its_model_and_a_warning_of_the_store(tmp_path: Path) -> None:
@@ -192,7 +195,7 @@ def test_lmstudio_one_model_text_lines(home: Path) -> None:
     assert result.stdout.splitlines() == [
         f"verify lmstudio: {home / '.lmstudio' / 'models'} pub/good",
         f"ok gguf-layout: file {paths['good']}, {paths['good'].stat().st_size} bytes (pub/good/good.gguf)",
-        "summary: 1 files checked, 0 from the cache, 0 bytes hashed, 0 mismatches"]
+        "summary: 1 file checked, 0 from the cache, 0 bytes hashed, 0 mismatches"]
 
 
 def test_lmstudio_older_folder_and_bad_names(home: Path) -> None:
@@ -307,7 +310,7 @@ def test_sha256_of_one_file(tmp_path: Path, given: str, status: int) -> None:
         assert result.stdout.splitlines() == [
             f"verify file: {tmp_path / 'f.bin'}",
             f"ok sha256 {sha256(b'good')}: file {tmp_path / 'f.bin'}, 4 bytes (--sha256)",
-            "summary: 1 files checked, 0 from the cache, 4 bytes hashed, 0 mismatches"]
+            "summary: 1 file checked, 0 from the cache, 4 bytes hashed, 0 mismatches"]
     else:
         report = ggaudit.verify(tmp_path / "f.bin", sha256=given)
         assert [(m.kind, m.expected, m.actual) for m in report.mismatches] == [("sha256", given, sha256(b"good"))]

@@ -89,7 +89,7 @@ def test_cli_manifest_then_verify_exit_codes_and_lines(tmp_path: Path,
     out = tmp_path / "cli.json"
     written = runner.invoke(main, ["manifest", str(path), "-o", str(out), "--group-bytes", str(GROUP)])
     assert written.exit_code == 0, written.output
-    assert written.output.splitlines()[0] == f"wrote {out}: 1 file(s), 3 tensors, 13 row groups"
+    assert written.output.splitlines()[0] == f"wrote {out}: 1 file, 3 tensors, 13 row groups"
     assert runner.invoke(main, ["verify", str(path), "--manifest", str(out)]).exit_code == 0
     q = offsets["blk.0.attn_q.weight"]
     _flip(path, q + 2 * 128 + 1)                    # row 2 of the F16 tensor (128-byte rows, 16 per group)
@@ -219,7 +219,7 @@ def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
         f"MISMATCH missing: file {path} (m.gguf): file of the manifest not found",
         f"  expected: {digest}",
         "  actual:   -",
-        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatches"]
+        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatch"]
     res = runner.invoke(main, ["verify", str(blob)])
     assert (res.exit_code, res.stderr) == (1, "")
     assert res.output.splitlines() == [
@@ -227,7 +227,7 @@ def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
         f"MISMATCH missing: file {blob} (blob name): file not found",
         f"  expected: {digest}",
         "  actual:   -",
-        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatches"]
+        "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatch"]
 
 
 @needs_drop

@@ -243,7 +243,7 @@ def test_several_targets_are_reported_in_order(store: Store) -> None:
         f"registry.ollama.ai/library/nope:latest is not in the Ollama store {store.root}"]
     alone = [runner.invoke(main, ["verify", name, "--store", str(store.root)]).stdout
              for name in ("ollama:tiny", "ollama:acme/vis:q4")]
-    assert result.stdout == "".join(alone)
+    assert result.stdout == "".join(alone) + "3 models: 1 with findings, 1 clean, 1 error\n"
     doc = json.loads(runner.invoke(main, [*args, "--json"]).stdout)
     assert doc["status"] == "error"
     assert [m.get("ok", m.get("target")) for m in doc["models"]] == [True, False, "ollama:nope"]

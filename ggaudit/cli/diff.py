@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import click
 
+from typing import TYPE_CHECKING
+
 from ..batch import run_models
-from ..format.locate import resolve_model
-from ..verify.diff import diff_paths
 from .common import PathParam, handle_errors
+from .progress import run_progress
 from .reporters import Rendering, emit_outcomes, format_options
+
+if TYPE_CHECKING:
+    from ..verify.diff import DiffReport
 
 
 @click.command()
@@ -22,7 +26,17 @@ def diff(a: str, b: str, store: str | None, rendering: Rendering, fail_fast: boo
     """Compare models A and B (files, split sets, or ollama:NAME): metadata keys only in one or with
     another type or value (for arrays, the first differing element), tensors only in one, type or shape
     changes, and for differing data the first differing byte and the number of differing rows."""
+    # Imported here, not above: `ggaudit diff --help` loads neither numpy nor the comparison.
+    from ..format.locate import resolve_model
+    from ..verify.diff import diff_paths
+
     # One target, A (compared with B): a failure is its outcome, which names the file that failed.
-    outcomes = run_models([a], lambda _: diff_paths(resolve_model(a, store=store)[0], resolve_model(b, store=store)[0],
-                                                    fail_fast=fail_fast))
+    with run_progress("diff", [a], rendering) as bar:
+
+        def compare(_: str) -> DiffReport:
+            with bar.item() as progress:
+                return diff_paths(resolve_model(a, store=store)[0], resolve_model(b, store=store)[0],
+                                  fail_fast=fail_fast, progress=progress)
+
+        outcomes = run_models([a], compare)
     raise SystemExit(emit_outcomes(outcomes, rendering))

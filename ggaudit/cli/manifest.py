@@ -11,10 +11,12 @@ from ..batch import run_models
 from ..errors import UsageError
 from ..format.layout import open_model
 from ..format.locate import description_files, resolve_model
+from ..verify.digests import Progress
 from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output, write_tensor_manifest
 from .common import STDOUT, ManifestWritten, PathParam, handle_errors
+from .progress import run_progress
 from .reporters import Rendering, emit_outcomes, format_options_also
 
 #: ``--manifest-format`` of ggaudit's own JSON tensor manifest.
@@ -65,19 +67,26 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
     except UsageError as err:
         raise UsageError(None, err.message, field="--hash") from None
 
-    def make(_: str) -> ManifestWritten:
+    def make(_: str, progress: Progress | None) -> ManifestWritten:
         models = [open_model(path) for path in resolve_model(model, store=store)]
         inputs = [f.path for m in models for f in m.files] + description_files(model, store=store)
         if output != STDOUT:
             check_output(output, replace=force, inputs=inputs, replace_with="--force")   # before the reads
         if llama:
-            built_lines = build_llama_hash(models, types)
+            built_lines = build_llama_hash(models, types, progress=progress)
             if output != STDOUT:
                 write_llama_hash(built_lines, output, replace=force, inputs=inputs)
             return ManifestWritten(output=output, manifest=built_lines)
-        built = build_tensor_manifest(models, group_bytes=group_bytes or DEFAULT_GROUP_BYTES)
+        built = build_tensor_manifest(models, group_bytes=group_bytes or DEFAULT_GROUP_BYTES, progress=progress)
         if output != STDOUT:
             write_tensor_manifest(built, output, replace=force, inputs=inputs)
         return ManifestWritten(output=output, manifest=built)
 
-    raise SystemExit(emit_outcomes(run_models([model], make), rendering))
+    with run_progress("manifest", [model], rendering) as bar:
+
+        def made(name: str) -> ManifestWritten:
+            with bar.item() as progress:
+                return make(name, progress)
+
+        outcomes = run_models([model], made)
+    raise SystemExit(emit_outcomes(outcomes, rendering))

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
-from ..format.locate import open_model
-from ..rows.readers import MODES
-from ..rows.replay import RowSelection, RowsOptions, RowsReport, check_rows, pick_tensor
-from .common import PathParam, handle_errors, stderr_is_tty
-from .ids import given_ids
+from ..rows import MODES
+from .common import PathParam, handle_errors
+from .progress import ROWS, RunProgress, Tick, run_progress
 from .reporters import Rendering, emit_outcomes, format_options
+
+if TYPE_CHECKING:
+    from ..rows.replay import Progress, RowsReport
 
 
 def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -68,35 +71,50 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
          cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool,
          rendering: Rendering) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
+    # Imported here, not above: `ggaudit rows --help` loads neither numpy nor the readers.
+    from ..format.locate import open_model
+    from ..rows.replay import RowSelection, RowsOptions, check_rows, pick_tensor
+    from .ids import given_ids
+
     chosen = _modes(modes)
     if chosen is None:
         chosen = () if against is not None else MODES
-    options = RowsOptions(workers=workers, batch=batch, cache_rows=cache_rows, prefetch=prefetch, fp8=fp8,
-                          fail_fast=fail_fast,
-                          progress=_progress if stderr_is_tty() and not rendering.quiet else None)
+    with run_progress("rows", [model], rendering, unit=ROWS) as bar, bar.item() as tick:
+        options = RowsOptions(workers=workers, batch=batch, cache_rows=cache_rows, prefetch=prefetch, fp8=fp8,
+                              fail_fast=fail_fast, progress=None if tick is None else _by_read_path(bar, tick))
 
-    def replay(_: str) -> RowsReport:
-        opened = open_model(model)
-        n_rows = pick_tensor(opened, tensor).n_rows    # the model and the table are said wrong first
-        _check_choice(ids, ids_files, all_rows, random_n, page_crossing, against)
-        select = RowSelection(all_rows=all_rows, random=random_n, seed=seed, page_crossing=page_crossing)
-        listed = None
-        if ids or ids_files:
-            # Repeated selectors add up, as repeated --tensor does elsewhere.
-            listed, said = given_ids(ids, ids_files, n_rows)
-            if not listed.size and random_n is None and not page_crossing:
-                raise UsageError(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
-        report = check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
-                            against=against)
-        if options.progress is not None:
-            click.echo("\r\x1b[K", err=True, nl=False)
-        if not report.compared and report.ok:   # a check that compared nothing must not pass for a clean one
-            raise UsageError(model, "nothing was compared: every read path was skipped ("
-                             + "; ".join(report.warnings) + ")")
-        return report
+        def replay(_: str) -> RowsReport:
+            opened = open_model(model)
+            n_rows = pick_tensor(opened, tensor).n_rows    # the model and the table are said wrong first
+            _check_choice(ids, ids_files, all_rows, random_n, page_crossing, against)
+            select = RowSelection(all_rows=all_rows, random=random_n, seed=seed, page_crossing=page_crossing)
+            listed = None
+            if ids or ids_files:
+                # Repeated selectors add up, as repeated --tensor does elsewhere.
+                listed, said = given_ids(ids, ids_files, n_rows)
+                if not listed.size and random_n is None and not page_crossing:
+                    raise UsageError(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
+            report = check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
+                                against=against)
+            if not report.compared and report.ok:   # a check that compared nothing must not pass for a clean one
+                raise UsageError(model, "nothing was compared: every read path was skipped ("
+                                 + "; ".join(report.warnings) + ")")
+            return report
 
-    raise SystemExit(emit_outcomes(run_models([model], replay), rendering))
+        outcomes = run_models([model], replay)
+    raise SystemExit(emit_outcomes(outcomes, rendering))
 
 
-def _progress(mode: str, done: int, total: int) -> None:
-    click.echo(f"\r{mode}: {done}/{total} rows ({100 * done // max(total, 1)}%)", err=True, nl=False)
+def _by_read_path(bar: RunProgress, tick: Tick) -> Progress:
+    """check_rows' progress (read path, rows done, rows in all) on the line: each pass over the rows (a
+    read path, its prefetch stage) named, and counted from 0 with its own rate."""
+    current = ("", 0)
+
+    def told(mode: str, done: int, total: int) -> None:
+        nonlocal current
+        if mode != current[0] or done < current[1]:
+            bar.stage(mode)
+        current = (mode, done)
+        tick(done, total)
+
+    return told

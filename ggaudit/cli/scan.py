@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import TYPE_CHECKING
 
 import click
@@ -12,7 +10,8 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..scan.report import FP8_E4M3
-from .common import PathParam, expand_models, handle_errors, stderr_is_tty
+from .common import PathParam, expand_models, handle_errors
+from .progress import file_size, run_progress
 from .reporters import Rendering, emit_outcomes, format_options
 
 if TYPE_CHECKING:
@@ -34,11 +33,14 @@ if TYPE_CHECKING:
 @click.option("--sha256", is_flag=True,
               help="Also print each file's sha256, computed from the same single read as the scan.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Models scanned at once.")
+@click.option("--workers", type=click.IntRange(min=0), metavar="N",
+              help="Reader processes: 0 reads in this process [default: none below 1 GiB of tensor data or "
+                   "with one core available, else 2; one pool for all MODELs].")
 @format_options
 @handle_errors
 def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None,
          overrides: tuple[str, ...], limit: int, fail_fast: bool, store: str | None, sha256: bool, jobs: int,
-         rendering: Rendering) -> None:
+         workers: int | None, rendering: Rendering) -> None:
     """Find NaN and Inf (and with --max-abs, outliers) in each MODEL's tensors.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
@@ -48,24 +50,26 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     # Imported here, not above: `ggaudit scan --help` loads neither numpy nor the scanner.
     from ..format.locate import resolve_model
     from ..scan.run import scan as scan_model
+    from ..scan.workers import reader_pool
 
+    if jobs > 1 and workers:
+        # Forking reader processes from several job threads at once is unsafe: jobs read in-process.
+        raise UsageError(None, "--jobs N reads each model in its own thread: not with --workers")
     paths = expand_models(models, store)
-    show_progress = len(paths) == 1 and stderr_is_tty() and not rendering.quiet
+    # One line for the run: the models not started yet count their file's size.
+    with run_progress("scan", paths, rendering, estimates=[file_size(p) for p in paths]) as bar:
 
-    def one(model: str) -> ScanReport:
-        path = resolve_model(model, store=store)[0]  # re-raises what expand_models kept back
-        progress = _Progress() if show_progress else None
-        try:
-            # Forking reader processes from several job threads at once is unsafe: jobs read in-process.
-            return scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
-                              as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
-                              progress=progress, workers=None if jobs == 1 else 0,
-                              hashes=("sha256",) if sha256 else ())
-        finally:
-            if progress is not None:
-                progress.close()
+        def one(model: str) -> ScanReport:
+            with bar.item() as progress:
+                path = resolve_model(model, store=store)[0]  # re-raises what expand_models kept back
+                return scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
+                                  as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
+                                  progress=progress, workers=workers if jobs == 1 else 0,
+                                  hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html")
 
-    raise SystemExit(emit_outcomes(run_models(paths, one, jobs=jobs), rendering))
+        with reader_pool():
+            outcomes = run_models(paths, one, jobs=jobs)
+    raise SystemExit(emit_outcomes(outcomes, rendering))
 
 
 def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:
@@ -76,40 +80,3 @@ def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:
             raise UsageError(path, f"--as takes NAME={FP8_E4M3}, not {item!r}", field="--as")
         names.append(name)
     return names
-
-
-class _Progress:
-    """A one-line progress bar on stderr: bytes done, total, rate, ETA; redrawn at most 10 times a second."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.shown = 0.0
-        self.drawn = False
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.shown < 0.1 and done < total:
-            return
-        self.shown = now
-        elapsed = max(now - self.started, 1e-9)
-        rate = done / elapsed
-        eta = (total - done) / rate if rate > 0 else 0.0
-        sys.stderr.write(f"\rscan {_size(done)} / {_size(total)}  {_size(rate)}/s  ETA {eta:.0f}s \x1b[K")
-        sys.stderr.flush()
-        self.drawn = True
-
-    def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
-def _size(n: float) -> str:
-    """Bytes for people: 512 B, 1.5 MiB, 3.2 GiB."""
-    if n < 1024:
-        return f"{n:.0f} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            break
-    return f"{n:.1f} {unit}"

@@ -4,22 +4,24 @@ Exit 0 all good, 1 mismatches, 2 unreadable input."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
 from ..format.locate import OLLAMA_PREFIX
-from ..verify.cache import in_session
-from ..verify.dispatch import OLLAMA_ALL
-from ..verify.dispatch import verify as check
-from ..verify.run import VerifyReport, verify_ollama, verify_ollama_store
-from ..verify.stores.ollama import list_ollama_models
 from .common import PathParam, handle_errors
+from .progress import file_size, run_progress
 from .reporters import Rendering, emit_outcomes, format_options
+
+if TYPE_CHECKING:
+    from ..verify.digests import Progress
+    from ..verify.run import VerifyReport
 
 
 @click.command()
@@ -39,13 +41,16 @@ from .reporters import Rendering, emit_outcomes, format_options
               help="Verify this many TARGETs at once.")
 @format_options
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Mismatches listed per TARGET in the text report; 0 lists none (all are counted, and "
+                   "--format json lists all).")
 @click.option("--no-cache", is_flag=True, help="Hash every file; neither use nor fill the digest cache.")
 @click.option("--quick", is_flag=True, help="Check sizes and names and take digests from the digest cache only: "
               "hash nothing, and count a file without a cached digest as unchecked.")
 @handle_errors
 def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
            ignore_missing: bool, base: str | None, sha256: str | None, manifest_file: str | None, jobs: int,
-           rendering: Rendering, fail_fast: bool, no_cache: bool, quick: bool) -> None:
+           rendering: Rendering, fail_fast: bool, limit: int, no_cache: bool, quick: bool) -> None:
     """Check the bytes of each TARGET against the digests they should have.
 
     \b
@@ -70,44 +75,61 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     again; --no-cache hashes everything. --quick hashes nothing: a file the cache has no digest for
     is left unchecked (a warning, counted in the summary), and exit 0 says nothing wrong was found.
     """
+    # Imported here, not above: `ggaudit verify --help` loads none of the checks.
+    from ..verify.dispatch import verify as check
+
     if quick and no_cache:
         raise UsageError(None, "--quick takes its digests from the cache: not with --no-cache")
+    rendering = dataclasses.replace(rendering, limit=limit)
     cache = not no_cache
     items = list(targets) + ([OLLAMA_PREFIX + ollama_name] if ollama_name is not None else [])
+    audits: dict[str, Callable[..., VerifyReport]]
     if sums is None and (ignore_missing or base is not None):
         raise UsageError(None, "--ignore-missing and --base are for --sums FILE")
     if sums is not None:
         if items or manifest_file is not None or sha256 is not None:
             raise UsageError(None, "--sums FILE takes no TARGET, no --manifest and no --sha256")
-        outcomes = run_models([sums], lambda path: check(sums=path, ignore_missing=ignore_missing, base=base,
-                                                         fail_fast=fail_fast, cache=cache, quick=quick))
+        names, audits = [sums], {sums: functools.partial(check, sums=sums, ignore_missing=ignore_missing, base=base,
+                                                         fail_fast=fail_fast, cache=cache, quick=quick)}
     elif not items:
         raise UsageError(None, "give a TARGET, --ollama NAME or --sums FILE")
     elif sha256 is not None:
         if len(items) != 1 or manifest_file is not None:
             raise UsageError(None, "--sha256 HEX checks one FILE and takes no --manifest")
-        outcomes = run_models(items, lambda t: check(t, sha256=sha256, cache=cache, quick=quick))
+        names, audits = items, {items[0]: functools.partial(check, items[0], sha256=sha256, cache=cache, quick=quick)}
     else:
         # Keyed by the target's text: a target given twice is the same check, reported twice.
         names, audits = _audits(items, store, manifest_file, fail_fast, cache, quick)
-        outcomes = run_models(names, lambda t: audits[t](), jobs=jobs)
+    # One line for the run: a target that is a file counts its size until it starts (a store, nothing).
+    estimates = [None if sums is not None else file_size(name) for name in names]
+    with run_progress("verify", names, rendering, estimates=estimates) as bar:
+
+        def one(target: str) -> VerifyReport:
+            with bar.item() as progress:
+                return audits[target](progress=progress)
+
+        outcomes = run_models(names, one, jobs=jobs)
     raise SystemExit(emit_outcomes(outcomes, rendering))
 
 
 def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool, cache: bool,
-            quick: bool) -> tuple[list[str], dict[str, Callable[[], VerifyReport]]]:
-    """The targets, in order, and each one's check; ``ollama:*`` (without --manifest) becomes one target
-    per model of the store, then the store itself (its orphan blobs and stray partial downloads)."""
+            quick: bool) -> tuple[list[str], dict[str, Callable[..., VerifyReport]]]:
+    """The targets, in order, and each one's check (called with ``progress=``); ``ollama:*`` (without
+    --manifest) becomes one target per model of the store, then the store itself (its orphan blobs and
+    stray partial downloads)."""
+    from ..verify.dispatch import OLLAMA_ALL
+    from ..verify.dispatch import verify as check
+    from ..verify.run import verify_ollama_store
+    from ..verify.stores.ollama import list_ollama_models
+
     targets: list[str] = []
-    audits: dict[str, Callable[[], VerifyReport]] = {}
+    audits: dict[str, Callable[..., VerifyReport]] = {}
     for item in items:
         if item == OLLAMA_ALL and manifest_file is None:
             listing = list_ollama_models(store)
             for name in listing.names:
                 targets.append(OLLAMA_PREFIX + str(name))
-                # partials=False: the store's report says the stray partial downloads once, not each model's.
-                audits[targets[-1]] = functools.partial(in_session, cache, quick, functools.partial(
-                    verify_ollama, str(name), store, fail_fast=fail_fast, partials=False))
+                audits[targets[-1]] = functools.partial(_ollama_model, cache, quick, str(name), store, fail_fast)
             targets.append(os.fspath(listing.store))
             audits[targets[-1]] = functools.partial(verify_ollama_store, store, layers=False, fail_fast=fail_fast)
         else:
@@ -116,3 +138,13 @@ def _audits(items: list[str], store: str | None, manifest_file: str | None, fail
                                              cache=cache, quick=quick)
     return targets, audits
 
+
+def _ollama_model(cache: bool, quick: bool, name: str, store: str | None, fail_fast: bool, *,
+                  progress: Progress | None) -> VerifyReport:
+    """One model of ``ollama:*``; partials=False: the store's report says the stray partial downloads
+    once, not each model's."""
+    from ..verify.cache import in_session
+    from ..verify.run import verify_ollama
+
+    return in_session(cache, quick, functools.partial(verify_ollama, name, store, fail_fast=fail_fast,
+                                                      partials=False, progress=progress))

@@ -259,18 +259,23 @@ class _Cursor:
         left = count
         unpack_from = _U64.unpack_from
         while left:
-            buf = self.buf
-            end = len(buf)
-            rel, last = self.pos - self.base, end - 8
-            # Window-relative positions and one bound check per string: this loop runs once per
-            # vocabulary entry, and every extra operation in it shows up in the open time.
-            while left and 0 <= rel <= last:
-                nxt = rel + 8 + unpack_from(buf, rel)[0]
-                if nxt > end:
-                    break
-                rel = nxt
-                left -= 1
-            self.pos = self.base + rel
+            self.require(8, field)
+            buf, rel = self.buf, self.pos - self.base
+            prev, walked = rel, 0
+            # Nothing but the walk in the loop: it runs once per vocabulary entry. A length field that
+            # crosses the window's end (or an absurd length) ends it with an exception, a string that
+            # crosses it is caught after; both are then taken by the checked slow path below.
+            try:
+                for walked in range(left):      # noqa: B007 (read after the loop: how far the walk got)
+                    n = unpack_from(buf, rel)[0]
+                    prev = rel
+                    rel += 8 + n
+                walked = left
+            except (struct.error, OverflowError):
+                pass
+            if rel > len(buf):                  # the last string walked runs past the window
+                rel, walked = prev, walked - 1
+            self.pos, left = self.base + rel, left - walked
             if left:
                 self.string(field)  # crosses the window edge: the checked slow path
                 left -= 1

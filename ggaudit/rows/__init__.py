@@ -2,3 +2,7 @@
 (:mod:`.select`), gathering them (:mod:`.gather`: pools, cache, prefetch), telling what went wrong
 (:mod:`.classify`), the finiteness verdict (:mod:`.finite`) and the entry point (:mod:`.replay`,
 :func:`ggaudit.check_rows`)."""
+
+#: The read paths, in the order they are replayed: here, not in .readers, so that naming them (the
+#: command line's help) imports nothing.
+MODES = ("buffered", "mmap", "direct")

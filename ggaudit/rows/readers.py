@@ -38,8 +38,6 @@ WINDOW_64K = 65536
 #: Used when the kernel cannot tell us the direct-I/O alignment: safe on every device we know of.
 FALLBACK_DIO_ALIGN = 4096
 
-MODES = ("buffered", "mmap", "direct")
-
 
 def align_down(n: int, a: int) -> int:
     return n - n % a

@@ -30,7 +30,8 @@ from ..errors import UsageError, check_arg
 from ..format.layout import Model, Tensor
 from ..format.locate import Target, open_model
 from ..arrays import distinct
-from .readers import MODES, PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
+from . import MODES
+from .readers import PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
 from .gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall, Sweep,
                      through_cache)
 from .classify import KINDS, UNCLASSIFIED, Classifier, Mismatch, captured

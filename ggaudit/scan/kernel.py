@@ -21,6 +21,7 @@ from ..format.blocks import BlockLayout, Encoding, FloatField, GGMLQuantizationT
 from ..format.blocks import iq1m_assemble, layout_of
 from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, finite_or_none, hex_bits
 from ..arrays import distinct
+from .histogram import count_codes
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,8 @@ class Options:
     max_abs: float | None
     limit: int
     fail_fast: bool
+    #: Count each float field's values per power of two (Acc.scales); off, it costs nothing.
+    histograms: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,8 @@ class Acc:
     stopped: bool = False
     #: Per expert of a mixture-of-experts tensor with any finding: its counts per kind.
     experts: dict[int, dict[str, int]] = field(default_factory=dict)
+    #: With Options.histograms: per float field name, its values counted per code (ggaudit.scan.histogram).
+    scales: dict[str, np.ndarray] = field(default_factory=dict)
 
     def add_max(self, value: float | None) -> None:
         if value is not None and (self.max_abs is None or value > self.max_abs):
@@ -194,6 +199,15 @@ class Acc:
         self.add_max(other.max_abs)
         self.findings.extend(other.findings[:max(0, limit - len(self.findings))])
         self.stopped = self.stopped or other.stopped
+        for name, counts in other.scales.items():
+            self.add_scales(name, counts)
+
+    def add_scales(self, name: str, counts: np.ndarray) -> None:
+        mine = self.scales.get(name)
+        if mine is None:
+            self.scales[name] = counts.copy()
+        else:
+            mine += counts
 
 
 # ----- the core: scan whole units held in a uint8 array ----------------------------------------------
@@ -313,6 +327,8 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
     slow: list[tuple[GroupPass, np.ndarray, np.ndarray]] = []
     for p in passes:
         raw = _raw(p.group, data, n, bb, plan.layout.is_float_elements)
+        if opts.histograms:
+            _count_scales(acc, p.group, raw)
         keyed: tuple[np.ndarray, np.ndarray] | None = None
         top = _top_key(p.group.codec, raw) if plan.layout.is_float_elements else -1
         if top < 0:
@@ -329,6 +345,16 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
         slow.append((p, keys.copy(), bits.copy()))
     if slow or plan.deep:
         _report_slice(plan, opts, acc, slow, data, first_unit)
+
+
+def _count_scales(acc: Acc, group: Group, raw: np.ndarray) -> None:
+    """Add the group's stored values, one field at a time, to the tensor's counts per code."""
+    encoding = group.codec.encoding
+    if encoding is Encoding.IQ1M_F16:
+        acc.add_scales(group.fields[0].name, count_codes(encoding, iq1m_assemble(raw.view(np.uint8))))
+        return
+    for j, f in enumerate(group.fields):
+        acc.add_scales(f.name, count_codes(encoding, raw[:, j]))
 
 
 def _report_slice(plan: Plan, opts: Options, acc: Acc, slow: list[tuple[GroupPass, np.ndarray, np.ndarray]],

@@ -15,8 +15,8 @@ from .._version import __version__
 from ..format.structure import StructureFinding
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CHECK_ELEMENTS", "CHECK_FIELDS", "CHECK_NONE",
-           "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScanReport", "ScanStats",
-           "StructureFinding", "TensorScan", "finite_or_none", "hex_bits"]
+           "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScaleHistogram", "ScanReport",
+           "ScanStats", "StructureFinding", "TensorScan", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
@@ -105,6 +105,33 @@ class ExpertCounts:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScaleHistogram:
+    """How many values of one float field of a tensor's blocks (``d``, ``dmin``, ...; ``value`` for the
+    elements of a float tensor) fall in each power of two, counted from their stored exponent bits
+    (``scan(..., histograms=True)``).
+
+    ``powers``: ``(e, count)`` for each ``e`` with ``2**e <= |x| < 2**(e + 1)`` that occurs, ascending;
+    zeros (either sign), subnormals and non-finite values (NaN, Inf) are counted apart.
+    """
+
+    field: str
+    encoding: str       # the field's encoding: f16, bf16, f32, f64, e8m0, ue4m3, e4m3, iq1m_f16
+    powers: tuple[tuple[int, int], ...]
+    zero: int = 0
+    subnormal: int = 0
+    nonfinite: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.powers) + self.zero + self.subnormal + self.nonfinite
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "encoding": self.encoding,
+                "powers": [{"exponent": e, "count": n} for e, n in self.powers],
+                "zero": self.zero, "subnormal": self.subnormal, "nonfinite": self.nonfinite}
+
+
+@dataclass(frozen=True, kw_only=True)
 class TensorScan:
     """What the scan found in one tensor."""
 
@@ -123,6 +150,9 @@ class TensorScan:
     complete: bool = True           # False when --fail-fast stopped inside this tensor
     n_experts: int | None = None    # a mixture-of-experts tensor (ffn_*_exps): how many experts it holds
     experts: tuple[ExpertCounts, ...] = ()     # its experts with a finding, in order (all counted)
+    #: Per float field, the magnitudes of its values by power of two; None unless asked for
+    #: (``scan(..., histograms=True)``) and the tensor holds float fields or elements.
+    histograms: tuple[ScaleHistogram, ...] | None = None
 
     @property
     def total(self) -> int:
@@ -134,13 +164,16 @@ class TensorScan:
         return self.total > len(self.findings)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "counts": dict(self.counts),
-                "max_abs": finite_or_none(self.max_abs),
-                "findings": [f.to_json() for f in self.findings],
-                "shape": list(self.shape), "file": self.path, "offset": self.offset,
-                "nbytes": self.nbytes, "check": self.check, "encoding": self.encoding,
-                "deep": self.deep, "complete": self.complete, "n_experts": self.n_experts,
-                "experts": [e.to_json() for e in self.experts]}
+        doc: dict[str, Any] = {"name": self.name, "type": self.type, "counts": dict(self.counts),
+                               "max_abs": finite_or_none(self.max_abs),
+                               "findings": [f.to_json() for f in self.findings],
+                               "shape": list(self.shape), "file": self.path, "offset": self.offset,
+                               "nbytes": self.nbytes, "check": self.check, "encoding": self.encoding,
+                               "deep": self.deep, "complete": self.complete, "n_experts": self.n_experts,
+                               "experts": [e.to_json() for e in self.experts]}
+        if self.histograms is not None:     # only when collected, so a plain scan's JSON is unchanged
+            doc["histograms"] = [h.to_json() for h in self.histograms]
+        return doc
 
 
 @dataclass(frozen=True, kw_only=True)

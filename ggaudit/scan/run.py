@@ -38,14 +38,16 @@ from typing import Any
 
 import numpy as np
 
+from .. import io
 from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
 from ..verify.digests import ALGORITHMS, read_through
 from ..errors import ReadError, UsageError
 from ..format.layout import GGUFFile, Model, Tensor
 from ..format.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
-from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, FileDigest, ScanReport,
-                     ScanStats, TensorScan)
+from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, FileDigest, ScaleHistogram,
+                     ScanReport, ScanStats, TensorScan)
+from .histogram import histogram_of
 from .kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
 from .workers import run_mapped
 from ..text import escape
@@ -56,8 +58,9 @@ log = logging.getLogger(__name__)
 
 #: Bytes per read when the calling process streams the file (small models).
 STREAM_CHUNK_BYTES = 8 << 20
-#: Below this much tensor data a scan reads in the calling process: worker start-up would dominate.
-AUTO_WORKERS_MIN_BYTES = 64 << 20
+#: Below this much tensor data a scan reads in the calling process: starting workers costs more than they
+#: save (scripts/bench_scan.py: a 250 MB model scanned faster with workers=0 than with two workers).
+AUTO_WORKERS_MIN_BYTES = 1 << 30
 
 #: Unselected bytes between two selected tensors shorter than this are read through, not skipped.
 _GAP_BYTES = 1 << 20
@@ -261,7 +264,7 @@ def _check_options(source: str, max_abs: float | None, limit: int) -> None:
 def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
          max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
          progress: ProgressCallback | None = None, workers: int | None = None,
-         hashes: Sequence[str] = ()) -> ScanReport:
+         hashes: Sequence[str] = (), histograms: bool = False) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
 
     ``tensors``: glob patterns selecting tensors by name (each must match one). ``deep``: also decode
@@ -269,9 +272,12 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     tensors that hold FP8 E4M3 bytes. ``limit``: findings listed per tensor (all are counted).
     ``fail_fast``: stop at the first finding. ``progress(done_bytes, total_bytes)`` is called as the
     scan advances. ``workers``: reader processes (0 reads in this process; None picks: 0 for models
-    under 64 MiB of tensor data, else up to 2). ``hashes``: digest algorithms (``"sha256"``,
+    under 1 GiB of tensor data or a process with one core available, else 2; within a
+    :func:`ggaudit.scan.workers.reader_pool` block, scans share one pool). ``hashes``: digest algorithms (``"sha256"``,
     ``"xxh3-128"``) of each whole file, computed from the same single read as the scan (which then
     runs in this process) and returned in ``report.digests``, one entry per file (per shard).
+    ``histograms``: also count each tensor's float fields (block scales and mins; a float tensor's
+    elements) per power of two from their exponent bits, in ``TensorScan.histograms``.
 
     Whatever the tensors selected, each file's structure is checked too (``report.structure``): padding
     that is not zeros, gaps between tensors, data after the last tensor. That reads the padding and a
@@ -283,7 +289,7 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     _check_reads(m.source, hashes, workers)
     fp8 = _fp8_names(m, as_fp8)
     selected = _select(m, tensors)
-    opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast)
+    opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast, histograms)
     plans, warnings = _plans(selected, fp8, deep)
     total = sum(p.nbytes for p in plans)
     n_workers = 0 if hashes else _workers(workers, total)
@@ -323,9 +329,9 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
 def _workers(workers: int | None, total: int) -> int:
     if workers is not None:
         return workers
-    if total < AUTO_WORKERS_MIN_BYTES:
-        return 0
-    return max(1, min(2, os.cpu_count() or 1))
+    cores = io.available_cores()
+    # One worker on one core only adds a process between the file and the scan.
+    return min(2, cores) if total >= AUTO_WORKERS_MIN_BYTES and cores > 1 else 0
 
 
 def _plans(selected: Sequence[Tensor], fp8: set[str], deep: bool) -> tuple[list[Plan], list[str]]:
@@ -360,6 +366,14 @@ def _experts(t: Tensor, acc: Acc) -> dict[str, Any]:
     return {"n_experts": t.shape[-1], "experts": found}
 
 
+def _histograms(plan: Plan | None, acc: Acc) -> tuple[ScaleHistogram, ...] | None:
+    """Each float field's histogram, in block order; None for a tensor with no float field (integers)."""
+    if plan is None:
+        return None
+    return tuple(histogram_of(f, acc.scales[f.name]) if f.name in acc.scales else
+                 ScaleHistogram(field=f.name, encoding=f.encoding.value, powers=()) for f in plan.layout.fields)
+
+
 def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
             fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats) -> ScanReport:
     by_index = {p.index: p for p in plans}
@@ -375,7 +389,8 @@ def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], acc
         out.append(TensorScan(name=t.name, type=t.ggml_type.name, shape=t.shape, path=t.path, offset=t.offset,
                               nbytes=t.nbytes, check=check, counts=dict(acc.counts), max_abs=acc.max_abs,
                               findings=tuple(acc.findings), encoding=FP8_E4M3 if t.name in fp8 else None,
-                              deep=bool(plan and plan.deep), complete=not acc.stopped, **_experts(t, acc)))
+                              deep=bool(plan and plan.deep), complete=not acc.stopped, **_experts(t, acc),
+                              histograms=_histograms(plan, acc) if opts.histograms else None))
     if stopped:
         skipped = sum(1 for p in plans if p.index not in accs)
         warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]

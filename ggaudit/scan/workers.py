@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 from collections import deque
+from contextvars import ContextVar
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -125,7 +126,6 @@ def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
             raise ReadError(task.path, f"file changed during scan (now {st.st_size} bytes, expected "
                             f"{task.identity.size})", offset=task.end)
         base = task.start - task.start % mmap.ALLOCATIONGRANULARITY
-        # No MAP_POPULATE: the kernel's fault-around maps 64 KiB per fault, which measured faster.
         try:
             mm = mmap.mmap(fd, task.end - base, access=mmap.ACCESS_READ, offset=base)
         except (OSError, ValueError) as err:   # it shrank between the size check and the mapping
@@ -133,6 +133,7 @@ def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
                             offset=task.start) from None
     finally:
         os.close(fd)
+    io.advise_mapping(mm)
     try:
         return scan_pieces(task, opts, mm, base)
     finally:
@@ -198,23 +199,80 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
+class _SharedPool:
+    """The pool of a :func:`reader_pool` block: started by the first scan that needs workers, reused by
+    the next ones (with the same number of workers), shut down when the block ends."""
+
+    def __init__(self) -> None:
+        self.pool: ProcessPoolExecutor | None = None
+        self.workers = 0
+
+    def get(self, workers: int) -> ProcessPoolExecutor:
+        if self.pool is not None and self.workers != workers:
+            self.close()
+        if self.pool is None:
+            self.pool, self.workers = _new_pool(workers), workers
+        return self.pool
+
+    def discard(self) -> None:
+        """After a failure: its workers are killed, and the next scan starts a new pool."""
+        if self.pool is not None:
+            _kill_workers(self.pool)
+            self.close()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+
+_SHARED: ContextVar[_SharedPool | None] = ContextVar("ggaudit_reader_pool", default=None)
+
+
+@contextlib.contextmanager
+def reader_pool() -> Iterator[None]:
+    """Within the block, scans that read in worker processes share one pool instead of starting and ending
+    their own (the command line scanning several models, a hub auditing a folder). The workers end with
+    the block, however it ends; outside one, a scan leaves no process behind."""
+    shared = _SharedPool()
+    token = _SHARED.set(shared)
+    try:
+        yield
+    except BaseException:
+        shared.discard()
+        raise
+    finally:
+        _SHARED.reset(token)
+        shared.close()
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
+                               initargs=(os.getpid(),))
+
+
 def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], workers: int,
                progress: Callable[[int], None]) -> dict[int, Acc]:
-    """Scan ``plans`` in ``workers`` processes; results are merged in file order.
+    """Scan ``plans`` in ``workers`` processes (a :func:`reader_pool`'s, if one is open); results are
+    merged in file order.
 
     However this ends (done, an error, Ctrl-C, SIGTERM), no worker is left running: on any exception
     the workers are killed, not waited for, before the exception goes on.
     """
-    pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
-                               initargs=(os.getpid(),))
+    shared = _SHARED.get()
+    pool = shared.get(workers) if shared is not None else _new_pool(workers)
     with _StopOnSignals(pool) as guard:
         try:
             accs = _drive(pool, plans, opts, files, workers, progress, guard)
         except BaseException:
-            _kill_workers(pool)
+            if shared is not None:
+                shared.discard()
+            else:
+                _kill_workers(pool)
             raise
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            if shared is None:
+                pool.shutdown(wait=True, cancel_futures=True)
     return accs
 
 

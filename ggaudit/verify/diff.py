@@ -17,6 +17,8 @@ import numpy as np
 from .. import io
 from .._version import __version__
 from .diff_meta import MetadataChange, diff_metadata
+from .digests import Progress, Tally
+from ..format.blocks import BlockLayout, Encoding, decode_bits, dequantize, field_bits, layout_of
 from ..format.layout import Model, Tensor
 from ..format.locate import Target, open_model
 
@@ -28,9 +30,48 @@ SCHEMA = "ggaudit/diff-report/1"
 CHUNK_BYTES = 4 << 20
 
 
+#: Dequantized elements of the first differing block listed with their values (all are counted).
+MAX_DECODED_CHANGES = 4
+
+
+def _json_float(value: float) -> float | str:
+    """A value for JSON, which has no NaN or Inf: those as ``"nan"``, ``"+inf"``, ``"-inf"`` (as metadata)."""
+    if value != value:
+        return "nan"
+    if value in (float("inf"), float("-inf")):
+        return "+inf" if value > 0 else "-inf"
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueChange:
+    """A value of the first differing block, decoded on both sides: ``what`` is ``element`` (a float
+    tensor's element), ``field`` (a quantized block's float field, ``name`` d, dmin...: it scales
+    ``columns`` columns from ``column``) or ``decoded`` (an element of a quantized block as
+    ``gguf.quants`` dequantizes it). ``encoding`` is how the value is stored (``f32``, ``f16``, ``bf16``,
+    ...; ``f32`` for a dequantized element): ``a`` and ``b`` are that value exactly, as float."""
+
+    what: str
+    name: str
+    column: int
+    columns: int
+    encoding: str
+    a: float
+    b: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "name": self.name, "column": self.column, "columns": self.columns,
+                "encoding": self.encoding, "a": _json_float(self.a), "b": _json_float(self.b)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class FirstDifference:
-    """The first byte at which a tensor's data differs, and the whole block around it on both sides."""
+    """The first byte at which a tensor's data differs, and the whole block around it on both sides.
+
+    ``changes``: the block's values that differ, decoded: the element (float types); the float fields
+    holding a differing byte (quantized types); else the first :data:`MAX_DECODED_CHANGES` dequantized
+    elements that differ, of ``decoded_differing``. Empty for integer types and types gguf cannot decode.
+    """
 
     row: int
     block: int              # block index within the row
@@ -42,11 +83,14 @@ class FirstDifference:
     block_bytes: int
     raw_a: bytes
     raw_b: bytes
+    changes: tuple[ValueChange, ...] = ()
+    decoded_differing: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"row": self.row, "block": self.block, "column": self.column, "columns": self.columns,
                 "byte_in_block": self.byte_in_block, "offset_a": self.offset_a, "offset_b": self.offset_b,
-                "block_bytes": self.block_bytes, "raw_a": self.raw_a.hex(), "raw_b": self.raw_b.hex()}
+                "block_bytes": self.block_bytes, "raw_a": self.raw_a.hex(), "raw_b": self.raw_b.hex(),
+                "changes": [c.to_json() for c in self.changes], "decoded_differing": self.decoded_differing}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,13 +165,18 @@ class DiffReport:
                 "stats": self.stats.to_json()}
 
 
-def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES) -> DiffReport:
-    """Compare two opened models (files or split sets)."""
+def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES,
+                progress: Progress | None = None) -> DiffReport:
+    """Compare two opened models (files or split sets). ``progress(done, total)``: bytes compared (of A's
+    tensors, each read on both sides) of the bytes of the tensors to compare, told once per chunk."""
     started = time.perf_counter()
     tensors_b = {t.name: t for t in b.tensors}
     names_a = {t.name for t in a.tensors}
     layout_changes, data_diffs, identical = [], [], []
     compared = bytes_compared = 0
+    tally = Tally(progress)
+    tally.plan(sum(ta.nbytes for ta in a.tensors
+                   if (tb := tensors_b.get(ta.name)) is not None and _layout_change(ta, tb) is None))
     with _Files() as files:
         metadata = diff_metadata(a.files[0], b.files[0], files.read)
         for ta in a.tensors:
@@ -138,7 +187,7 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
             if change is not None:
                 layout_changes.append(change)
                 continue
-            result = _compare_data(files, ta, tb, chunk_bytes)
+            result = _compare_data(files, ta, tb, chunk_bytes, tally.part())
             compared += 1
             bytes_compared += ta.nbytes
             (data_diffs.append(result) if result else identical.append(ta.name))
@@ -156,10 +205,11 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
                       stopped_early=fail_fast and bool(data_diffs), metadata=metadata)
 
 
-def diff_paths(path_a: Target, path_b: Target, *, fail_fast: bool = False) -> DiffReport:
+def diff_paths(path_a: Target, path_b: Target, *, fail_fast: bool = False,
+               progress: Progress | None = None) -> DiffReport:
     """Open both models (a path, any shard of a split set, ``ollama:NAME``, ``hf:ORG/NAME`` or a Model)
-    and compare them."""
-    return diff_models(open_model(path_a), open_model(path_b), fail_fast=fail_fast)
+    and compare them (``progress``: as :func:`diff_models`)."""
+    return diff_models(open_model(path_a), open_model(path_b), fail_fast=fail_fast, progress=progress)
 
 
 def _layout_change(ta: Tensor, tb: Tensor) -> LayoutChange | None:
@@ -196,7 +246,8 @@ class _Files:
         return bytes(buf)
 
 
-def _compare_data(files: _Files, ta: Tensor, tb: Tensor, chunk_bytes: int) -> TensorDataDiff | None:
+def _compare_data(files: _Files, ta: Tensor, tb: Tensor, chunk_bytes: int,
+                  progress: Progress | None = None) -> TensorDataDiff | None:
     """Stream both tensors; count differing rows and locate the first differing byte."""
     row_bytes = ta.row_bytes
     step = (chunk_bytes // row_bytes) * row_bytes if row_bytes <= chunk_bytes else chunk_bytes
@@ -209,6 +260,8 @@ def _compare_data(files: _Files, ta: Tensor, tb: Tensor, chunk_bytes: int) -> Te
         view_a, view_b = memoryview(buf_a)[:n], memoryview(buf_b)[:n]
         files.read_into(ta.path, view_a, ta.offset + start)
         files.read_into(tb.path, view_b, tb.offset + start)
+        if progress is not None:
+            progress(start + n, ta.nbytes)
         # bytearray equality is a memcmp; memoryview equality compares item by item, 15x slower.
         if (buf_a == buf_b) if n == size else (view_a.tobytes() == view_b.tobytes()):
             continue
@@ -244,8 +297,53 @@ def _first_difference(files: _Files, ta: Tensor, tb: Tensor, at: int) -> FirstDi
     row, in_row = divmod(at, ta.row_bytes)
     block, in_block = divmod(in_row, ta.block_bytes)
     block_start = row * ta.row_bytes + block * ta.block_bytes
+    raw_a = files.read(ta.path, ta.offset + block_start, ta.block_bytes)
+    raw_b = files.read(tb.path, tb.offset + block_start, tb.block_bytes)
+    changes, decoded_differing = _value_changes(layout_of(ta.ggml_type), raw_a, raw_b, block * ta.block_size)
     return FirstDifference(
         row=row, block=block, column=block * ta.block_size, columns=ta.block_size, byte_in_block=in_block,
         offset_a=ta.offset + block_start, offset_b=tb.offset + block_start, block_bytes=ta.block_bytes,
-        raw_a=files.read(ta.path, ta.offset + block_start, ta.block_bytes),
-        raw_b=files.read(tb.path, tb.offset + block_start, tb.block_bytes))
+        raw_a=raw_a, raw_b=raw_b, changes=changes, decoded_differing=decoded_differing)
+
+
+def _value_changes(layout: BlockLayout, raw_a: bytes, raw_b: bytes,
+                   first_col: int) -> tuple[tuple[ValueChange, ...], int]:
+    """``changes`` and ``decoded_differing`` of a FirstDifference: what the differing bytes of one block
+    mean. A float element or a float field is decoded from its own bytes; any other byte of a quantized
+    block only through the whole block, dequantized."""
+    changes = []
+    for f in layout.fields:
+        # Bits, not bytes: IQ1_M's scale is the top nibble of words whose other bits are not the scale.
+        bits_a, bits_b = (field_bits(f, np.frombuffer(raw, np.uint8)[f.offset:][:f.size].reshape(1, -1))
+                          for raw in (raw_a, raw_b))
+        if bits_a[0] != bits_b[0]:
+            changes.append(ValueChange(what="element" if layout.is_float_elements else "field", name=f.name,
+                                       column=first_col + f.first_col, columns=f.width,
+                                       encoding=_stored_as(f.encoding), a=float(decode_bits(f.encoding, bits_a)[0]),
+                                       b=float(decode_bits(f.encoding, bits_b)[0])))
+    if changes or layout.is_integer or layout.is_float_elements:
+        return tuple(changes), 0
+    return _decoded_changes(layout, raw_a, raw_b, first_col)
+
+
+def _stored_as(encoding: Encoding) -> str:
+    # IQ1_M's scale is an f16 whose bits are spread over four words: once assembled, an f16.
+    return Encoding.F16.value if encoding is Encoding.IQ1M_F16 else encoding.value
+
+
+def _decoded_changes(layout: BlockLayout, raw_a: bytes, raw_b: bytes,
+                     first_col: int) -> tuple[tuple[ValueChange, ...], int]:
+    """The dequantized elements that differ (the first few listed, all counted); none for a type gguf
+    cannot decode."""
+    try:
+        with np.errstate(all="ignore"):     # a non-finite decoded value is a value to show
+            a, b = (dequantize(np.frombuffer(raw, np.uint8).reshape(1, -1), layout.ggml_type)
+                    .astype(np.float32).reshape(-1) for raw in (raw_a, raw_b))
+    except NotImplementedError:
+        return (), 0
+    # Compared as bits: NaN against NaN is the same value, and -0.0 against 0.0 is not.
+    differ = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
+    changes = tuple(ValueChange(what="decoded", name="decoded", column=first_col + int(c), columns=1,
+                                encoding=Encoding.F32.value, a=float(a[c]), b=float(b[c]))
+                    for c in differ[:MAX_DECODED_CHANGES])
+    return changes, len(differ)

@@ -20,6 +20,9 @@ Rules for consumers:
   updates, ``xxhash``, numpy) then runs in parallel with the next read and with the other consumers.
   Light consumers can be bundled into one thread with ``Tee``;
 * an exception raised by a consumer stops the read and is re-raised by ``read_through``.
+
+``progress(done, total)``, where a function takes it, is told bytes done of bytes to do, once per chunk
+(never per byte), in the calling thread; :class:`Tally` adds several reads up into one such count.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ DEFAULT_CHUNK_SIZE = 8 << 20
 
 DEFAULT_DEPTH = 3
 """Buffers in the ring: one being read while the consumers work on the others."""
+
+#: Told (bytes done, bytes in all) as a long read advances.
+Progress = Callable[[int, int], None]
 
 
 class ChunkConsumer(Protocol):
@@ -219,12 +225,13 @@ class _OpenSegment:
 
 def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer], *,
                  start: int = 0, end: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 depth: int = DEFAULT_DEPTH, threaded: bool = True) -> int:
+                 depth: int = DEFAULT_DEPTH, threaded: bool = True, progress: Progress | None = None) -> int:
     """Read ``path`` once from ``start`` to ``end`` (default: its size) and feed every consumer.
 
     Returns the number of bytes read. Raises ReadError if the file ends early (it shrank, or ``end``
     lies past its end) or a read fails; OSError from opening propagates for the caller to report.
     With ``threaded=False`` everything runs in the calling thread (simpler to debug, slower).
+    ``progress(done, total)``: bytes of ``[start, end)`` read so far, after each chunk.
     """
     fd = io.open_fd(path)
     try:
@@ -233,7 +240,7 @@ def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer
         if not 0 <= start <= end:
             raise ValueError(f"bad range [{start}, {end})")
         io.advise(fd, start, end - start, "sequential")
-        reader = _ChunkReader(fd, os.fspath(path), start, end, chunk_size)
+        reader = _ChunkReader(fd, os.fspath(path), start, end, chunk_size, progress)
         if threaded and consumers:
             _run_threaded(reader, consumers, depth)
         else:
@@ -244,21 +251,23 @@ def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer
 
 
 def hash_file(path: str | os.PathLike[str], algorithms: Sequence[str] = ("sha256",), *,
-              chunk_size: int = DEFAULT_CHUNK_SIZE) -> dict[str, str]:
+              chunk_size: int = DEFAULT_CHUNK_SIZE, progress: Progress | None = None) -> dict[str, str]:
     """Hex digests of a whole file for each named algorithm (``sha256``, ``xxh3-128``), one read."""
     unknown = [name for name in algorithms if name not in ALGORITHMS]
     if unknown:
         raise UsageError(path, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})")
     hashers = [ALGORITHMS[name]() for name in algorithms]
-    read_through(path, hashers, chunk_size=chunk_size)
+    read_through(path, hashers, chunk_size=chunk_size, progress=progress)
     return {name: h.hexdigest() for name, h in zip(algorithms, hashers, strict=True)}
 
 
 class _ChunkReader:
     """Fills caller-owned buffers with consecutive chunks of ``[start, end)``."""
 
-    def __init__(self, fd: int, path: str, start: int, end: int, chunk_size: int) -> None:
+    def __init__(self, fd: int, path: str, start: int, end: int, chunk_size: int,
+                 progress: Progress | None = None) -> None:
         self.fd, self.path, self.pos, self.end, self.chunk_size = fd, path, start, end, chunk_size
+        self.start, self.progress = start, progress
 
     def buffer(self) -> bytearray:
         return bytearray(min(self.chunk_size, max(self.end - self.pos, 1)))
@@ -271,7 +280,50 @@ class _ChunkReader:
         io.pread_exact(self.fd, self.path, memoryview(buf)[:want], self.pos)
         offset = self.pos
         self.pos += want
+        if self.progress is not None:
+            self.progress(self.pos - self.start, self.end - self.start)
         return offset, want
+
+
+class Tally:
+    """Several reads told as one ``progress(done, total)``: ``total`` bytes planned in all, each read's
+    progress (:meth:`part`) added to what the reads before it did, and bytes that need no read (a digest
+    taken from the cache, a file not read) counted done at once (:meth:`skip`). Without ``progress`` it
+    does nothing; its count is clamped to ``total``, so a plan that was short never overshoots."""
+
+    def __init__(self, progress: Progress | None, total: int = 0) -> None:
+        self._progress, self.total, self.done = progress, total, 0
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone is told: planning is work only worth doing then."""
+        return self._progress is not None
+
+    def plan(self, total: int) -> None:
+        """Set the bytes planned, and say so (0 done) before the first read."""
+        self.total = total
+        self._tell(0)
+
+    def part(self) -> Progress | None:
+        """The progress callback of the next read: its bytes are added to the count."""
+        if self._progress is None:
+            return None
+        base = self.done
+
+        def told(done: int, _total: int) -> None:
+            self._tell(base + done)
+
+        return told
+
+    def skip(self, nbytes: int) -> None:
+        """Count ``nbytes`` done without reading them."""
+        if self._progress is not None:
+            self._tell(self.done + nbytes)
+
+    def _tell(self, done: int) -> None:
+        if self._progress is not None:
+            self.done = min(done, self.total)
+            self._progress(self.done, self.total)
 
 
 def _run_inline(reader: _ChunkReader, consumers: Sequence[ChunkConsumer]) -> None:

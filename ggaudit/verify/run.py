@@ -13,14 +13,14 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .._version import __version__
 from .cache import DigestCache, active_cache
-from .digests import GitBlobSha1, Sha256, read_through
+from .digests import GitBlobSha1, Progress, Sha256, Tally, read_through
 from ..errors import FormatError, ManifestError, ReadError, UsageError
 from ..format.layout import GGUFFile, Model, open_gguf, open_model
 from ..format.structure import check_structure
@@ -34,13 +34,19 @@ from .stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_path
 from .stores.sums import read_sums
 from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
 from .manifests.llama_hash import FORMAT as LLAMA_HASH
-from .manifests.llama_hash import FilePlan, hash_gguf_file, manifest_format, plan_llama_check, read_llama_hash
+from .manifests.llama_hash import (FilePlan, hash_gguf_file, manifest_format, plan_llama_check, read_llama_hash,
+                                   tensor_data_span)
 from ..untrusted import OUTSIDE, confine, quote, sibling_roots
 
 log = logging.getLogger(__name__)
 
 #: The ``schema`` of :meth:`VerifyReport.to_json`.
 SCHEMA = "ggaudit/verify-report/1"
+
+#: A model whose tensors differ from a manifest's nearly all (this share of those checked, and at least
+#: this many) is another model, or another build of it, rather than a damaged copy: VerifyReport.another_model.
+ANOTHER_MODEL_SHARE = 0.9
+ANOTHER_MODEL_MIN_TENSORS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,17 +96,22 @@ class Checked:
 @dataclass(frozen=True, kw_only=True)
 class VerifyStats:
     """``files`` checked (``cached``: of these, how many by a digest from the digest cache, not read);
-    ``unchecked``: files ``quick`` left unhashed for want of a cached digest, neither passed nor failed."""
+    ``unchecked``: files ``quick`` left unhashed for want of a cached digest, neither passed nor failed;
+    against a manifest of tensors, ``tensors`` it names that were checked (in the files that opened) and
+    of these, ``tensors_differing``: missing, re-shaped or with other data."""
 
     files: int
     bytes_hashed: int
     seconds: float
     cached: int = 0
     unchecked: int = 0
+    tensors: int = 0
+    tensors_differing: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"files": self.files, "bytes_hashed": self.bytes_hashed, "seconds": round(self.seconds, 6),
-                "cached": self.cached, "unchecked": self.unchecked}
+                "cached": self.cached, "unchecked": self.unchecked, "tensors": self.tensors,
+                "tensors_differing": self.tensors_differing}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,9 +130,16 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.mismatches
 
+    @property
+    def another_model(self) -> bool:
+        """Nearly every tensor checked against the manifest differs: the manifest is another model's (or
+        another build's), not this model damaged."""
+        n, differing = self.stats.tensors, self.stats.tensors_differing
+        return differing >= ANOTHER_MODEL_MIN_TENSORS and differing >= ANOTHER_MODEL_SHARE * n
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "source": self.source,
-                "kind": self.kind, "stopped_early": self.stopped_early,
+                "kind": self.kind, "stopped_early": self.stopped_early, "another_model": self.another_model,
                 "checked": [c.to_json() for c in self.checked],
                 "mismatches": [m.to_json() for m in self.mismatches], "warnings": list(self.warnings),
                 "stats": self.stats.to_json()}
@@ -145,10 +163,33 @@ class _Collector:
     cache: DigestCache | None = field(default_factory=active_cache)
     cached: int = 0
     unchecked: int = 0
+    tensors: int = 0
+    tensors_differing: int = 0
+    #: The caller's progress callback: bytes read (or taken from the cache) of the bytes planned.
+    progress: InitVar[Progress | None] = None
+    tally: Tally = field(init=False)
+
+    def __post_init__(self, progress: Progress | None) -> None:
+        self.tally = Tally(progress)
 
     @property
     def full(self) -> bool:
         return self.fail_fast and bool(self.mismatches)
+
+    def plan(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+        """Plan the progress: the bytes of the regular files at ``paths``, each file once. Only with a
+        progress callback, and with stats of its own: the checks' stats and results stay as without."""
+        if not self.tally.active:
+            return
+        sizes: dict[object, int] = {}
+        for path in dict.fromkeys(os.fspath(p) for p in paths):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                sizes[(st.st_dev, st.st_ino) if st.st_ino else path] = st.st_size
+        self.tally.plan(sum(sizes.values()))
 
     def report(self, source: str, kind: str) -> VerifyReport:
         if self.cache is not None:
@@ -156,7 +197,7 @@ class _Collector:
             self.warnings.extend(self.cache.take_warnings())
         stats = VerifyStats(files=len(self.checked), bytes_hashed=self.bytes_hashed,
                             seconds=time.perf_counter() - self.started, cached=self.cached,
-                            unchecked=self.unchecked)
+                            unchecked=self.unchecked, tensors=self.tensors, tensors_differing=self.tensors_differing)
         return VerifyReport(source=source, kind=kind, checked=tuple(self.checked), mismatches=tuple(self.mismatches),
                             warnings=tuple(self.warnings), stats=stats, stopped_early=self.full)
 
@@ -183,10 +224,11 @@ def _identity(path: Path, subject: str, expected: str, out: _Collector) -> FileI
     return FileIdentity.of(st)
 
 
-def _hash(path: str | os.PathLike[str], hasher: Sha256 | GitBlobSha1 | _Md5, identity: FileIdentity) -> str:
+def _hash(path: str | os.PathLike[str], hasher: Sha256 | GitBlobSha1 | _Md5, identity: FileIdentity,
+          progress: Progress | None = None) -> str:
     """Digest of the file ``identity`` describes; ReadError if it is replaced or resized meanwhile,
     since a digest of bytes no longer there would be a wrong answer."""
-    read_through(path, [hasher], end=identity.size)
+    read_through(path, [hasher], end=identity.size, progress=progress)
     identity.check(path, "while it was being hashed")
     return hasher.hexdigest()
 
@@ -211,6 +253,7 @@ def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
     size = identity.size
     if expected_size is not None and size != expected_size:
         out.mismatches.append(_size_mismatch(os.fspath(path), subject, expected_size, size))
+        out.tally.skip(size)
         return
     # The same file (device and inode, or its path where the OS gives no inode) unchanged since.
     where = (identity.device, identity.inode) if identity.inode else os.fspath(path)
@@ -237,13 +280,15 @@ def _cached_or_hashed(path: Path, algorithm: str, identity: FileIdentity, out: _
         found = cache.lookup(path, algorithm, before)
         if found is not None:
             out.cached += 1
+            out.tally.skip(identity.size)
             return found
         if cache.quick:
             out.unchecked += 1
+            out.tally.skip(identity.size)
             out.warnings.append(f"not hashed (quick): {os.fspath(path)}: no cached digest")
             return None
     started = time.time_ns()
-    actual = _hash(path, _hasher(algorithm, identity.size), identity)
+    actual = _hash(path, _hasher(algorithm, identity.size), identity, out.tally.part())
     out.bytes_hashed += identity.size
     if cache is not None:
         cache.store(path, algorithm, before, actual, started)
@@ -258,12 +303,14 @@ _BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
 
 
 def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
-                  fail_fast: bool = False, partials: bool = True) -> VerifyReport:
+                  fail_fast: bool = False, partials: bool = True, progress: Progress | None = None) -> VerifyReport:
     """Check every layer (of any kind: model, projector, tensor, draft, ...) and the config of an Ollama
     model: present, right size, right sha256. A model without an ``image.model`` layer is checked by the
-    layers it has. ``partials``: warn about the store's stray ``-partial`` downloads."""
+    layers it has. ``partials``: warn about the store's stray ``-partial`` downloads. ``progress(done,
+    total)``: bytes hashed (or found in the digest cache) of the bytes to hash, as in every verify_*."""
     manifest = read_ollama_manifest(name, store)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
+    out.plan(_blob_paths([manifest]))
     _check_ollama_layers(manifest, out)
     if partials:
         _warn_partials(manifest.store, {layer.digest for layer in manifest.blobs}, out)
@@ -291,6 +338,16 @@ def _check_ollama_layers(manifest: OllamaManifest, out: _Collector, prefix: str 
         _check_digest(path, prefix + layer.subject, layer.digest, out, expected_size=layer.size)
 
 
+def _blob_paths(manifests: Iterable[OllamaManifest]) -> Iterator[Path]:
+    """The blob of each distinct layer digest of ``manifests`` that stays in the store (for the progress)."""
+    for manifest in manifests:
+        for digest in {layer.digest for layer in manifest.blobs}:
+            try:
+                yield ollama_blob_path(manifest.store, digest)
+            except ManifestError:
+                continue
+
+
 def _warn_partials(store: Path, ours: set[str], out: _Collector, whose: str = "this model") -> None:
     for partial in ollama_partial_files(store):
         digest = _BLOB_NAME.match(partial.name)     # sha256-<hex>-partial: the name starts as a blob's
@@ -299,13 +356,15 @@ def _warn_partials(store: Path, ours: set[str], out: _Collector, whose: str = "t
 
 
 def verify_ollama_store(store: str | os.PathLike[str] | None = None, *, layers: bool = True,
-                        fail_fast: bool = False) -> VerifyReport:
+                        fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
     """The whole Ollama store (``ollama:*``): every layer of every model (``layers``; subjects begin with
     the model's name), and each blob no manifest names, as an ``orphan`` mismatch. A manifest that cannot
     be read is a warning (its blobs may then be listed as orphans); stray partial downloads too."""
     listing = list_ollama_models(store)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
     out.warnings.extend(listing.skipped)
+    if layers and out.tally.active:
+        out.plan(_blob_paths(_readable_manifests(listing.names, listing.store)))
     referenced: set[str] = set()
     for name in listing.names:
         try:
@@ -323,6 +382,15 @@ def verify_ollama_store(store: str | os.PathLike[str] | None = None, *, layers: 
     return out.report(os.fspath(listing.store), "ollama-store")
 
 
+def _readable_manifests(names: Iterable[object], store: Path) -> Iterator[OllamaManifest]:
+    """The manifests of ``names`` that can be read (read again by the check, which reports the others)."""
+    for name in names:
+        try:
+            yield read_ollama_manifest(str(name), store)
+        except ManifestError:
+            continue
+
+
 def _orphan(path: Path, out: _Collector) -> Mismatch:
     try:
         size: int | None = os.lstat(path).st_size
@@ -333,10 +401,11 @@ def _orphan(path: Path, out: _Collector) -> Mismatch:
 
 
 def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
-              fail_fast: bool = False) -> VerifyReport:
+              fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
     """Check every file of a cached Hugging Face snapshot against its blob's name, offline."""
     snapshot = read_hf_snapshot(spec, cache)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
+    out.plan(e.blob for e in snapshot.files if e.problem is None and e.blob is not None and e.expected is not None)
     done: set[Path] = set()
     for entry in snapshot.files:
         if out.full:
@@ -352,15 +421,17 @@ def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
 
 
 def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
-                base: str | os.PathLike[str] | None = None, fail_fast: bool = False) -> VerifyReport:
+                base: str | os.PathLike[str] | None = None, fail_fast: bool = False,
+                progress: Progress | None = None) -> VerifyReport:
     """Check every file a sha256 checksum file names (GNU, BSD --tag or OpenSSL format).
 
     Names resolve under ``base`` (default: the checksum file's folder) and never leave it. With
     ``ignore_missing`` (``sha256sum -c --ignore-missing``) an absent file is skipped, not a mismatch;
     a file naming only absent files is then a ManifestError: nothing was verified.
     """
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
     entries = read_sums(sums, base)
+    out.plan(e.path for e in entries if e.problem is None)
     skipped = 0
     for entry in entries:
         if out.full:
@@ -386,23 +457,25 @@ def blob_name_digest(path: str | os.PathLike[str]) -> str | None:
     return match[1].lower() if match else None
 
 
-def verify_blob(path: str | os.PathLike[str]) -> VerifyReport:
+def verify_blob(path: str | os.PathLike[str], *, progress: Progress | None = None) -> VerifyReport:
     """Check a content-addressed blob (Ollama or Hugging Face) against the digest in its name."""
     expected = blob_name_digest(path)
     if expected is None:
         raise UsageError(path, "the file name holds no sha256; give --manifest, --sums, ollama:NAME "
                          "or hf:ORG/NAME to say what to check it against")
-    out = _Collector(False)
+    out = _Collector(False, progress=progress)
+    out.plan([path])
     _check_digest(Path(path), "blob name", expected, out)
     return out.report(os.fspath(path), "blob")
 
 
-def verify_sha256(path: str | os.PathLike[str], sha256: str) -> VerifyReport:
+def verify_sha256(path: str | os.PathLike[str], sha256: str, *, progress: Progress | None = None) -> VerifyReport:
     """Check one file against a sha256 given as 64 hex digits (any case)."""
     if not isinstance(sha256, str) or not _HEX64.fullmatch(sha256):
         shown = quote(sha256) if isinstance(sha256, str) else type(sha256).__name__
         raise UsageError(None, f"{shown} is not a sha256: 64 hex digits", field="sha256")
-    out = _Collector(False)
+    out = _Collector(False, progress=progress)
+    out.plan([path])
     _check_digest(Path(path), "--sha256", sha256.lower(), out)
     return out.report(os.fspath(path), "file")
 
@@ -410,7 +483,8 @@ def verify_sha256(path: str | os.PathLike[str], sha256: str) -> VerifyReport:
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 
-def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False) -> VerifyReport:
+def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False,
+                    progress: Progress | None = None) -> VerifyReport:
     """Check a ``huggingface-cli download --local-dir`` folder against its download metadata, offline.
 
     Each file whose metadata holds a digest etag (sha256 for LFS files, git's blob sha1 for the others)
@@ -418,7 +492,9 @@ def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False) 
     warning; a file the metadata names that is absent is a ``missing`` mismatch.
     """
     download = read_hf_local(folder)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
+    out.plan(e.path for e in download.files + download.absent
+             if not e.linked_out and e.problem is None and e.expected is not None)
     for entry in download.files + download.absent:
         if out.full:
             break
@@ -437,21 +513,22 @@ def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False) 
 
 
 def verify_lmstudio(spec: str = "", store: str | os.PathLike[str] | None = None, *,
-                    fail_fast: bool = False) -> VerifyReport:
+                    fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
     """Check LM Studio's models (``spec`` empty: all; else ``PUBLISHER/MODEL``) offline. LM Studio keeps
     no digests, so each GGUF is checked for structure: the header parses and the file holds every
     tensor's data; and each split set for its shards."""
     folder = read_lmstudio(spec, store)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
     _check_folder(folder, out, {})
     return out.report(os.fspath(folder.root) + (f" {spec}" if spec else ""), "lmstudio")
 
 
-def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bool = False) -> VerifyReport:
+def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bool = False,
+                   progress: Progress | None = None) -> VerifyReport:
     """Check GPT4All's model folder offline: a file its local model list (``models3.json``) describes
     against that size and md5; any other GGUF for structure, as :func:`verify_lmstudio`."""
     found = read_gpt4all(store)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
     digests = {name: (item.md5, item.size) for name, item in found.listed.items() if item.md5 is not None}
     _check_folder(found.folder, out, digests)
     if found.listing is None:
@@ -463,6 +540,7 @@ def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bo
 def _check_folder(folder: GGUFFolder, out: _Collector, md5s: dict[str, tuple[str, int | None]]) -> None:
     """Each GGUF of ``folder``: against its md5 and size when ``md5s`` has its name, else its structure;
     then the shards its split sets lack, as ``missing``."""
+    out.plan(e.path for e in folder.files if e.problem is None and e.name in md5s)
     for entry in folder.files:
         if out.full:
             return
@@ -514,7 +592,7 @@ class _Md5:
 
 
 def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: str | os.PathLike[str],
-                           *, fail_fast: bool = False) -> VerifyReport:
+                           *, fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
     """Check a model (file or split set) against a tensor manifest, one read per file.
 
     The files are the manifest's, looked up next to ``model_path`` (any shard of a set will do; a
@@ -523,8 +601,10 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
     tensors whose bytes changed, each run of differing row groups with its rows and file span.
     """
     manifest = read_tensor_manifest(manifest_path)
-    out = _Collector(fail_fast)
-    for file_digest, path in _locate_files(manifest, os.fspath(model_path), out):
+    out = _Collector(fail_fast, progress=progress)
+    located = _locate_files(manifest, os.fspath(model_path), out)
+    out.plan(path for _, path in located if _leaves_folder(path, os.fspath(model_path)) is None)
+    for file_digest, path in located:
         if out.full:
             break
         problem = _leaves_folder(path, os.fspath(model_path))
@@ -540,18 +620,19 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
 
 
 def verify_manifest(model: str | os.PathLike[str] | Model, manifest_path: str | os.PathLike[str], *,
-                    also: Sequence[str | os.PathLike[str]] = (), fail_fast: bool = False) -> VerifyReport:
+                    also: Sequence[str | os.PathLike[str]] = (), fail_fast: bool = False,
+                    progress: Progress | None = None) -> VerifyReport:
     """Check a model against a manifest in either format, told apart by its content: ggaudit's tensor
     manifest (JSON) or llama.cpp's ``llama-gguf-hash`` lines. ``also``: more files of the model (an Ollama
     model's projector), which the llama format matches by tensor name; the tensor manifest names its own."""
     if manifest_format(manifest_path) == LLAMA_HASH:
-        return verify_llama_hash([model, *also], manifest_path, fail_fast=fail_fast)
+        return verify_llama_hash([model, *also], manifest_path, fail_fast=fail_fast, progress=progress)
     return verify_tensor_manifest(model.source if isinstance(model, Model) else model, manifest_path,
-                                  fail_fast=fail_fast)
+                                  fail_fast=fail_fast, progress=progress)
 
 
 def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest_path: str | os.PathLike[str],
-                      *, fail_fast: bool = False) -> VerifyReport:
+                      *, fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
     """Check a model against llama.cpp's manifest format (``llama-gguf-hash``), one read per file.
 
     ``models``: the model's files (a path opens a whole split set) or opened Models. Lines are matched by
@@ -561,17 +642,19 @@ def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest
     that the model lacks and the reverse, and a model file absent or no longer GGUF.
     """
     entries = read_llama_hash(manifest_path)
-    out = _Collector(fail_fast)
+    out = _Collector(fail_fast, progress=progress)
     first = models[0] if models else ""
     source = first.source if isinstance(first, Model) else os.fspath(first)
     files = _open_llama_targets(models, out)
     if files is None:
         return out.report(source, "llama-gguf-hash")
     plan = plan_llama_check(entries, files, manifest_path)
+    out.tally.plan(sum(tensor_data_span(p.file) for p in plan.files))
     out.mismatches.extend(
         Mismatch(kind="tensor-missing", path=source if home is None else home.path, subject=tensor, expected=e.hex,
                  tensor=tensor, detail=f"tensor in the manifest (line {e.line}), not in the model")
         for e, tensor, home in plan.missing)
+    out.tensors = out.tensors_differing = len(plan.missing)
     out.mismatches.extend(
         Mismatch(kind="missing", path=source, subject=e.name, expected=e.hex,
                  detail=f"no file of the model has this model line's tensors or name (line {e.line})")
@@ -616,10 +699,11 @@ def _check_llama_file(plan: FilePlan, out: _Collector) -> None:
     f = plan.file
     out.mismatches.extend(_structure_mismatches(f, f.path))
     hashes = hash_gguf_file(f, {name: (e.type,) for name, e in plan.tensors.items()},
-                            () if plan.model is None else (plan.model.type,))
+                            () if plan.model is None else (plan.model.type,), progress=out.tally.part())
     out.bytes_hashed += hashes.bytes_hashed
     for t in f.tensors:
         want = plan.tensors.get(t.name)
+        out.tensors += want is not None
         if want is None:
             if plan.extra:
                 out.mismatches.append(Mismatch(kind="tensor-extra", path=f.path, subject=t.name, offset=t.offset,
@@ -630,6 +714,7 @@ def _check_llama_file(plan: FilePlan, out: _Collector) -> None:
                                            actual=have, offset=t.offset, length=t.nbytes, tensor=t.name,
                                            rows=(0, max(t.n_rows - 1, 0)),
                                            detail=f"{want.type} of the tensor differs (manifest line {want.line})"))
+            out.tensors_differing += 1
     if plan.model is not None:
         want, have = plan.model, hashes.model[plan.model.type]
         out.checked.append(Checked(path=f.path, subject="all tensor data", algorithm=want.type, digest=have,
@@ -683,14 +768,15 @@ def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str,
     wanted = [t for t in manifest.tensors if t.file == expected.name]
     try:
         opened = open_gguf(path)
-        actual, tensors = digest_gguf_file(opened, manifest.group_bytes)
+        actual, tensors = digest_gguf_file(opened, manifest.group_bytes, progress=out.tally.part())
         out.mismatches.extend(_structure_mismatches(opened, expected.name))
     except FormatError as err:
         # A damaged header is a finding too: say so, and still compare the whole file's digest.
         out.mismatches.append(Mismatch(kind="header", path=path, subject=expected.name, offset=err.offset,
                                        detail=f"no longer parses as GGUF, tensors not checked: {err}"))
         identity = FileIdentity.now(path, "while it was being hashed")
-        actual, tensors = FileDigest(expected.name, identity.size, _hash(path, Sha256(), identity)), ()
+        digest = _hash(path, Sha256(), identity, out.tally.part())
+        actual, tensors = FileDigest(expected.name, identity.size, digest), ()
         wanted = []
     out.bytes_hashed += actual.size
     ok = actual.size == expected.size and actual.sha256 == expected.sha256
@@ -701,7 +787,10 @@ def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str,
     if actual.sha256 != expected.sha256:
         out.mismatches.append(_digest_mismatch("sha256", path, expected.name, expected.sha256, actual.sha256,
                                                actual.size))
-    out.mismatches.extend(compare_tensors(wanted, tensors, path))
+    problems = compare_tensors(wanted, tensors, path)
+    out.mismatches.extend(problems)
+    out.tensors += len(wanted)
+    out.tensors_differing += len({m.tensor for m in problems if m.kind != "tensor-extra"})
 
 
 def compare_tensors(expected: Sequence[TensorDigest], actual: Sequence[TensorDigest],

@@ -46,8 +46,9 @@ Reporter = Callable[[Sequence[Outcome[Report]], Rendering], str]
 
 
 #: The format names: this package's modules, listed without importing them (the text reporter imports
-#: every report type, numpy with them, and `--help` should not).
-NAMES: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)))
+#: every report type, numpy with them, and `--help` should not). A module named with a leading underscore
+#: is a reporter's helper, not a format.
+NAMES: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
 
 def reporter(name: str) -> Reporter:

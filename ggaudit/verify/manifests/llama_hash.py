@@ -32,7 +32,7 @@ from ...errors import ManifestError, UsageError
 from ...format.layout import GGUFFile, Model, Tensor, open_model
 from ...format.locate import Target, resolve_model
 from ...untrusted import quote
-from ..digests import read_through
+from ..digests import Progress, Tally, read_through
 from ._common import read_text
 from .tensor import write_manifest_text
 
@@ -237,17 +237,27 @@ def _runs(tensors: Sequence[Tensor]) -> list[list[Tensor]]:
     return runs
 
 
+def tensor_data_span(gguf_file: GGUFFile) -> int:
+    """Bytes :func:`hash_gguf_file` reads of the file at most: its runs of tensors, padding between included."""
+    return sum(run[-1].end - run[0].offset for run in _runs(gguf_file.tensors))
+
+
 def hash_gguf_file(gguf_file: GGUFFile, tensor_types: Mapping[str, Collection[str]],
-                   model_types: Collection[str]) -> FileHashes:
+                   model_types: Collection[str], *, progress: Progress | None = None) -> FileHashes:
     """Digests of one GGUF file's tensors (``tensor_types``: which types of which tensors) and of all its
-    tensor data (``model_types``), streamed: each byte read once, hashed by a worker per type and role."""
+    tensor data (``model_types``), streamed: each byte read once, hashed by a worker per type and role.
+    ``progress(done, total)``: bytes read of :func:`tensor_data_span`'s (a run nothing is asked of: skipped)."""
     tensor_hashes = {name: {kind: new_hash(kind) for kind in kinds} for name, kinds in tensor_types.items()}
     model_hashes = {kind: new_hash(kind) for kind in model_types}
     hashed = 0
+    tally = Tally(progress)
+    tally.plan(tensor_data_span(gguf_file))
     for run in _runs(gguf_file.tensors):
         feeds = [feed for kind in HASH_TYPES for feed in _feeds(run, kind, tensor_hashes, model_hashes)]
-        if feeds:
-            read_through(gguf_file.path, feeds, start=run[0].offset, end=run[-1].end)
+        if not feeds:
+            tally.skip(run[-1].end - run[0].offset)
+        else:
+            read_through(gguf_file.path, feeds, start=run[0].offset, end=run[-1].end, progress=tally.part())
             hashed += sum(t.nbytes for t in run if model_hashes or tensor_hashes.get(t.name))
     gguf_file.check_unchanged("while it was being read")
     return FileHashes(gguf_file.path, {name: {k: h.hexdigest() for k, h in hashes.items()}
@@ -285,24 +295,30 @@ def hash_types(types: Iterable[str]) -> tuple[str, ...]:
 
 def build_llama_hash(model: Target | Sequence[Target], types: Iterable[str] = DEFAULT_TYPES, *,
                      store: str | os.PathLike[str] | None = None,
-                     hf_cache: str | os.PathLike[str] | None = None) -> LlamaHashManifest:
+                     hf_cache: str | os.PathLike[str] | None = None,
+                     progress: Progress | None = None) -> LlamaHashManifest:
     """The lines llama-gguf-hash would print for each file of ``model`` (a path, ``ollama:NAME``,
     ``hf:ORG/NAME``, a Model, or a sequence of them), one block per file, each file read once.
 
     ``types``: any of xxh64, xxh3, sha1, sha256, uuid, or all (llama-gguf-hash's ``--all`` leaves uuid
     out); uuid is a model line only, as in llama-gguf-hash. A name holding a line break, or a path
-    starting with blank space, cannot be written as a line: UsageError.
+    starting with blank space, cannot be written as a line: UsageError. ``progress(done, total)``: bytes
+    of tensor data read, of every file's.
     """
     kinds = hash_types([types] if isinstance(types, str) else types)
     per_tensor = [k for k in kinds if k != "uuid"]
     lines: list[HashLine] = []
     done: set[str] = set()
-    for gguf_file in (f for m in _models(model, store, hf_cache) for f in m.files):
+    files = [f for m in _models(model, store, hf_cache) for f in m.files]
+    tally = Tally(progress)
+    tally.plan(sum(tensor_data_span(f) for f in {f.path: f for f in files}.values()))
+    for gguf_file in files:
         if gguf_file.path in done:
             continue
         done.add(gguf_file.path)
         _check_writable(gguf_file)
-        hashes = hash_gguf_file(gguf_file, {t.name: per_tensor for t in gguf_file.tensors}, kinds)
+        hashes = hash_gguf_file(gguf_file, {t.name: per_tensor for t in gguf_file.tensors}, kinds,
+                                progress=tally.part())
         lines.extend(HashLine(k, hashes.tensors[t.name][k], gguf_file.path, t.name)
                      for t in gguf_file.tensors for k in per_tensor)
         lines.extend(HashLine(k, hashes.model[k], gguf_file.path) for k in kinds)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from ..._version import __version__
 from ... import io as fileio
-from ..digests import ChunkConsumer, Segment, SegmentDigests, Sha256, read_through
+from ..digests import ChunkConsumer, Progress, Segment, SegmentDigests, Sha256, Tally, read_through
 from ...errors import ManifestError, UsageError
 from ...format.layout import GGUFFile, Model, open_model
 from ...format.locate import Target, resolve_model
@@ -78,17 +78,19 @@ def rows_per_group(row_bytes: int, group_bytes: int = DEFAULT_GROUP_BYTES) -> in
 
 
 def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES,
-                     extra: Sequence[ChunkConsumer] = ()) -> tuple[FileDigest, tuple[TensorDigest, ...]]:
+                     extra: Sequence[ChunkConsumer] = (), *,
+                     progress: Progress | None = None) -> tuple[FileDigest, tuple[TensorDigest, ...]]:
     """sha256 of one GGUF file and xxh3-128 of each of its tensors and row groups, in ONE read.
 
-    ``extra`` chunk consumers (a scanner, say) ride along on the same read.
+    ``extra`` chunk consumers (a scanner, say) ride along on the same read. ``progress(done, total)``:
+    bytes of the file read.
     """
     tensors = gguf_file.tensors
     sha = Sha256()
     plan = [(t, rows_per_group(t.row_bytes, group_bytes)) for t in tensors]
     segments = SegmentDigests(Segment(str(i), t.offset, t.nbytes, max(1, rpg * t.row_bytes))
                               for i, (t, rpg) in enumerate(plan))
-    read_through(gguf_file.path, [sha, segments, *extra], end=gguf_file.size)
+    read_through(gguf_file.path, [sha, segments, *extra], end=gguf_file.size, progress=progress)
     gguf_file.check_unchanged("while it was being read")
     results = segments.results()
     name = os.path.basename(gguf_file.path)
@@ -101,24 +103,28 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
 
 def build_tensor_manifest(model: Target | Sequence[Target], *, group_bytes: int = DEFAULT_GROUP_BYTES,
                           store: str | os.PathLike[str] | None = None,
-                          hf_cache: str | os.PathLike[str] | None = None) -> TensorManifest:
+                          hf_cache: str | os.PathLike[str] | None = None,
+                          progress: Progress | None = None) -> TensorManifest:
     """The tensor manifest of a model (a file or a split set), each file read once.
 
     ``model`` is a path, ``ollama:NAME`` (its model layer and, if it has one, its projector),
     ``hf:ORG/NAME``, a Model, or a sequence of those (``store`` and ``hf_cache``: where those names are
     looked up, by default the usual places). Several models (an Ollama model and its projector,
     say) make one manifest of all their files; tensors are matched per file, so the same tensor name in
-    two files is fine.
+    two files is fine. ``progress(done, total)``: bytes read of the bytes of every file.
     """
     if not is_count(group_bytes, 1):    # 0 or less would make no groups (or endless ones)
         raise UsageError(None, f"must be a positive integer, not {group_bytes!r}", field="group_bytes")
     models = [m for t in _targets(model) for m in _open_all(t, store, hf_cache)]
     files: list[FileDigest] = []
     tensors: list[TensorDigest] = []
+    unique = {os.path.basename(f.path): f for m in models for f in m.files}   # the same file given twice: once
+    tally = Tally(progress)
+    tally.plan(sum(f.size for f in unique.values()))
     for gguf_file in (f for m in models for f in m.files):
         if any(f.name == os.path.basename(gguf_file.path) for f in files):
             continue  # the same file given twice is listed once
-        file_digest, tensor_digests = digest_gguf_file(gguf_file, group_bytes)
+        file_digest, tensor_digests = digest_gguf_file(gguf_file, group_bytes, progress=tally.part())
         files.append(file_digest)
         tensors.extend(tensor_digests)
     return TensorManifest(group_bytes, tuple(files), tuple(tensors), f"ggaudit {__version__}")

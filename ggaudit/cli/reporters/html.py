@@ -1,0 +1,428 @@
+"""The HTML reporter: one self-contained page for the whole run, with pictures drawn as inline SVG.
+
+Nothing on the page is fetched: the style is inline, the pictures are SVG drawn from the reports, and there
+is no script. Per target: a summary, its tables, and for a scan a map of each file with every finding placed
+by offset and per-tensor histograms of scale magnitudes (when the scan counted them: ``scan
+--format html`` does); for ``rows`` the table's rows with the checked, page- or sector-crossing and
+mismatching rows marked. The lines of the text report follow, as it words them. Untrusted text is escaped
+for a terminal (ggaudit.text) and then for HTML; big tables stop at :data:`MAX_ROWS` with a count of the
+rest, so a model of 10,000 tensors still gives a page a browser opens.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..._version import __version__
+from ...batch import STATUS_CLEAN, STATUS_ERROR, Outcome, Report, overall_status
+from ...format.info import ModelInfo
+from ...rows.readers import PAGE, SECTOR
+from ...rows.replay import RowsReport
+from ...rows.select import crossing_rows_of
+from ...scan.report import KINDS, Finding, ScaleHistogram, ScanReport, TensorScan
+from ...text import escape, escape_message, escape_path
+from ...verify.diff import DiffReport
+from ...verify.run import VerifyReport
+from . import DEFAULT, Rendering
+from . import text as plain
+from ._svg import Bar, Lane, Span, file_map, histogram, row_strip, runs, strip_bins
+
+NAME = "html"
+
+#: Rows of any one table (tensors, mismatches, differences, metadata); the rest are counted.
+MAX_ROWS = 500
+#: Lines of the text report shown per target.
+MAX_LINES = 2000
+#: Findings placed on one file's map.
+MAX_MARKS = 1000
+#: Tensors whose histograms are drawn per model: those with findings first, then the largest.
+MAX_HISTOGRAMS = 24
+
+_STATUS = {STATUS_CLEAN: "clean", STATUS_ERROR: "error"}
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 6px;border-top:1px solid #ccd;padding-top:14px}
+h3{font-size:15px;margin:18px 0 6px}code,pre,td.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+pre{background:#f5f6f8;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #d8dbe2;padding:2px 8px;text-align:left}
+th{background:#eef0f4}td.num{text-align:right;font-variant-numeric:tabular-nums}tr.hit td{background:#fde8e8}
+.status{display:inline-block;padding:1px 8px;border-radius:3px;color:#fff;font-weight:600}
+.s-clean{background:#2e7d32}.s-findings{background:#c62828}.s-error{background:#6a1b9a}
+.more{color:#555;font-style:italic}.legend span{margin-right:14px;white-space:nowrap}
+.sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-2px;border:1px solid #999}
+svg text{font:11px system-ui,sans-serif;fill:#333}svg .bg{fill:#eceef2}
+.hdr,.sw.hdr{fill:#9aa3b5;background:#9aa3b5}.t0,.sw.t0{fill:#6f9bd1;background:#6f9bd1}
+.t1,.sw.t1{fill:#4a78b5;background:#4a78b5}.tf0,.sw.tf0{fill:#f3b8b3;background:#f3b8b3}.tf1{fill:#e99a93}
+.mark.nan,.sw.nan{fill:#d32f2f;background:#d32f2f}.mark.pinf,.sw.pinf{fill:#ad1457;background:#ad1457}
+.mark.ninf,.sw.ninf{fill:#6a1b9a;background:#6a1b9a}.mark.outlier,.sw.outlier{fill:#ef6c00;background:#ef6c00}
+.mark.structure,.sw.structure{fill:#00897b;background:#00897b}.mark.mismatch,.sw.mismatch{fill:#d32f2f;background:#d32f2f}
+.mark{fill-opacity:.85}.axis{stroke:#888}
+.b{fill:#4a78b5}.bz{fill:#9aa3b5}.bn{fill:#d32f2f}
+.checked,.sw.checked{fill:#7cb342;background:#7cb342}.page,.sw.page{fill:#f0a04b;background:#f0a04b}
+.sector,.sw.sector{fill:#ffd54f;background:#ffd54f}.w64k,.sw.w64k{fill:#b39ddb;background:#b39ddb}
+.hists{display:flex;flex-wrap:wrap;gap:10px}.hists figure{margin:0;border:1px solid #e0e2e8;padding:4px}
+figcaption{font-size:12px;max-width:300px;overflow-wrap:anywhere}
+"""
+
+#: CSS class of each finding kind (a class name cannot hold "+").
+_KIND_CSS = {"nan": "nan", "+inf": "pinf", "-inf": "ninf", "outlier": "outlier"}
+
+
+def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) -> str:
+    status = overall_status(outcomes)
+    word = _STATUS.get(status, "findings")
+    out = ['<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>ggaudit report: {word}</title><style>{_CSS}</style></head><body>",
+           f'<h1>ggaudit report <span class="status s-{word}">{word}</span></h1>',
+           f"<p>ggaudit {html.escape(__version__)}; {_summary(outcomes)}</p>"]
+    for outcome in outcomes:
+        out.extend(_section(outcome, rendering))
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def _summary(outcomes: Sequence[Outcome[Report]]) -> str:
+    errors = sum(1 for o in outcomes if o.error is not None)
+    found = sum(1 for o in outcomes if o.result is not None and not o.result.ok)
+    n = len(outcomes)
+    return (f"{n} target{'' if n == 1 else 's'}: {found} with findings, {n - errors - found} clean, "
+            f"{errors} error{'' if errors == 1 else 's'}")
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+def _t(text: str) -> str:
+    """Untrusted text (a name, a value) for the page: escaped for a terminal, then for HTML."""
+    return html.escape(escape(text))
+
+
+def _p(path: str) -> str:
+    return html.escape(escape_path(path))
+
+
+def _status(ok: bool) -> str:
+    word = "clean" if ok else "findings"
+    return f'<span class="status s-{word}">{word}</span>'
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]], total: int, what: str,
+           hits: Callable[[int], bool] = lambda i: False) -> str:
+    """A table of at most MAX_ROWS rows (cells are HTML already), then how many more there were."""
+    out = ["<table>" + ("<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" if any(head) else "")]
+    shown = 0
+    for i, row in enumerate(rows):
+        if shown == MAX_ROWS:
+            break
+        css = ' class="hit"' if hits(i) else ""
+        out.append(f"<tr{css}>" + "".join(row) + "</tr>")
+        shown += 1
+    out.append("</table>")
+    if total > shown:
+        out.append(f'<p class="more">... {total - shown} more {what} not listed</p>')
+    return "".join(out)
+
+
+def _td(text: str, css: str = "") -> str:
+    return f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>"
+
+
+def _num(n: int | float | None) -> str:
+    return _td("-" if n is None else str(n), "num")
+
+
+def _lines(result: Report) -> str:
+    """The text report's lines for ``result`` (at most MAX_LINES), already escaped for a terminal."""
+    try:
+        lines = list(plain.lines(result))
+    except TypeError:       # a report type the text reporter does not know: its JSON says everything
+        lines = json.dumps(result.to_json(), indent=2).split("\n")
+    shown = "\n".join(html.escape(escape_message(line)) for line in lines[:MAX_LINES])
+    more = f'<p class="more">... {len(lines) - MAX_LINES} more lines not shown</p>' if len(lines) > MAX_LINES else ""
+    return f"<h3>Report</h3><pre>{shown}</pre>{more}"
+
+
+def _legend(items: Sequence[tuple[str, str]]) -> str:
+    return '<p class="legend">' + "".join(f'<span><i class="sw {css}"></i>{html.escape(name)}</span>'
+                                           for css, name in items) + "</p>"
+
+
+# --- sections --------------------------------------------------------------------------------------
+
+def _section(outcome: Outcome[Report], rendering: Rendering) -> list[str]:
+    if outcome.error is not None:
+        return [f'<section><h2>{_p(outcome.model)} <span class="status s-error">error</span></h2>',
+                f"<p>{html.escape(escape_message(str(outcome.error)))}</p></section>"]
+    result = outcome.result
+    assert result is not None     # an outcome holds a result or an error
+    render = _SECTIONS.get(type(result))
+    body = render(result, rendering) if render is not None else []
+    return [f"<section><h2>{_p(outcome.model)} {_status(result.ok)}</h2>", *body, _lines(result), "</section>"]
+
+
+def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
+    counts = ", ".join(f"{k} {r.counts[k]}" for k in KINDS)
+    flagged = sum(1 for t in r.tensors if t.total)
+    facts = [("files", str(len(r.files))), ("tensors", f"{len(r.tensors)} ({flagged} with findings)"),
+             ("findings", counts), ("structure findings", str(len(r.structure))),
+             ("tensor bytes scanned", str(r.stats.bytes)), ("time", f"{r.stats.seconds:.3f} s"),
+             ("reader processes", str(r.stats.workers)), ("complete", "yes" if r.complete else "no (--fail-fast)")]
+    if r.max_abs is not None:
+        facts.append(("outlier threshold |x| >", plain.format_value(r.max_abs)))
+    facts.extend((f"{name} of {escape_path(d.path)}", digest) for d in r.digests for name, digest in d.digests.items())
+    out = ["<h3>Summary</h3>", _table(["", ""], ([_td(html.escape(k)), _td(html.escape(v), "mono")] for k, v in facts),
+                                      len(facts), "facts")]
+    out.append("<h3>Tensors</h3>")
+    out.append(_tensor_table(r.tensors))
+    for path in r.files:
+        out.extend(_scan_map(r, path))
+    out.extend(_histograms(r))
+    return out
+
+
+def _tensor_table(tensors: Sequence[TensorScan]) -> str:
+    shown = _capped(tensors)
+    rows = ([_td(_t(t.name), "mono"), _td(t.type), _td(_shape(t.shape)), _num(t.nbytes),
+             _td(html.escape(plain.counts_text(t.counts) if t.total else "none")),
+             _td(html.escape(plain.format_value(t.max_abs, plain.tensor_encoding(t))), "num")] for t in shown)
+    return _table(["name", "type", "shape", "bytes", "findings", "max finite |x|"], rows, len(tensors), "tensors",
+                  hits=lambda i: bool(shown[i].total))
+
+
+def _capped(tensors: Sequence[TensorScan]) -> list[TensorScan]:
+    """At most MAX_ROWS tensors, those with findings first chosen, shown in file order."""
+    if len(tensors) <= MAX_ROWS:
+        return list(tensors)
+    order = sorted(range(len(tensors)), key=lambda i: (not tensors[i].total, i))[:MAX_ROWS]
+    return [tensors[i] for i in sorted(order)]
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def _scan_map(r: ScanReport, path: str) -> list[str]:
+    tensors = sorted((t for t in r.tensors if t.path == path), key=lambda t: t.offset)
+    structure = [s for s in r.structure if s.path == path]
+    extent = max([t.offset + t.nbytes for t in tensors] + [s.offset + s.length for s in structure] + [1])
+    segments = [Span(0, tensors[0].offset, "hdr", "header and tensor infos")] if tensors else []
+    segments += [Span(t.offset, t.nbytes, f"tf{i % 2}" if t.total else f"t{i % 2}",
+                      f"tensor {escape(t.name)} ({t.type} {_shape(t.shape)}): offset {t.offset}, {t.nbytes} bytes")
+                 for i, t in enumerate(tensors)]
+    marks = [Span(s.offset, s.length, "structure", plain.describe_structure(s)) for s in structure]
+    findings = [(f, t) for t in tensors for f in t.findings]
+    marks += [_finding_mark(f, r.max_abs, t.type) for f, t in findings[:MAX_MARKS]]
+    left = len(findings) - MAX_MARKS
+    label = f"map of {escape_path(path)}: tensors and findings by offset"
+    out = [f"<h3>Map of {_p(path)}</h3>", file_map(extent, segments, marks, label),
+           _legend([("hdr", "header"), ("t0", "tensor"), ("t1", "tensor (next)"), ("tf0", "tensor with findings"),
+                    ("nan", "nan"), ("pinf", "+inf"), ("ninf", "-inf"), ("outlier", "outlier"),
+                    ("structure", "structure finding")])]
+    if left > 0:
+        out.append(f'<p class="more">... {plain.plural(left, "more finding")} not placed on the map</p>')
+    unlisted = sum(t.total - len(t.findings) for t in tensors)
+    if unlisted:
+        out.append(f'<p class="more">{plain.plural(unlisted, "finding")} counted but not listed (--limit): '
+                   'not on the map</p>')
+    return out
+
+
+def _finding_mark(f: Finding, max_abs: float | None, ggml_type: str) -> Span:
+    return Span(f.offset, f.size, _KIND_CSS.get(f.kind, "nan"), plain.describe_finding(f, max_abs, ggml_type=ggml_type))
+
+
+def _histograms(r: ScanReport) -> list[str]:
+    counted = [t for t in r.tensors if t.histograms]
+    if not counted:
+        return []
+    chosen = sorted(counted, key=lambda t: (not t.total, -t.nbytes))[:MAX_HISTOGRAMS]
+    out = ["<h3>Scale magnitudes</h3>",
+           "<p>Each float field of a tensor's blocks (its elements, for a float tensor) counted per power of two: a "
+           "bar e holds the values with 2<sup>e</sup> &le; |x| &lt; 2<sup>e+1</sup>. Heights are on a log scale, so "
+           "one block far from the rest still shows.</p>", '<div class="hists">']
+    for t in chosen:
+        for h in t.histograms or ():
+            caption = f"{_t(t.name)} ({t.type}), field {_t(h.field)} ({h.encoding}): {h.total} values"
+            out.append(f"<figure>{histogram(_bars(t, h), f'histogram of {escape(t.name)} {escape(h.field)}')}"
+                       f"<figcaption>{caption}</figcaption></figure>")
+    out.append("</div>")
+    if len(counted) > len(chosen):
+        out.append(f'<p class="more">... histograms of {len(counted) - len(chosen)} more tensors not drawn '
+                   "(those with findings first, then the largest, are)</p>")
+    return out
+
+
+def _bars(t: TensorScan, h: ScaleHistogram) -> list[Bar]:
+    """Zeros and subnormals, then every power of two from the smallest to the largest that occurs (empty
+    ones too, so a lone outlier stands apart), then the non-finite values."""
+    where = f"{escape(t.name)}, field {escape(h.field)}"
+    bars = []
+    if h.zero:
+        bars.append(Bar("0", h.zero, "bz", f"{where}: zero: {h.zero}", "zero"))
+    if h.subnormal:
+        bars.append(Bar("sub", h.subnormal, "bz", f"{where}: subnormal: {h.subnormal}", "subnormal"))
+    if h.powers:
+        counts = dict(h.powers)
+        lo, hi = h.powers[0][0], h.powers[-1][0]
+        step = max(1, (hi - lo + 1) // 6)
+        for e in range(lo, hi + 1):
+            label = str(e) if e in (lo, hi) or ((e - lo) % step == 0 and hi - e >= step) else ""
+            n = counts.get(e, 0)
+            bars.append(Bar(label, n, "b", f"{where}: 2^{e} <= |x| < 2^{e + 1}: {n}", str(e)))
+    if h.nonfinite:
+        bars.append(Bar("NaN/Inf", h.nonfinite, "bn", f"{where}: non-finite: {h.nonfinite}", "nonfinite"))
+    return bars
+
+
+# --- rows ------------------------------------------------------------------------------------------
+
+def _rows(r: RowsReport, rendering: Rendering) -> list[str]:
+    facts = [("file", _p(r.file)), ("tensor", f"{_t(r.tensor)} ({html.escape(r.ggml_type)})"),
+             ("table", f"{r.n_rows} rows of {r.row_bytes} bytes ({r.n_cols} columns) at offset {r.table_offset}"),
+             ("rows checked", f"{r.rows_checked} ({_t(r.selection)})"),
+             ("compared", html.escape(", ".join(r.compared) or "nothing")),
+             ("mismatches", f"{r.mismatch_count} in rows; short reads {r.short_read_count}"),
+             ("rows holding NaN/Inf", str(r.nonfinite_rows))]
+    out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts"),
+           "<h3>Rows</h3>", _rows_strip(r),
+           _legend([("checked", "checked"), ("page", "crosses a 4096-byte page"),
+                    ("sector", "crosses a 512-byte sector"), ("mismatch", "mismatch")])]
+    if r.stats:
+        out += ["<h3>Read paths</h3>", _table(
+            ["path", "stage", "rows", "reads", "bytes", "alignment", "seconds"],
+            ([_td(html.escape(s.mode)), _td(html.escape(s.stage)), _num(s.rows), _num(s.reads), _num(s.bytes),
+              _td(html.escape(f"{s.alignment} ({s.alignment_source})")), _td(f"{s.seconds:.3f}", "num")]
+             for s in r.stats), len(r.stats), "read paths")]
+    if r.mismatches:
+        out += ["<h3>Mismatches</h3>", _table(
+            ["path", "stage", "row", "kind", "offset", "block", "column", "expected", "actual"],
+            ([_td(html.escape(m.mode)), _td(html.escape(m.stage)), _num(m.row), _td(html.escape(m.kind)),
+              _num(m.offset), _num(m.block), _num(m.column), _td(_t(m.expected[:64]), "mono"),
+              _td(_t(m.actual[:64]), "mono")] for m in r.mismatches), r.mismatch_count, "mismatches")]
+    return out
+
+
+def _rows_strip(r: RowsReport) -> str:
+    bins = strip_bins(r.n_rows)
+
+    def lane_runs(rows: Iterable[int], what: str) -> list[Span]:
+        binned = sorted({row * bins // r.n_rows for row in rows})
+        return [Span(b, n, "", f"rows {b * r.n_rows // bins}..{((b + n) * r.n_rows - 1) // bins}: {what}")
+                for b, n in runs(binned)]
+
+    checked = _checked_ranges(r)
+    lanes = [Lane("checked" if checked is not None else "checked (not located)", "checked",
+                  lane_runs((b * r.n_rows // bins for lo, hi in checked or ()
+                             for b in range(lo * bins // r.n_rows, hi * bins // r.n_rows + 1)), "checked"))]
+    for name, css, boundary in (("4096-byte page", "page", PAGE), ("512-byte sector", "sector", SECTOR)):
+        crossing = (int(row) for piece in crossing_rows_of(r.table_offset, r.row_bytes, r.n_rows, boundary)
+                    for row in _thin(piece, r.n_rows, bins))
+        lanes.append(Lane(f"crosses a {name}", css, lane_runs(crossing, f"some cross a {name}")))
+    by_row: dict[int, list[str]] = {}
+    for m in r.mismatches:
+        by_row.setdefault(m.row, []).extend(plain.describe_row_mismatch(m))
+    marks = [Span(row, 1, "mismatch", "\n".join(text)) for row, text in sorted(by_row.items())]
+    lanes.append(Lane("mismatch", "mismatch", []))
+    return row_strip(r.n_rows, lanes, marks, f"rows of {escape(r.tensor)}")
+
+
+def _thin(rows: Any, n_rows: int, bins: int) -> Any:
+    """One row per bin of a numpy array of ascending rows (a table of 600M rows has 13M crossing rows)."""
+    import numpy as np
+
+    binned = np.asarray(rows, dtype=np.int64) * bins // max(n_rows, 1)
+    first = np.ones(binned.size, dtype=bool)
+    first[1:] = binned[1:] != binned[:-1]
+    return rows[first]
+
+
+def _checked_ranges(r: RowsReport) -> list[tuple[int, int]] | None:
+    """The rows checked as (first, last) ranges, when the report says which: every row (a sweep), or the
+    rows listed in full in the selection ("rows 4,100-102"); None when it does not (a random sample names
+    only its seed)."""
+    if r.rows_checked == r.n_rows:
+        return [(0, r.n_rows - 1)]
+    text = r.selection
+    if not text.startswith("rows ") or "+" in text or text.endswith("..."):
+        return None
+    ranges = []
+    for part in text[5:].split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return None
+        ranges.append((int(lo), int(hi or lo)))
+    return ranges
+
+
+# --- verify, diff, info, manifest -------------------------------------------------------------------
+
+def _verify(r: VerifyReport, rendering: Rendering) -> list[str]:
+    s = r.stats
+    facts = [("kind", html.escape(r.kind)), ("source", _p(r.source)), ("files checked", str(s.files)),
+             ("from the digest cache", str(s.cached)), ("bytes hashed", str(s.bytes_hashed)),
+             ("mismatches", str(len(r.mismatches)) + (" (stopped at the first)" if r.stopped_early else "")),
+             ("time", f"{s.seconds:.3f} s")]
+    limit = MAX_ROWS if rendering.limit is None else min(rendering.limit, MAX_ROWS)
+    out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts")]
+    if r.mismatches:
+        rows = ([_td(html.escape(m.kind)), _td(_p(m.path), "mono"), _num(m.offset), _num(m.length),
+                 _td(_t(m.tensor or "-"), "mono"), _td("-" if m.rows is None else f"{m.rows[0]}-{m.rows[1]}"),
+                 _td(_t(m.detail)), _td(_t(m.expected or "-"), "mono"), _td(_t(m.actual or "-"), "mono")]
+                for m in r.mismatches[:limit])
+        out += ["<h3>Mismatches</h3>", _table(["kind", "file", "offset", "length", "tensor", "rows", "detail",
+                                               "expected", "actual"], rows, len(r.mismatches), "mismatches")]
+    out += ["<h3>Checked</h3>", _table(
+        ["file", "what", "algorithm", "bytes", "ok"],
+        ([_td(_p(c.path), "mono"), _td(_p(c.subject)), _td(html.escape(c.algorithm)), _num(c.size),
+          _td("yes" if c.ok else "no")] for c in r.checked), len(r.checked), "files")]
+    return out
+
+
+def _diff(r: DiffReport, rendering: Rendering) -> list[str]:
+    facts = [("a", _p(r.a)), ("b", _p(r.b)), ("identical tensors", str(len(r.identical))),
+             ("tensors whose data differ", str(len(r.data_diffs))),
+             ("changed type or shape", str(len(r.layout_changes))), ("only in a", str(len(r.only_in_a))),
+             ("only in b", str(len(r.only_in_b))), ("metadata keys that differ", str(len(r.metadata)))]
+    out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts")]
+    if r.data_diffs:
+        out += ["<h3>Differences</h3>", _table(
+            ["tensor", "type", "shape", "rows differing", "first row", "block", "offset in a", "offset in b"],
+            ([_td(_t(d.name), "mono"), _td(html.escape(d.ggml_type)), _td(_shape(d.shape)),
+              _td(f"{d.rows_differing} of {d.n_rows}", "num"), _num(d.first.row), _num(d.first.block),
+              _num(d.first.offset_a), _num(d.first.offset_b)] for d in r.data_diffs), len(r.data_diffs),
+            "differences")]
+    if r.layout_changes:
+        out += ["<h3>Changed type or shape</h3>", _table(
+            ["tensor", "what", "a", "b"],
+            ([_td(_t(c.name), "mono"), _td(html.escape(c.what)), _td(f"{html.escape(c.type_a)} {_shape(c.shape_a)}"),
+              _td(f"{html.escape(c.type_b)} {_shape(c.shape_b)}")] for c in r.layout_changes),
+            len(r.layout_changes), "changes")]
+    return out
+
+
+def _info(info: ModelInfo, rendering: Rendering) -> list[str]:
+    model = info.model
+    facts = [("files", str(len(model.files))), ("architecture", _t(model.architecture or "(none)")),
+             ("tensors", str(len(model.tensors))), ("metadata keys", str(len(model.metadata)))]
+    out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts")]
+    for f in model.files:
+        tensors = sorted((t for t in model.tensors if t.path == f.path), key=lambda t: t.offset)
+        segments = [Span(0, f.data_offset, "hdr", "header and tensor infos")]
+        segments += [Span(t.offset, t.nbytes, f"t{i % 2}", f"tensor {escape(t.name)} ({t.ggml_type.name} "
+                          f"{_shape(t.shape)}): offset {t.offset}, {t.nbytes} bytes") for i, t in enumerate(tensors)]
+        out += [f"<h3>Map of {_p(f.path)}</h3>", file_map(f.size, segments, [], f"map of {escape_path(f.path)}"),
+                _legend([("hdr", "header"), ("t0", "tensor"), ("t1", "tensor (next)")])]
+    out += ["<h3>Tensors</h3>", _table(
+        ["name", "type", "shape", "offset", "bytes"],
+        ([_td(_t(t.name), "mono"), _td(t.ggml_type.name), _td(_shape(t.shape)), _num(t.offset), _num(t.nbytes)]
+         for t in model.tensors), len(model.tensors), "tensors")]
+    return out
+
+
+_SECTIONS: dict[type[Any], Callable[[Any, Rendering], list[str]]] = {
+    ScanReport: _scan, RowsReport: _rows, VerifyReport: _verify, DiffReport: _diff, ModelInfo: _info,
+}
