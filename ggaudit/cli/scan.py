@@ -34,7 +34,7 @@ if TYPE_CHECKING:
               help="Also print each file's sha256, computed from the same single read as the scan.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Models scanned at once.")
 @click.option("--workers", type=click.IntRange(min=0), metavar="N",
-              help="Reader processes: 0 reads in this process [default: none below 1 GiB of tensor data or "
+              help="Reader processes: 0 reads in this process [default: none below 256 MiB of tensor data or "
                    "with one core available, else 2; one pool for all MODELs].")
 @format_options
 @handle_errors

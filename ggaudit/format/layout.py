@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import struct
+import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -258,9 +259,17 @@ class _Cursor:
         """Walk *count* strings without decoding them: the hot loop of opening a big vocabulary."""
         left = count
         unpack_from = _U64.unpack_from
+        # numpy walks a window's short strings at once; used only when already loaded (by the caller's
+        # scan or rows, say): importing it costs more than it saves on one vocabulary.
+        np = sys.modules.get("numpy") if count >= _VECTOR_MIN_STRINGS else None
         while left:
             self.require(8, field)
             buf, rel = self.buf, self.pos - self.base
+            if np is not None:
+                rel, walked = _walk_short_strings(np, buf, rel, left)
+                self.pos, left = self.base + rel, left - walked
+                if not left:
+                    break
             prev, walked = rel, 0
             # Nothing but the walk in the loop: it runs once per vocabulary entry. A length field that
             # crosses the window's end (or an absurd length) ends it with an exception, a string that
@@ -279,6 +288,49 @@ class _Cursor:
             if left:
                 self.string(field)  # crosses the window edge: the checked slow path
                 left -= 1
+
+
+#: Strings in an array from which skip_strings walks them with numpy (below, setting it up costs more).
+_VECTOR_MIN_STRINGS = 4096
+
+
+def _walk_short_strings(np: Any, buf: bytes, rel: int, left: int) -> tuple[int, int]:
+    """Walk up to ``left`` strings of ``buf`` from offset ``rel`` as the sequential walk does (each is a u64
+    length and that many bytes), taking only strings that lie wholly in ``buf``: (new offset, strings
+    walked). Every string shorter than 256 bytes has a header whose bytes 1..7 are zero, so the window's
+    candidate headers are found at once and the walk goes from one to the next while each string ends
+    exactly where the next candidate starts; the rest (a longer string, a candidate that was only zeros
+    inside a string) is stepped over one at a time. The caller's checked loop takes over where this stops."""
+    end = len(buf)
+    if end - rel < 8:
+        return rel, 0
+    heads = np.ndarray((end - rel - 7,), dtype="<u8", buffer=buf, offset=rel, strides=(1,))
+    cand = np.flatnonzero(heads < 256) + rel                     # where a string shorter than 256 may start
+    nxt = cand + 8 + np.frombuffer(buf, np.uint8)[cand]          # where it would end
+    breaks = np.flatnonzero(nxt[:-1] != cand[1:])               # candidates not followed by the next one
+    last = len(cand) - 1
+    pos, walked = rel, 0
+    i = int(np.searchsorted(cand, pos))
+    while walked < left:
+        if i <= last and int(cand[i]) == pos:
+            k = int(np.searchsorted(breaks, i))
+            run = (int(breaks[k]) if k < len(breaks) else last) - i    # strings that end on the next candidate
+            step = min(run, left - walked)
+            if step:
+                i += step
+                walked += step
+                pos = int(cand[i])
+                continue
+            target = int(nxt[i])
+        elif pos + 8 <= end:
+            target = pos + 8 + _U64.unpack_from(buf, pos)[0]
+        else:
+            break
+        if target > end:
+            break
+        pos, walked = target, walked + 1
+        i = int(np.searchsorted(cand, pos))
+    return pos, walked
 
 
 def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
