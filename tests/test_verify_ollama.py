@@ -168,7 +168,8 @@ def test_cli_exit_codes_and_fio_style_lines(store: Store) -> None:
     assert ok.exit_code == 0, ok.output
     assert ok.output.splitlines()[0] == "verify ollama: registry.ollama.ai/acme/vis:q4"
     _damage(store)
-    bad = runner.invoke(main, ["verify", "--ollama", "acme/vis:q4", "--store", str(store.root)])
+    # --no-cache: whether the first run's digests were old enough to be cached depends on the clock.
+    bad = runner.invoke(main, ["verify", "--ollama", "acme/vis:q4", "--store", str(store.root), "--no-cache"])
     assert bad.exit_code == 1
     lines = bad.output.splitlines()
     model = store.blob("vis.model")

@@ -14,7 +14,8 @@ from ..format.locate import description_files, resolve_model
 from ..verify.digests import Progress
 from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
-from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, build_tensor_manifest, check_output, write_tensor_manifest
+from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
+                                       write_tensor_manifest)
 from .common import STDOUT, ManifestWritten, PathParam, handle_errors
 from .progress import run_progress
 from .reporters import Rendering, emit_outcomes, format_options_also
@@ -37,10 +38,13 @@ GGAUDIT = "ggaudit"
 @click.option("--group-bytes", type=click.IntRange(min=1), default=None,
               help=f"Target size of a row group (whole rows, at least one) [default: {DEFAULT_GROUP_BYTES}].")
 @click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
+              help="Hash each file on a Dask cluster (pip install 'ggaudit[dask]'): a scheduler's address, its "
+                   "workers reading MODEL at the same path, or local[:N] worker processes here.")
 @format_options_also(LLAMA_HASH, output_flags=("--report",))
 @handle_errors
 def manifest(model: str, output: str, force: bool, manifest_format: str, hashes: str | None,
-             group_bytes: int | None, store: str | None, rendering: Rendering) -> None:
+             group_bytes: int | None, store: str | None, dask: str | None, rendering: Rendering) -> None:
     """Write MODEL's tensor manifest to OUTPUT, reading each file once.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model layer and, if it has one,
@@ -62,6 +66,8 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
         raise UsageError(None, f"--group-bytes is for the {GGAUDIT} manifest, not {LLAMA_HASH}")
     if not llama and hashes is not None:
         raise UsageError(None, f"--hash is for --manifest-format {LLAMA_HASH}")
+    if llama and dask is not None:
+        raise UsageError(None, f"--dask builds the {GGAUDIT} manifest, not {LLAMA_HASH}")
     try:
         types = hash_types(hashes.split(",")) if hashes is not None else DEFAULT_TYPES
     except UsageError as err:
@@ -77,7 +83,8 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
             if output != STDOUT:
                 write_llama_hash(built_lines, output, replace=force, inputs=inputs)
             return ManifestWritten(output=output, manifest=built_lines)
-        built = build_tensor_manifest(models, group_bytes=group_bytes or DEFAULT_GROUP_BYTES, progress=progress)
+        built = build_tensor_manifest(models, group_bytes=group_bytes or DEFAULT_GROUP_BYTES, progress=progress) \
+            if dask is None else _on_dask(dask, model, group_bytes or DEFAULT_GROUP_BYTES, store)
         if output != STDOUT:
             write_tensor_manifest(built, output, replace=force, inputs=inputs)
         return ManifestWritten(output=output, manifest=built)
@@ -90,3 +97,14 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
 
         outcomes = run_models([model], made)
     raise SystemExit(emit_outcomes(outcomes, rendering))
+
+
+def _on_dask(address: str, model: str, group_bytes: int, store: str | None) -> TensorManifest:
+    from ..fleet import connect, manifest_on
+
+    with connect(address) as client:
+        outcome = manifest_on(client, [model], group_bytes=group_bytes, store=store)[0]
+    if outcome.error is not None:
+        raise outcome.error
+    assert outcome.result is not None
+    return outcome.result

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,7 @@ from .progress import file_size, run_progress
 from .reporters import Rendering, emit_outcomes, format_options
 
 if TYPE_CHECKING:
+    from ..batch import Outcome
     from ..scan.report import ScanReport
 
 
@@ -36,11 +37,14 @@ if TYPE_CHECKING:
 @click.option("--workers", type=click.IntRange(min=0), metavar="N",
               help="Reader processes: 0 reads in this process [default: none below 256 MiB of tensor data or "
                    "with one core available, else 2; one pool for all MODELs].")
+@click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
+              help="Scan on a Dask cluster (pip install 'ggaudit[dask]'): a scheduler's address, its workers "
+                   "reading MODELs at the same paths, or local[:N] worker processes here.")
 @format_options
 @handle_errors
 def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None,
          overrides: tuple[str, ...], limit: int, fail_fast: bool, store: str | None, sha256: bool, jobs: int,
-         workers: int | None, rendering: Rendering) -> None:
+         workers: int | None, dask: str | None, rendering: Rendering) -> None:
     """Find NaN and Inf (and with --max-abs, outliers) in each MODEL's tensors.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
@@ -55,7 +59,14 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     if jobs > 1 and workers:
         # Forking reader processes from several job threads at once is unsafe: jobs read in-process.
         raise UsageError(None, "--jobs N reads each model in its own thread: not with --workers")
+    if dask is not None and (workers is not None or jobs > 1):
+        raise UsageError(None, "--dask reads on the cluster's workers: not with --workers or --jobs")
     paths = expand_models(models, store)
+    if dask is not None:
+        outcomes = _on_dask(dask, paths, tensors=tensors or None, deep=deep, max_abs=max_abs, limit=limit,
+                            as_fp8=_fp8_names(paths[0], overrides), fail_fast=fail_fast, store=store,
+                            hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html")
+        raise SystemExit(emit_outcomes(outcomes, rendering))
     # One line for the run: the models not started yet count their file's size.
     with run_progress("scan", paths, rendering, estimates=[file_size(p) for p in paths]) as bar:
 
@@ -70,6 +81,13 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
         with reader_pool():
             outcomes = run_models(paths, one, jobs=jobs)
     raise SystemExit(emit_outcomes(outcomes, rendering))
+
+
+def _on_dask(address: str, paths: list[str], **options: Any) -> list[Outcome[ScanReport]]:
+    from ..fleet import connect, scan_on
+
+    with connect(address) as client:
+        return scan_on(client, paths, **options)
 
 
 def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:

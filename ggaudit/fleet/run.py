@@ -1,0 +1,260 @@
+"""Scan and manifest many models on a Dask cluster, with the reports a single machine gives.
+
+Each model's first task opens it where the data lives and plans its scan (or lists its files); its byte
+ranges (:func:`ggaudit.scan.workers.make_tasks`: whole units, tensor and row aligned) or its files then
+become tasks of their own, run by whichever worker is free. The client holds only small results
+(accumulators, digests) and merges each model's in file order, as a local scan merges its worker
+processes'. At most a few tasks per worker thread are submitted at a time, so the scheduler never holds a
+whole hub's tasks and a model's first results are merged while others are still being planned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .._version import __version__
+from ..batch import Outcome, _as_error
+from ..errors import GGAuditError, ReadError, UsageError
+from ..scan.kernel import Acc
+from ..scan.report import ScanReport, ScanStats
+from ..scan.run import _report
+from ..scan.workers import TASK_BYTES, _merge, make_tasks
+from ..verify.manifests._common import is_count
+from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, FileDigest, TensorDigest, TensorManifest
+from .tasks import (Failed, Prepared, ScanSpec, digest_file, guarded, model_files, prepare_scan, scan_range,
+                    scan_whole)
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+__all__ = ["DEFAULT_RETRIES", "manifest_on", "scan_on"]
+
+#: Times a task that raised is run again (a network share's transient EIO, say). A task whose worker died
+#: is rescheduled by Dask itself, up to its ``distributed.scheduler.allowed-failures``.
+DEFAULT_RETRIES = 1
+#: Tasks submitted and not finished, per worker thread of the cluster: no thread waits for the client.
+_IN_FLIGHT_PER_THREAD = 4
+#: The tag of a model's first task (planning, or listing its files); its later tasks count from 0.
+_FIRST = -1
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class _Call:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    tag: int
+
+
+class _Job(Generic[R]):
+    """One model's tasks: a first one, then those its result calls for; an error ends the model."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.todo: Iterator[_Call] = iter(())
+        self.running = 0
+        self.queued = False
+        self.error: GGAuditError | None = None
+        self.outcome: Outcome[R] | None = None
+
+    def first(self) -> _Call:
+        raise NotImplementedError
+
+    def took(self, tag: int, value: Any) -> None:
+        """A task's result; may set ``todo`` to the tasks it calls for."""
+        raise NotImplementedError
+
+    def result(self) -> R:
+        raise NotImplementedError
+
+    def receive(self, tag: int, future: Future) -> None:
+        if self.error is not None:
+            return
+        try:
+            value = future.result()
+        except (GGAuditError, OSError, MemoryError) as err:
+            self._fail(_as_error(self.model, err))
+        except Exception as err:
+            if type(err).__name__ != "KilledWorker":     # anything else is a bug: raised to the caller
+                raise
+            self._fail(ReadError(self.model, "the workers reading it died again and again (Dask's "
+                                 "allowed-failures): out of memory, or a file that shrank under a mapping?"))
+        else:
+            if isinstance(value, Failed):
+                self._fail(value.error)
+            else:
+                self.took(tag, value)
+
+    def finish(self) -> None:
+        self.outcome = Outcome(self.model, error=self.error) if self.error is not None else \
+            Outcome(self.model, result=self.result())
+
+    def _fail(self, err: GGAuditError) -> None:
+        self.error, self.todo = err, iter(())
+
+
+def _run(client: Client, jobs: Sequence[_Job[Any]], retries: int) -> None:
+    """Run every job's tasks on the cluster, a bounded number at a time, until every job has an outcome.
+
+    Ctrl-C or a bug in the client cancels what was submitted before it goes on.
+    """
+    from distributed import as_completed
+
+    window = _IN_FLIGHT_PER_THREAD * max(1, sum(client.nthreads().values()))
+    for job in jobs:
+        job.todo, job.queued = iter((job.first(),)), True
+    ready = deque(jobs)
+    owner: dict[Future, tuple[_Job[Any], int]] = {}
+    done = as_completed()
+
+    def fill() -> None:
+        while len(owner) < window and ready:
+            job = ready[0]
+            call = next(job.todo, None)
+            if call is None:
+                ready.popleft()
+                job.queued = False
+                if not job.running:
+                    job.finish()
+                continue
+            future = client.submit(guarded, call.fn, *call.args, key=f"ggaudit-{call.fn.__name__}-{uuid.uuid4().hex}",
+                                   retries=retries)
+            owner[future] = (job, call.tag)
+            job.running += 1
+            done.add(future)
+
+    try:
+        fill()
+        for future in done:
+            job, tag = owner.pop(future)
+            job.running -= 1
+            job.receive(tag, future)
+            if not job.queued:
+                ready.append(job)
+                job.queued = True
+            fill()
+    except BaseException:
+        client.cancel(list(owner))
+        raise
+
+
+class _ScanJob(_Job[ScanReport]):
+    def __init__(self, model: str, spec: ScanSpec, task_bytes: int, threads: int) -> None:
+        super().__init__(model)
+        self.spec, self.task_bytes, self.threads = spec, task_bytes, threads
+        self.prepared: Prepared | None = None
+        self.whole: ScanReport | None = None
+        self.parts: dict[int, list[tuple[int, Acc]]] = {}
+        self.started = time.perf_counter()
+
+    def first(self) -> _Call:
+        # Digests need each file read once, in order: such a scan is one task.
+        return _Call(scan_whole if self.spec.hashes else prepare_scan, (self.model, self.spec), _FIRST)
+
+    def took(self, tag: int, value: Any) -> None:
+        if tag != _FIRST:
+            self.parts[tag] = value
+            if any(acc.stopped for _, acc in value):
+                self.todo = iter(())    # --fail-fast: the ranges before this one are all submitted
+        elif self.spec.hashes:
+            self.whole = value
+        else:
+            self.prepared = value
+            self.started = time.perf_counter()
+            self.todo = self._ranges(value)
+
+    def _ranges(self, prepared: Prepared) -> Iterator[_Call]:
+        identities = {f.path: f.identity for f in prepared.model.files}
+        for i, task in enumerate(make_tasks(prepared.plans, identities, self.task_bytes)):
+            yield _Call(scan_range, (task, self.spec.options), i)
+
+    def result(self) -> ScanReport:
+        if self.whole is not None:
+            return self.whole
+        p = self.prepared
+        assert p is not None
+        opts = self.spec.options
+        accs: dict[int, Acc] = {}
+        for i in sorted(self.parts):
+            if _merge(accs, self.parts[i], opts):
+                break
+        stats = ScanStats(bytes=sum(plan.nbytes for plan in p.plans), seconds=time.perf_counter() - self.started,
+                          workers=self.threads)
+        report = _report(p.model, p.selected, p.plans, accs, set(p.fp8), list(p.warnings), opts, stats)
+        return dataclasses.replace(report, structure=p.structure)
+
+
+def scan_on(client: Client, models: Sequence[str], *, tensors: Collection[str] | None = None, deep: bool = False,
+            max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
+            hashes: Sequence[str] = (), histograms: bool = False, store: str | None = None,
+            task_bytes: int = TASK_BYTES, retries: int = DEFAULT_RETRIES) -> list[Outcome[ScanReport]]:
+    """Scan ``models`` (paths, or store names such as ``ollama:NAME``, as the workers see them) on the Dask
+    cluster of ``client``: one outcome per model, in order, each the report :func:`ggaudit.scan` gives on
+    one machine (``stats`` aside) or the error that stopped that model.
+
+    The options are :func:`ggaudit.scan`'s. ``task_bytes``: tensor bytes per task (whole units, tensor
+    and row aligned). With ``hashes`` a model is one task, its files read once from first byte to last.
+    ``retries``: runs again of a task that raised; a task whose worker died is rescheduled by Dask.
+    """
+    _check_count(task_bytes, "task_bytes")
+    _check_count(retries, "retries", minimum=0)
+    spec = ScanSpec(tensors=tensors, deep=deep, max_abs=max_abs, as_fp8=tuple(as_fp8), limit=limit,
+                    fail_fast=fail_fast, hashes=tuple(hashes), histograms=histograms, store=store)
+    threads = sum(client.nthreads().values())
+    jobs = [_ScanJob(model, spec, task_bytes, threads) for model in models]
+    _run(client, jobs, retries)
+    return [_outcome(job) for job in jobs]
+
+
+class _ManifestJob(_Job[TensorManifest]):
+    def __init__(self, model: str, group_bytes: int, store: str | None) -> None:
+        super().__init__(model)
+        self.group_bytes, self.store = group_bytes, store
+        self.digests: dict[int, tuple[FileDigest, tuple[TensorDigest, ...]]] = {}
+
+    def first(self) -> _Call:
+        return _Call(model_files, (self.model, self.store), _FIRST)
+
+    def took(self, tag: int, value: Any) -> None:
+        if tag != _FIRST:
+            self.digests[tag] = value
+            return
+        unique: dict[str, str] = {}
+        for path in value:      # the same file given twice is listed once, as build_tensor_manifest does
+            unique.setdefault(os.path.basename(path), path)
+        self.todo = (_Call(digest_file, (path, self.group_bytes), i) for i, path in enumerate(unique.values()))
+
+    def result(self) -> TensorManifest:
+        parts = [self.digests[i] for i in sorted(self.digests)]
+        return TensorManifest(self.group_bytes, tuple(f for f, _ in parts), tuple(t for _, ts in parts for t in ts),
+                              f"ggaudit {__version__}")
+
+
+def manifest_on(client: Client, models: Sequence[str], *, group_bytes: int = DEFAULT_GROUP_BYTES,
+                store: str | None = None, retries: int = DEFAULT_RETRIES) -> list[Outcome[TensorManifest]]:
+    """The tensor manifest of each model (a file, a split set, ``ollama:NAME``), built on the Dask cluster
+    of ``client`` one task per file (a file's sha256 is one sequential read): byte for byte the manifest
+    :func:`ggaudit.build_manifest` writes on one machine, or the error that stopped that model."""
+    _check_count(group_bytes, "group_bytes", minimum=1)
+    _check_count(retries, "retries", minimum=0)
+    jobs = [_ManifestJob(model, group_bytes, store) for model in models]
+    _run(client, jobs, retries)
+    return [_outcome(job) for job in jobs]
+
+
+def _outcome(job: _Job[R]) -> Outcome[R]:
+    assert job.outcome is not None, "every job finishes before _run returns"
+    return job.outcome
+
+
+def _check_count(value: int, field: str, minimum: int = 1) -> None:
+    if not is_count(value, minimum):
+        raise UsageError(None, f"must be an integer >= {minimum}, not {value!r}", field=field)

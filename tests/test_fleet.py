@@ -1,0 +1,192 @@
+"""ggaudit.fleet (issue 16): scans and manifests on a Dask cluster are the reports and manifests a local run
+gives, whatever the task size, with errors kept per model and a worker killed mid-run made good."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from ggaudit.batch import Outcome, run_models  # noqa: E402
+from ggaudit.errors import ReadError  # noqa: E402
+from ggaudit.fleet import manifest_on, scan_on  # noqa: E402
+from ggaudit.fleet import run as fleet_run  # noqa: E402
+from ggaudit.scan.report import ScanReport, ScanStats  # noqa: E402
+from ggaudit.scan.run import scan  # noqa: E402
+from ggaudit.verify.manifests.tensor import build_tensor_manifest, tensor_manifest_text  # noqa: E402
+
+from platforms import needs_posix_signals  # noqa: E402
+from reliability_support import run_cli  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MODELS = sorted(str(p) for p in FIXTURES.glob("*.gguf"))
+F32_AT, F64_AT, Q8_0_AT = 3200, 35968, 140928     # offsets of three tensors of all_types.gguf
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """Two worker threads in this process: every task runs the worker code, with nothing to start."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") \
+            as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture
+def poisoned(tmp_path: Path) -> str:
+    """all_types.gguf with non-finite values in three tensors, two of them in its first and last rows."""
+    path = tmp_path / "poisoned.gguf"
+    shutil.copyfile(FIXTURES / "all_types.gguf", path)
+    with open(path, "r+b") as f:
+        for offset, bits in [(F32_AT + 5 * 4, b"\x00\x00\xc0\x7f"),                    # row 0, column 5: nan
+                             (F32_AT + (7 * 512 + 500) * 4, b"\x00\x00\x80\x7f"),      # row 7, column 500: +inf
+                             (F64_AT + (4 * 512 + 10) * 8, b"\x00" * 6 + b"\xf0\xff"),  # row 4, column 10: -inf
+                             (Q8_0_AT + 17 * 34, b"\x00\x7e")]:                         # row 1, block 1's d: nan
+            f.seek(offset)
+            f.write(bits)
+    return str(path)
+
+
+def unstated(report: ScanReport | None, stopped: bool = False) -> ScanReport:
+    """The report without its timings and reader count, which are the run's, not the model's; when a
+    --fail-fast run ``stopped``, without each tensor's largest value too: that covers what was read before
+    the stop, a task's bytes here and a stream's chunk locally (as locally with worker processes)."""
+    assert report is not None
+    if stopped:
+        report = dataclasses.replace(report, tensors=tuple(dataclasses.replace(t, max_abs=None)
+                                                           for t in report.tensors))
+    return dataclasses.replace(report, stats=ScanStats(bytes=report.stats.bytes, seconds=0.0, workers=0))
+
+
+def assert_same(fleet: list[Outcome[ScanReport]], local: list[Outcome[ScanReport]], stopped: bool = False) -> None:
+    assert [o.model for o in fleet] == [o.model for o in local]
+    for got, want in zip(fleet, local, strict=True):
+        if want.error is not None:
+            assert type(got.error) is type(want.error) and str(got.error) == str(want.error)
+        else:
+            assert got.error is None, got.error
+            assert unstated(got.result, stopped) == unstated(want.result, stopped), got.model
+
+
+def local_scans(models: list[str], **options: Any) -> list[Outcome[ScanReport]]:
+    return run_models(models, lambda m: scan(m, workers=0, **options))
+
+
+@pytest.mark.parametrize("task_bytes", [64 << 20, 4096])
+def test_a_folder_scans_as_it_does_locally_a_missing_file_kept_apart(client: Any, task_bytes: int) -> None:
+    models = [*MODELS, str(FIXTURES / "absent.gguf")]
+    fleet = scan_on(client, models, task_bytes=task_bytes)
+    assert_same(fleet, local_scans(models))
+    assert fleet[-1].error is not None and "No such file" in str(fleet[-1].error)
+    assert [os.path.basename(o.model) for o in fleet if o.result is not None and not o.result.ok] == [
+        "all_types-f32-nan.gguf", "all_types-mxfp4-nan.gguf", "all_types-q4_k-inf.gguf"]
+
+
+@pytest.mark.parametrize("options", [{}, {"limit": 1}, {"fail_fast": True}, {"max_abs": 0.5, "limit": 3},
+                                     {"tensors": ["types.f*"], "histograms": True}, {"hashes": ("sha256",)}])
+def test_findings_in_several_tasks_of_one_file_merge_in_file_order(client: Any, poisoned: str,
+                                                                   options: dict[str, Any]) -> None:
+    fleet = scan_on(client, [poisoned], task_bytes=4096, **options)
+    assert_same(fleet, local_scans([poisoned], **options), stopped=bool(options.get("fail_fast")))
+    report = fleet[0].result
+    assert report is not None
+    found = [(t.name, f.row, f.column, f.kind) for t in report.tensors for f in t.findings if f.kind != "outlier"]
+    if options.get("fail_fast"):
+        assert found == [("types.f32.weight", 0, 5, "nan")] and not report.complete
+    elif options.get("limit") == 1:
+        assert found == [("types.f32.weight", 0, 5, "nan"), ("types.f64.weight", 4, 10, "-inf"),
+                         ("types.q8_0.weight", 1, 32, "nan")]
+        assert report.counts["+inf"] == 1       # counted, not listed: beyond the limit
+    elif not options:
+        assert found == [("types.f32.weight", 0, 5, "nan"), ("types.f32.weight", 7, 500, "+inf"),
+                         ("types.f64.weight", 4, 10, "-inf"), ("types.q8_0.weight", 1, 32, "nan")]
+
+
+def test_manifests_are_byte_identical_and_a_bad_file_is_its_own_error(client: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)
+    models = [str(FIXTURES / "split-00002-of-00002.gguf"), str(bad), str(FIXTURES / "all_types.gguf"),
+              str(FIXTURES / "ple_q8_0.gguf")]
+    fleet = manifest_on(client, models, group_bytes=4096)
+    assert fleet[1].error is not None and fleet[1].result is None
+    for outcome, model in zip(fleet, models, strict=True):
+        if model != str(bad):
+            assert outcome.result is not None
+            want = tensor_manifest_text(build_tensor_manifest(model, group_bytes=4096))
+            assert tensor_manifest_text(outcome.result) == want
+    assert [f.name for f in fleet[0].result.files] == ["split-00001-of-00002.gguf", "split-00002-of-00002.gguf"]
+
+
+def test_a_file_changed_between_planning_and_reading_is_reported_so(client: Any, poisoned: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fleet_run.prepare_scan
+
+    def then_append(target: str, spec: Any) -> Any:
+        prepared = real(target, spec)
+        if target == poisoned:          # never a fixture: they are read-only
+            with open(target, "ab") as f:
+                f.write(b"\0" * 32)
+        return prepared
+
+    monkeypatch.setattr(fleet_run, "prepare_scan", then_append)
+    outcome = scan_on(client, [poisoned, MODELS[0]], task_bytes=4096)
+    assert isinstance(outcome[0].error, ReadError)
+    assert str(outcome[0].error).startswith(f"{poisoned}: file changed during scan (replaced, resized or "
+                                            "rewritten: size 186688 -> 186720")
+    assert outcome[1].result is not None
+
+
+def test_cli_scan_and_manifest_on_a_scheduler_by_address(client: Any, poisoned: str) -> None:
+    address = client.scheduler.address
+    local = run_cli(["scan", poisoned, MODELS[0]])
+    fleet = run_cli(["scan", "--dask", address, poisoned, MODELS[0]])
+    assert (fleet.exit_code, fleet.output) == (1, local.output)
+    wanted = run_cli(["manifest", MODELS[0], "-o", "-"])
+    got = run_cli(["manifest", "--dask", address, MODELS[0], "-o", "-"])
+    assert (got.exit_code, got.output) == (0, wanted.output)
+
+
+def test_cli_dask_refuses_a_bad_local_count_and_llama_hash() -> None:
+    result = run_cli(["scan", "--dask", "local:0", MODELS[0]])
+    assert result.exit_code == 2 and "local:N takes a number of workers >= 1, not '0'" in result.stderr
+    result = run_cli(["manifest", "--dask", "local", "--manifest-format", "llama-gguf-hash", MODELS[0], "-o", "-"])
+    assert result.exit_code == 2 and "--dask builds the ggaudit manifest, not llama-gguf-hash" in result.stderr
+    for extra in (["--workers", "0"], ["--jobs", "2"]):
+        result = run_cli(["scan", "--dask", "local", *extra, MODELS[0]])
+        assert result.exit_code == 2
+        assert "--dask reads on the cluster's workers: not with --workers or --jobs" in result.stderr
+
+
+@needs_posix_signals
+def test_a_worker_killed_mid_run_leaves_the_report_complete(poisoned: str) -> None:
+    models = [poisoned, *MODELS]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as c:
+        pids = c.run(os.getpid)
+        killed: list[str] = []
+
+        def kill_a_busy_worker() -> None:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                busy = [w for w, keys in c.processing().items() if any("scan_range" in k for k in keys)]
+                if busy:
+                    os.kill(pids[busy[0]], signal.SIGKILL)
+                    killed.append(busy[0])
+                    return
+                time.sleep(0.005)
+
+        killer = threading.Thread(target=kill_a_busy_worker)
+        killer.start()
+        fleet = scan_on(c, models, task_bytes=2048)
+        killer.join()
+    assert killed, "no worker was busy to be killed"
+    assert_same(fleet, local_scans(models))
