@@ -190,3 +190,38 @@ def test_a_worker_killed_mid_run_leaves_the_report_complete(poisoned: str) -> No
         killer.join()
     assert killed, "no worker was busy to be killed"
     assert_same(fleet, local_scans(models))
+
+
+def test_verify_on_the_cluster_is_the_local_verify(client: Any, poisoned: str, tmp_path: Path) -> None:
+    from ggaudit.fleet import verify_on
+    from ggaudit.verify.dispatch import verify
+
+    manifest = tmp_path / "all_types.manifest.json"
+    assert run_cli(["manifest", str(FIXTURES / "all_types.gguf"), "-o", str(manifest)]).exit_code == 0
+    targets = [str(FIXTURES / "all_types.gguf"), poisoned, str(tmp_path / "absent.gguf"), str(tmp_path)]
+    fleet = verify_on(client, targets, manifest=str(manifest))
+    assert [o.model for o in fleet] == targets
+    local = [verify(t, manifest=str(manifest)) for t in targets[:3]]
+    for got, wanted in zip(fleet[:3], local, strict=True):
+        assert got.result is not None
+        assert (got.result.ok, got.result.mismatches, got.result.checked) == (wanted.ok, wanted.mismatches,
+                                                                                wanted.checked)
+    assert fleet[0].result is not None and fleet[0].result.ok
+    assert fleet[1].result is not None and {m.tensor for m in fleet[1].result.mismatches} >= {
+        "types.f32.weight", "types.f64.weight", "types.q8_0.weight"}
+    assert fleet[2].result is not None and [m.kind for m in fleet[2].result.mismatches] == ["missing"]
+    assert fleet[3].result is None and isinstance(fleet[3].error, ReadError)
+    assert str(fleet[3].error) == f"{tmp_path}: is a directory"
+
+
+def test_cli_verify_on_dask_prints_the_local_report(client: Any, poisoned: str, tmp_path: Path) -> None:
+    address = client.scheduler.address
+    manifest = tmp_path / "m.json"
+    assert run_cli(["manifest", str(FIXTURES / "all_types.gguf"), "-o", str(manifest)]).exit_code == 0
+    args = ["verify", poisoned, str(FIXTURES / "all_types.gguf"), "--manifest", str(manifest), "--no-cache"]
+    local, fleet = run_cli(args), run_cli([*args, "--dask", address])
+    assert (fleet.exit_code, fleet.output) == (1, local.output)
+    assert "2 models: 1 with findings, 1 clean, 0 errors" in fleet.output
+    for extra in (["--jobs", "2"], ["--quick"], ["--sums", str(manifest)]):
+        refused = run_cli(["verify", *([] if extra[0] == "--sums" else [poisoned]), *extra, "--dask", address])
+        assert refused.exit_code == 2, refused.output

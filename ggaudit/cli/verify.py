@@ -20,6 +20,7 @@ from .progress import file_size, run_progress
 from .reporters import Rendering, emit_outcomes, format_options
 
 if TYPE_CHECKING:
+    from ..batch import Outcome
     from ..verify.digests import Progress
     from ..verify.run import VerifyReport
 
@@ -47,10 +48,13 @@ if TYPE_CHECKING:
 @click.option("--no-cache", is_flag=True, help="Hash every file; neither use nor fill the digest cache.")
 @click.option("--quick", is_flag=True, help="Check sizes and names and take digests from the digest cache only: "
               "hash nothing, and count a file without a cached digest as unchecked.")
+@click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
+              help="Verify each TARGET in a task on a Dask cluster (pip install 'ggaudit[dask]'), its workers "
+                   "reading the files at the same paths; the digest cache is not used there.")
 @handle_errors
 def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
            ignore_missing: bool, base: str | None, sha256: str | None, manifest_file: str | None, jobs: int,
-           rendering: Rendering, fail_fast: bool, limit: int, no_cache: bool, quick: bool) -> None:
+           rendering: Rendering, fail_fast: bool, limit: int, no_cache: bool, quick: bool, dask: str | None) -> None:
     """Check the bytes of each TARGET against the digests they should have.
 
     \b
@@ -86,6 +90,8 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     audits: dict[str, Callable[..., VerifyReport]]
     if sums is None and (ignore_missing or base is not None):
         raise UsageError(None, "--ignore-missing and --base are for --sums FILE")
+    if dask is not None and (sums is not None or sha256 is not None):
+        raise UsageError(None, "--dask verifies TARGETs (with --manifest or by their store): not --sums or --sha256")
     if sums is not None:
         if items or manifest_file is not None or sha256 is not None:
             raise UsageError(None, "--sums FILE takes no TARGET, no --manifest and no --sha256")
@@ -97,6 +103,10 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
         if len(items) != 1 or manifest_file is not None:
             raise UsageError(None, "--sha256 HEX checks one FILE and takes no --manifest")
         names, audits = items, {items[0]: functools.partial(check, items[0], sha256=sha256, cache=cache, quick=quick)}
+    elif dask is not None:
+        if jobs > 1 or quick or OLLAMA_PREFIX + "*" in items:
+            raise UsageError(None, "--dask verifies each TARGET in a task: not with --jobs, --quick or ollama:*")
+        raise SystemExit(emit_outcomes(_on_dask(dask, items, manifest_file, store, fail_fast), rendering))
     else:
         # Keyed by the target's text: a target given twice is the same check, reported twice.
         names, audits = _audits(items, store, manifest_file, fail_fast, cache, quick)
@@ -110,6 +120,14 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
 
         outcomes = run_models(names, one, jobs=jobs)
     raise SystemExit(emit_outcomes(outcomes, rendering))
+
+
+def _on_dask(address: str, targets: list[str], manifest: str | None, store: str | None,
+             fail_fast: bool) -> list[Outcome[VerifyReport]]:
+    from ..fleet import connect, verify_on
+
+    with connect(address) as client:
+        return verify_on(client, targets, manifest=manifest, store=store, fail_fast=fail_fast)
 
 
 def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool, cache: bool,

@@ -28,8 +28,9 @@ from ..scan.run import _report
 from ..scan.workers import TASK_BYTES, _merge, make_tasks
 from ..verify.manifests._common import is_count
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, FileDigest, TensorDigest, TensorManifest
+from ..verify.run import VerifyReport
 from .tasks import (Failed, Prepared, ScanSpec, digest_file, guarded, model_files, prepare_scan, scan_range,
-                    scan_whole)
+                    scan_whole, verify_target)
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -246,6 +247,38 @@ def manifest_on(client: Client, models: Sequence[str], *, group_bytes: int = DEF
     _check_count(group_bytes, "group_bytes", minimum=1)
     _check_count(retries, "retries", minimum=0)
     jobs = [_ManifestJob(model, group_bytes, store) for model in models]
+    _run(client, jobs, retries)
+    return [_outcome(job) for job in jobs]
+
+
+class _VerifyJob(_Job[VerifyReport]):
+    def __init__(self, target: str, options: dict[str, Any]) -> None:
+        super().__init__(target)
+        self.options = options
+        self.report: VerifyReport | None = None
+
+    def first(self) -> _Call:
+        return _Call(verify_target, (self.model, self.options), _FIRST)
+
+    def took(self, tag: int, value: Any) -> None:
+        self.report = value
+
+    def result(self) -> VerifyReport:
+        assert self.report is not None, "a verify job ends with its one task's report"
+        return self.report
+
+
+def verify_on(client: Client, targets: Sequence[str], *, manifest: str | None = None, store: str | None = None,
+              fail_fast: bool = False, cache: bool = False, quick: bool = False,
+              retries: int = DEFAULT_RETRIES) -> list[Outcome[VerifyReport]]:
+    """:func:`ggaudit.verify` of each target (a file, a blob, ``ollama:NAME``, ``hf:ORG/NAME``; with
+    ``manifest``, a model against it) on the Dask cluster of ``client``, one task per target, where the
+    files are: the report a local call gives, or the error that stopped that target. ``cache``: each worker
+    uses its own digest cache (off by default: a worker's cache folder may not be shared or kept)."""
+    _check_count(retries, "retries", minimum=0)
+    options: dict[str, Any] = {"manifest": manifest, "store": store, "fail_fast": fail_fast, "cache": cache,
+                               "quick": quick}
+    jobs = [_VerifyJob(target, options) for target in targets]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 

@@ -21,6 +21,7 @@ from ..scan.report import ScanReport
 from ..scan.run import _check_options, _check_reads, _fp8_names, _plans, _select, scan
 from ..scan.workers import Task, run_task
 from ..verify.manifests.tensor import FileDigest, TensorDigest, digest_gguf_file
+from ..verify.run import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,13 @@ def _same_file(path: str, expected: FileIdentity, when: str) -> FileIdentity:
         raise ReadError(path, f"file changed {when} (replaced, resized or rewritten: size {expected.size} -> "
                         f"{now.size}, mtime {expected.mtime_ns} -> {now.mtime_ns})")
     return now
+
+
+def verify_target(target: str, options: dict[str, Any]) -> VerifyReport:
+    """``ggaudit.verify(target, **options)`` where the files are: the report is small (digests, mismatches)."""
+    from ..verify.dispatch import verify
+
+    return verify(target, **options)
 
 
 def model_files(target: str, store: str | None) -> list[str]:
