@@ -60,7 +60,9 @@ class Outcome(Generic[R_co]):
         return self.error is None
 
 
-def _as_error(model: str, err: BaseException) -> GGAuditError:
+def as_error(model: str, err: BaseException) -> GGAuditError:
+    """An expected failure of one model (bad input, an OSError, MemoryError) as the GGAuditError its
+    outcome holds."""
     if isinstance(err, GGAuditError):
         return err
     if isinstance(err, MemoryError):
@@ -76,7 +78,7 @@ def _one(model: str, audit: Callable[[str], R]) -> Outcome[R]:
     except (GGAuditError, OSError, MemoryError) as err:
         # Expected failures of one model become its outcome; anything else is a bug and propagates.
         log.debug("%s failed: %s", model, err)
-        return Outcome(model, error=_as_error(model, err))
+        return Outcome(model, error=as_error(model, err))
 
 
 def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 1) -> list[Outcome[R]]:

@@ -30,7 +30,7 @@ from ggaudit.fleet import scan_on
 from ggaudit.format.layout import open_model
 from ggaudit.scan.run import scan
 from ggaudit.scan.workers import make_tasks
-from ggaudit.scan.run import _plans
+from ggaudit.scan.run import make_plans
 
 
 def _best(fn: Callable[[], object], repeat: int) -> float:
@@ -46,7 +46,7 @@ def _tasks(paths: Sequence[str], task_bytes: int) -> int:
     n = 0
     for path in paths:
         m = open_model(path)
-        plans, _ = _plans(list(m.tensors), set(), False)
+        plans, _ = make_plans(list(m.tensors), set(), False)
         n += sum(1 for _ in make_tasks(plans, {f.path: f.identity for f in m.files}, task_bytes))
     return n
 

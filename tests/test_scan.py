@@ -395,7 +395,7 @@ def test_scan_consumer_shares_one_read_with_a_digest(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     _multi_fault_model(path)
     model = open_model(path)
-    plans, _ = scan_module._plans(list(model.tensors), set(), False)
+    plans, _ = scan_module.make_plans(list(model.tensors), set(), False)
     consumer = ScanConsumer(plans, kernel.Options(None, 1000, False))
     sha = Sha256()
     read_through(path, [sha, consumer], chunk_size=4093)

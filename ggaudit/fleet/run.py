@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._version import __version__
-from ..batch import Outcome, _as_error
+from ..batch import Outcome, as_error
 from ..errors import GGAuditError, ReadError, UsageError
 from ..scan.kernel import Acc
 from ..scan.report import ScanReport, ScanStats
-from ..scan.run import _report
-from ..scan.workers import TASK_BYTES, _merge, make_tasks
+from ..scan.run import build_report
+from ..scan.workers import TASK_BYTES, merge_results, make_tasks
 from ..verify.manifests._common import is_count
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, FileDigest, TensorDigest, TensorManifest
 from ..verify.run import VerifyReport
@@ -82,7 +82,7 @@ class _Job(Generic[R]):
         try:
             value = future.result()
         except (GGAuditError, OSError, MemoryError) as err:
-            self._fail(_as_error(self.model, err))
+            self._fail(as_error(self.model, err))
         except Exception as err:
             if type(err).__name__ != "KilledWorker":     # anything else is a bug: raised to the caller
                 raise
@@ -185,11 +185,11 @@ class _ScanJob(_Job[ScanReport]):
         opts = self.spec.options
         accs: dict[int, Acc] = {}
         for i in sorted(self.parts):
-            if _merge(accs, self.parts[i], opts):
+            if merge_results(accs, self.parts[i], opts):
                 break
         stats = ScanStats(bytes=sum(plan.nbytes for plan in p.plans), seconds=time.perf_counter() - self.started,
                           workers=self.threads)
-        report = _report(p.model, p.selected, p.plans, accs, set(p.fp8), list(p.warnings), opts, stats)
+        report = build_report(p.model, p.selected, p.plans, accs, set(p.fp8), list(p.warnings), opts, stats)
         return dataclasses.replace(report, structure=p.structure)
 
 

@@ -18,7 +18,7 @@ from ..format.structure import StructureFinding, check_structure
 from ..io import FileIdentity
 from ..scan.kernel import Acc, Options, Plan
 from ..scan.report import ScanReport
-from ..scan.run import _check_options, _check_reads, _fp8_names, _plans, _select, scan
+from ..scan.run import check_options, check_reads, fp8_names, make_plans, select_tensors, scan
 from ..scan.workers import Task, run_task
 from ..verify.manifests.tensor import FileDigest, TensorDigest, digest_gguf_file
 from ..verify.run import VerifyReport
@@ -77,11 +77,11 @@ class Prepared:
 def prepare_scan(target: str, spec: ScanSpec) -> Prepared:
     """Open ``target`` and plan its scan exactly as a local :func:`scan` does (same checks, same order)."""
     m = open_model(target, store=spec.store)
-    _check_options(m.source, spec.max_abs, spec.limit)
-    _check_reads(m.source, spec.hashes, None)
-    fp8 = _fp8_names(m, spec.as_fp8)
-    selected = _select(m, spec.tensors)
-    plans, warnings = _plans(selected, fp8, spec.deep)
+    check_options(m.source, spec.max_abs, spec.limit)
+    check_reads(m.source, spec.hashes, None)
+    fp8 = fp8_names(m, spec.as_fp8)
+    selected = select_tensors(m, spec.tensors)
+    plans, warnings = make_plans(selected, fp8, spec.deep)
     for f in m.files:
         f.check_unchanged("since it was opened")
     structure = tuple(finding for f in m.files for finding in check_structure(f))

@@ -223,7 +223,8 @@ def _runs(plans: Sequence[Plan]) -> Iterator[tuple[int, int]]:
 
 # ----- the entry point ------------------------------------------------------------------------------
 
-def _select(model: Model, patterns: Collection[str] | None) -> list[Tensor]:
+def select_tensors(model: Model, patterns: Collection[str] | None) -> list[Tensor]:
+    """The tensors a scan covers: all, or those matching ``patterns`` (each must match one)."""
     if not patterns:
         return list(model.tensors)
     for pattern in patterns:
@@ -232,7 +233,8 @@ def _select(model: Model, patterns: Collection[str] | None) -> list[Tensor]:
     return [t for t in model.tensors if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)]
 
 
-def _fp8_names(model: Model, names: Collection[str]) -> set[str]:
+def fp8_names(model: Model, names: Collection[str]) -> set[str]:
+    """``names`` checked to be I8 tensors of ``model`` (whose bytes are FP8 E4M3)."""
     for name in names:
         t = model.tensor(name)
         if t.ggml_type is not T.I8:
@@ -241,7 +243,7 @@ def _fp8_names(model: Model, names: Collection[str]) -> set[str]:
     return set(names)
 
 
-def _check_reads(source: str, hashes: Sequence[str], workers: int | None) -> None:
+def check_reads(source: str, hashes: Sequence[str], workers: int | None) -> None:
     """How the files are to be read: the digest algorithms and the number of reader processes."""
     unknown = [name for name in hashes if name not in ALGORITHMS]
     if unknown:
@@ -255,7 +257,8 @@ def _check_reads(source: str, hashes: Sequence[str], workers: int | None) -> Non
                          field="workers")
 
 
-def _check_options(source: str, max_abs: float | None, limit: int) -> None:
+def check_options(source: str, max_abs: float | None, limit: int) -> None:
+    """UsageError for a ``max_abs`` or ``limit`` a scan cannot take."""
     if max_abs is not None and not (math.isfinite(max_abs) and max_abs >= 0):
         raise UsageError(source, f"must be a finite number >= 0, not {max_abs!r}", field="max_abs")
     if limit < 0:
@@ -287,12 +290,12 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     """
     m = model if isinstance(model, Model) else open_model(model)
     hashes = tuple(hashes)
-    _check_options(m.source, max_abs, limit)
-    _check_reads(m.source, hashes, workers)
-    fp8 = _fp8_names(m, as_fp8)
-    selected = _select(m, tensors)
+    check_options(m.source, max_abs, limit)
+    check_reads(m.source, hashes, workers)
+    fp8 = fp8_names(m, as_fp8)
+    selected = select_tensors(m, tensors)
     opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast, histograms)
-    plans, warnings = _plans(selected, fp8, deep)
+    plans, warnings = make_plans(selected, fp8, deep)
     total = sum(p.nbytes for p in plans)
     n_workers = 0 if hashes else _workers(workers, total)
     done = 0
@@ -319,7 +322,8 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
         f.check_unchanged("during scan")
     elapsed = time.perf_counter() - started
     stats = ScanStats(bytes=total, seconds=elapsed, workers=n_workers)
-    report = dataclasses.replace(_report(m, selected, plans, accs, fp8, warnings, opts, stats), structure=structure)
+    report = build_report(m, selected, plans, accs, fp8, warnings, opts, stats)
+    report = dataclasses.replace(report, structure=structure)
     if not hashes:
         return report
     unhashed = len(m.files) - len(digests)
@@ -336,7 +340,9 @@ def _workers(workers: int | None, total: int) -> int:
     return min(2, cores) if total >= AUTO_WORKERS_MIN_BYTES and cores > 1 else 0
 
 
-def _plans(selected: Sequence[Tensor], fp8: set[str], deep: bool) -> tuple[list[Plan], list[str]]:
+def make_plans(selected: Sequence[Tensor], fp8: set[str], deep: bool) -> tuple[list[Plan], list[str]]:
+    """How each selected tensor is scanned (the fields of its units), and warnings for what is not checked.
+    Plans are what the in-process scan, reader processes and ggaudit.fleet's tasks run."""
     plans: list[Plan] = []
     undecodable: dict[str, int] = {}
     for index, t in enumerate(selected):
@@ -376,8 +382,9 @@ def _histograms(plan: Plan | None, acc: Acc) -> tuple[ScaleHistogram, ...] | Non
                  ScaleHistogram(field=f.name, encoding=f.encoding.value, powers=()) for f in plan.layout.fields)
 
 
-def _report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
-            fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats) -> ScanReport:
+def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
+                 fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats) -> ScanReport:
+    """The report of a scan from its plans' merged accumulators (however they were read)."""
     by_index = {p.index: p for p in plans}
     out: list[TensorScan] = []
     stopped = any(a.stopped for a in accs.values())

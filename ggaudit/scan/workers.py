@@ -310,7 +310,7 @@ def _drive(pool: ProcessPoolExecutor, plans: Sequence[Plan], opts: Options, file
             while pending and pending[0][1].done():
                 guard.check()    # the workers killed on Ctrl-C fail their futures: say interrupted
                 current, future = pending.popleft()
-                if _merge(accs, future.result(), opts):
+                if merge_results(accs, future.result(), opts):
                     return accs
                 progress(current.nbytes)
     except BrokenProcessPool:
@@ -390,7 +390,7 @@ def _die_by(signum: int) -> None:
     os._exit(128 + signum)       # not reached where the default action ends the process
 
 
-def _merge(accs: dict[int, Acc], results: list[tuple[int, Acc]], opts: Options) -> bool:
+def merge_results(accs: dict[int, Acc], results: list[tuple[int, Acc]], opts: Options) -> bool:
     """Fold a task's results in; True when --fail-fast has found its finding."""
     for index, acc in results:
         accs.setdefault(index, Acc()).merge(acc, opts.limit if not opts.fail_fast else 1)
