@@ -28,6 +28,7 @@ from ...verify.diff import DiffReport
 from ...verify.run import VerifyReport
 from . import DEFAULT, Rendering
 from . import text as plain
+from .text import shape_text
 from ._svg import Bar, Lane, Span, file_map, histogram, row_strip, runs, strip_bins
 
 NAME = "html"
@@ -186,7 +187,7 @@ def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
 
 def _tensor_table(tensors: Sequence[TensorScan]) -> str:
     shown = _capped(tensors)
-    rows = ([_td(_t(t.name), "mono"), _td(t.type), _td(_shape(t.shape)), _num(t.nbytes),
+    rows = ([_td(_t(t.name), "mono"), _td(t.type), _td(shape_text(t.shape)), _num(t.nbytes),
              _td(html.escape(plain.counts_text(t.counts) if t.total else "none")),
              _td(html.escape(plain.format_value(t.max_abs, plain.tensor_encoding(t))), "num")] for t in shown)
     return _table(["name", "type", "shape", "bytes", "findings", "max finite |x|"], rows, len(tensors), "tensors",
@@ -201,17 +202,13 @@ def _capped(tensors: Sequence[TensorScan]) -> list[TensorScan]:
     return [tensors[i] for i in sorted(order)]
 
 
-def _shape(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(n) for n in shape) + "]"
-
-
 def _scan_map(r: ScanReport, path: str) -> list[str]:
     tensors = sorted((t for t in r.tensors if t.path == path), key=lambda t: t.offset)
     structure = [s for s in r.structure if s.path == path]
     extent = max([t.offset + t.nbytes for t in tensors] + [s.offset + s.length for s in structure] + [1])
     segments = [Span(0, tensors[0].offset, "hdr", "header and tensor infos")] if tensors else []
     segments += [Span(t.offset, t.nbytes, f"tf{i % 2}" if t.total else f"t{i % 2}",
-                      f"tensor {escape(t.name)} ({t.type} {_shape(t.shape)}): offset {t.offset}, {t.nbytes} bytes")
+                      f"tensor {escape(t.name)} ({t.type} {shape_text(t.shape)}): offset {t.offset}, {t.nbytes} bytes")
                  for i, t in enumerate(tensors)]
     marks = [Span(s.offset, s.length, "structure", plain.describe_structure(s)) for s in structure]
     findings = [(f, t) for t in tensors for f in t.findings]
@@ -391,15 +388,16 @@ def _diff(r: DiffReport, rendering: Rendering) -> list[str]:
     if r.data_diffs:
         out += ["<h3>Differences</h3>", _table(
             ["tensor", "type", "shape", "rows differing", "first row", "block", "offset in a", "offset in b"],
-            ([_td(_t(d.name), "mono"), _td(html.escape(d.ggml_type)), _td(_shape(d.shape)),
+            ([_td(_t(d.name), "mono"), _td(html.escape(d.ggml_type)), _td(shape_text(d.shape)),
               _td(f"{d.rows_differing} of {d.n_rows}", "num"), _num(d.first.row), _num(d.first.block),
               _num(d.first.offset_a), _num(d.first.offset_b)] for d in r.data_diffs), len(r.data_diffs),
             "differences")]
     if r.layout_changes:
         out += ["<h3>Changed type or shape</h3>", _table(
             ["tensor", "what", "a", "b"],
-            ([_td(_t(c.name), "mono"), _td(html.escape(c.what)), _td(f"{html.escape(c.type_a)} {_shape(c.shape_a)}"),
-              _td(f"{html.escape(c.type_b)} {_shape(c.shape_b)}")] for c in r.layout_changes),
+            ([_td(_t(c.name), "mono"), _td(html.escape(c.what)),
+              _td(f"{html.escape(c.type_a)} {shape_text(c.shape_a)}"),
+              _td(f"{html.escape(c.type_b)} {shape_text(c.shape_b)}")] for c in r.layout_changes),
             len(r.layout_changes), "changes")]
     return out
 
@@ -413,12 +411,13 @@ def _info(info: ModelInfo, rendering: Rendering) -> list[str]:
         tensors = sorted((t for t in model.tensors if t.path == f.path), key=lambda t: t.offset)
         segments = [Span(0, f.data_offset, "hdr", "header and tensor infos")]
         segments += [Span(t.offset, t.nbytes, f"t{i % 2}", f"tensor {escape(t.name)} ({t.ggml_type.name} "
-                          f"{_shape(t.shape)}): offset {t.offset}, {t.nbytes} bytes") for i, t in enumerate(tensors)]
+                          f"{shape_text(t.shape)}): offset {t.offset}, {t.nbytes} bytes")
+                     for i, t in enumerate(tensors)]
         out += [f"<h3>Map of {_p(f.path)}</h3>", file_map(f.size, segments, [], f"map of {escape_path(f.path)}"),
                 _legend([("hdr", "header"), ("t0", "tensor"), ("t1", "tensor (next)")])]
     out += ["<h3>Tensors</h3>", _table(
         ["name", "type", "shape", "offset", "bytes"],
-        ([_td(_t(t.name), "mono"), _td(t.ggml_type.name), _td(_shape(t.shape)), _num(t.offset), _num(t.nbytes)]
+        ([_td(_t(t.name), "mono"), _td(t.ggml_type.name), _td(shape_text(t.shape)), _num(t.offset), _num(t.nbytes)]
          for t in model.tensors), len(model.tensors), "tensors")]
     return out
 

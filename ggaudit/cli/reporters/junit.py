@@ -32,7 +32,6 @@ from ...verify.run import VerifyReport
 from ..common import ManifestWritten
 from . import DEFAULT, Rendering
 from . import text
-from .sarif import layout_line, only_line     # the text report's lines text.py has no function for
 
 NAME = "junit"
 
@@ -225,10 +224,11 @@ def _diff(target: str, r: DiffReport) -> Iterable[Case]:
     yield metadata
     for side, names in (("a", r.only_in_a), ("b", r.only_in_b)):
         for name in names:
-            line = only_line(side, name)
+            line = text.describe_only(side, name)
             yield Case(classname, escape(name), failure=(line, f"only-in-{side}", [line]))
     for c in r.layout_changes:
-        yield Case(classname, escape(c.name), failure=(layout_line(c), "layout", [layout_line(c)]))
+        line = text.describe_layout_change(c)
+        yield Case(classname, escape(c.name), failure=(line, "layout", [line]))
     for d in r.data_diffs:
         lines = text.describe_data_diff(d)
         yield Case(classname, escape(d.name), failure=(lines[0], "data", [line.strip() for line in lines]))

@@ -25,7 +25,7 @@ from ...format.info import ModelInfo
 from ...rows.replay import RowsReport
 from ...scan.report import ScanReport
 from ...text import escape, escape_message
-from ...verify.diff import DiffReport, LayoutChange
+from ...verify.diff import DiffReport
 from ...verify.run import VerifyReport
 from ..common import ManifestWritten
 from . import DEFAULT, Rendering
@@ -330,13 +330,13 @@ def _diff(log: _Log, target: str, r: DiffReport) -> dict[str, Any]:
         log.result("diff/metadata", text.describe_metadata_change(c), [log.location(side)],
                    {"target": target, "a": r.a, "b": r.b, **c.to_json()})
     for name in r.only_in_a:
-        log.result("diff/only-in-a", only_line("a", name), [log.location(r.a, tensor=name)],
+        log.result("diff/only-in-a", text.describe_only("a", name), [log.location(r.a, tensor=name)],
                    {"target": target, "tensor": name, "a": r.a, "b": r.b})
     for name in r.only_in_b:
-        log.result("diff/only-in-b", only_line("b", name), [log.location(r.b, tensor=name)],
+        log.result("diff/only-in-b", text.describe_only("b", name), [log.location(r.b, tensor=name)],
                    {"target": target, "tensor": name, "a": r.a, "b": r.b})
     for lc in r.layout_changes:
-        log.result("diff/layout", layout_line(lc), [log.location(r.b, tensor=lc.name)],
+        log.result("diff/layout", text.describe_layout_change(lc), [log.location(r.b, tensor=lc.name)],
                    {"target": target, "tensor": lc.name, "a": r.a, "b": r.b, **lc.to_json()})
     for d in r.data_diffs:
         f = d.first
@@ -351,19 +351,6 @@ def _diff(log: _Log, target: str, r: DiffReport) -> dict[str, Any]:
 
 
 # The text report's lines for these two; text.py has no function of its own for them (yet).
-
-def only_line(side: str, name: str) -> str:
-    return f"ONLY-IN-{side.upper()} tensor {escape(name)}"
-
-
-def layout_line(c: LayoutChange) -> str:
-    return (f"CHANGED tensor {escape(c.name)}: {c.what}: {c.type_a} {_shape(c.shape_a)} -> "
-            f"{c.type_b} {_shape(c.shape_b)}")
-
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(n) for n in shape) + "]"
-
 
 # --- info and manifest: nothing to find, the files they read ------------------------------------------
 

@@ -24,7 +24,7 @@ from ...rows.replay import Geometry, Mismatch, RowsReport, ShortRead
 from ...scan.report import (CAUSE_DECODED, CAUSE_OVERFLOW, CHECK_NONE, KINDS, Finding, ScanReport,
                             StructureFinding, TensorScan)
 from ...text import escape, escape_message, escape_path
-from ...verify.diff import DiffReport, FirstDifference, TensorDataDiff, ValueChange
+from ...verify.diff import DiffReport, FirstDifference, LayoutChange, TensorDataDiff, ValueChange
 from ...verify.diff_meta import MetadataChange
 from ...verify.manifests.llama_hash import LlamaHashManifest, llama_hash_text
 from ...verify.manifests.tensor import tensor_manifest_text
@@ -407,8 +407,18 @@ def describe_metadata_change(c: MetadataChange) -> str:
     return line
 
 
-def _shape(shape: tuple[int, ...]) -> str:
+def shape_text(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def describe_only(side: str, name: str) -> str:
+    """A tensor only model ``side`` ("a" or "b") holds."""
+    return f"ONLY-IN-{side.upper()} tensor {escape(name)}"
+
+
+def describe_layout_change(c: LayoutChange) -> str:
+    return (f"CHANGED tensor {escape(c.name)}: {c.what}: {c.type_a} {shape_text(c.shape_a)} -> "
+            f"{c.type_b} {shape_text(c.shape_b)}")
 
 
 def describe_data_diff(d: TensorDataDiff) -> list[str]:
@@ -419,7 +429,7 @@ def describe_data_diff(d: TensorDataDiff) -> list[str]:
     element = f.columns == 1
     where = f"column {f.column}" if element else f"block {f.block}, columns {f.column}..{f.column + f.columns - 1}"
     return [
-        f"DIFFER tensor {escape(d.name)} ({d.ggml_type} {_shape(d.shape)}): {d.rows_differing} of "
+        f"DIFFER tensor {escape(d.name)} ({d.ggml_type} {shape_text(d.shape)}): {d.rows_differing} of "
         f"{plural(d.n_rows, 'row')} {_verb(d.rows_differing)}",
         f"  first at row {f.row}, {where}, byte {f.byte_in_block} of the {f.block_bytes}-byte "
         f"{'element' if element else 'block'}",
@@ -486,11 +496,9 @@ def _a_to_b(c: ValueChange) -> str:
 def diff_lines(report: DiffReport) -> list[str]:
     lines = [f"diff a: {escape_path(report.a)}", f"diff b: {escape_path(report.b)}"]
     lines.extend(describe_metadata_change(c) for c in report.metadata)
-    lines.extend(f"ONLY-IN-A tensor {escape(name)}" for name in report.only_in_a)
-    lines.extend(f"ONLY-IN-B tensor {escape(name)}" for name in report.only_in_b)
-    for c in report.layout_changes:
-        lines.append(f"CHANGED tensor {escape(c.name)}: {c.what}: {c.type_a} {_shape(c.shape_a)} -> "
-                     f"{c.type_b} {_shape(c.shape_b)}")
+    lines.extend(describe_only("a", name) for name in report.only_in_a)
+    lines.extend(describe_only("b", name) for name in report.only_in_b)
+    lines.extend(describe_layout_change(c) for c in report.layout_changes)
     for d in report.data_diffs:
         lines.extend(describe_data_diff(d))
     stop = " (stopped at the first difference)" if report.stopped_early else ""
