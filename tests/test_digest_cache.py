@@ -190,6 +190,26 @@ def test_an_unwritable_cache_folder_is_a_warning(store: tuple[Path, Path, Path],
                                "hashing without it",)
 
 
+def test_a_home_folder_that_cannot_be_told_is_a_warning(store: tuple[Path, Path, Path],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME unset and no passwd entry for the uid (a container's arbitrary user): Path.home() raises
+    RuntimeError; verify still runs, without the cache, and says so (never exit 3)."""
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    for variable in ("GGAUDIT_CACHE_DIR", "XDG_CACHE_HOME", "LOCALAPPDATA", "HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    said = "digest cache: cannot tell the home folder (HOME is not set; set GGAUDIT_CACHE_DIR): hashing without it"
+    report = verify("ollama:tiny", store=store[0], cache=True)
+    assert report.ok and report.stats.bytes_hashed == len(MODEL) + len(PROJECTOR) and report.stats.cached == 0
+    assert report.warnings == (said,)
+    quick = verify("ollama:tiny", store=store[0], cache=True, quick=True)
+    assert quick.stats.bytes_hashed == 0 and quick.stats.unchecked == 2 and said in quick.warnings
+    result = run_cli(["verify", "ollama:tiny", "--store", store[0]])
+    assert (result.exit_code, result.stderr) == (0, f"ggaudit: warning: {said}\n"), (result.stderr, result.exception)
+
+
 def test_a_cache_locked_too_long_by_another_run_is_a_warning(store: tuple[Path, Path, Path], folder: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     verify("ollama:tiny", store=store[0], cache=True)

@@ -270,6 +270,25 @@ def test_long_digit_strings_and_floats_are_not_the_integer_reported(tmp_path: Pa
     assert caught.value.offset == at + len(prefix) - 1
 
 
+@pytest.mark.parametrize("key", ["n_rows", "rows_per_group"])
+def test_a_long_integer_in_a_row_group_count_message_is_cut(tmp_path: Path, key: str) -> None:
+    # Under Python's 4300-digit limit, so it parses: the counts it leads to are quoted cut, not in full.
+    path, _ = _manifest_with(tmp_path, key, "7" * 4000)
+    tensor = json.loads(path.read_text())["tensors"][0]
+
+    def cut(number: int) -> str:
+        text = str(number)
+        return text if len(text) <= 40 else f"{text[:40]}... ({len(text)} chars)"
+
+    said = (f"has {len(tensor['row_groups'])} entries, {cut(-(-tensor['n_rows'] // tensor['rows_per_group']))} "
+            f"expected for {cut(tensor['n_rows'])} rows")
+    with pytest.raises(ManifestError) as caught:
+        read_tensor_manifest(path)
+    assert (caught.value.field, caught.value.message) == ("tensors[0].row_groups", said)
+    line = assert_one_line_error(run_cli(["verify", "--manifest", path, tmp_path / "m.gguf"]), said)
+    assert len(line) < 200 + len(str(path)), len(line)
+
+
 def test_every_library_error_above_is_a_ggaudit_error() -> None:
     assert all(issubclass(cls, GGAuditError) for cls in (ManifestError, ReadError, UsageError))
 

@@ -4,6 +4,8 @@ called clean, NaN rows called clean, a capture-only run said to have run read pa
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -19,6 +21,7 @@ from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
 from ggaudit.rows.replay import RowSelection, check_rows
 from ollama_support import ollama_store
+from stores_support import ollama_everything
 from platforms import WINDOWS, needs_fifo, needs_symlinks
 from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
 
@@ -172,6 +175,220 @@ def test_unwritable_output_folder_is_one_line_naming_the_output(tmp_path: Path) 
     out = tmp_path / "no-such-folder" / "out.json"
     result = run_cli(["manifest", model, "-o", out])
     assert assert_one_line_error(result).startswith(f"ggaudit: error: {out}: cannot write the manifest: ")
+
+
+# --- class 5: a report's -o FILE never replaces an input of the run either --------------------------
+
+def _spellings(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """``path`` as given, through ``..``, relative to the working folder (made ``tmp_path``), through a hard
+    link and a symlink (where this filesystem has them), and in another case on Windows."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir(exist_ok=True)
+    found = [path, tmp_path / "sub" / ".." / path.relative_to(tmp_path), Path("sub", "..", path.relative_to(tmp_path))]
+    if WINDOWS:
+        found.append(Path(str(path).upper()))
+    for make, name in ((os.link, "hard-" + path.name), (os.symlink, "soft-" + path.name)):
+        try:
+            make(path, tmp_path / name)
+        except (OSError, NotImplementedError):
+            continue        # not on this filesystem: the other spellings still hold
+        if os.path.lexists(tmp_path / name):
+            found.append(tmp_path / name)
+    return found
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's check fails the test if it starts: a refused -o FILE must be refused before it."""
+    import ggaudit.cli.info
+    import ggaudit.rows.replay
+    import ggaudit.verify.diff
+    import ggaudit.verify.dispatch
+    import ggaudit.verify.run
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the run started before -o FILE was refused")
+
+    for module, name in ((ggaudit.verify.dispatch, "verify"), (ggaudit.verify.run, "verify_ollama"),
+                         (ggaudit.verify.run, "verify_ollama_store"), (ggaudit.rows.replay, "check_rows"),
+                         (ggaudit.verify.diff, "diff_paths"), (ggaudit.cli.info, "open_model")):
+        monkeypatch.setattr(module, name, started)
+
+
+def _refused(args: list[object], victims: list[Path], spellings: list[Path], input_name: str | None = None) -> None:
+    """``args`` with ``-o`` each spelling: exit 2, the one line naming it (and the input it is, by name),
+    nothing on stdout, and no victim's bytes changed."""
+    before = [v.read_bytes() for v in victims]
+    for out in spellings:
+        result = run_cli([*args, "-o", out])
+        assert assert_one_line_error(result) == _input_refused(out, input_name or victims[0].name), out
+        assert result.stdout == ""
+    assert [v.read_bytes() for v in victims] == before
+
+
+def _model_and_manifest(tmp_path: Path) -> tuple[Path, Path]:
+    model = write_small_model(tmp_path / "m.gguf")
+    assert run_cli(["manifest", model, "-o", tmp_path / "m.json"]).exit_code == 0
+    return model, tmp_path / "m.json"
+
+
+def test_verify_report_naming_its_manifest_is_refused_before_any_read(tmp_path: Path, nothing_runs: None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    model, manifest = _model_and_manifest(tmp_path)
+    for fmt in ("json", "sarif", "junit", "html", "text"):
+        _refused(["verify", model, "--manifest", manifest, "--format", fmt], [manifest, model],
+                 _spellings(manifest, tmp_path, monkeypatch) if fmt == "json" else [manifest])
+    # The model itself (a GGUF file, and the run's target) is named as the input it is.
+    _refused(["verify", model, "--manifest", manifest], [model, manifest], [model, tmp_path / "sub" / ".." / "m.gguf"])
+
+
+def test_verify_report_naming_the_sums_file_or_a_file_it_names_is_refused(tmp_path: Path, nothing_runs: None,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    (tmp_path / "data").mkdir()
+    notes = tmp_path / "data" / "notes.txt"
+    notes.write_text("not a model\n")
+    sums = tmp_path / "SUMS"
+    sums.write_text(f"{hashlib.sha256(model.read_bytes()).hexdigest()}  m.gguf\n"
+                    f"{hashlib.sha256(notes.read_bytes()).hexdigest()}  data/notes.txt\n")
+    args: list[object] = ["verify", "--sums", sums, "--format", "json"]
+    _refused(args, [sums, notes, model], _spellings(sums, tmp_path, monkeypatch))
+    _refused(args, [notes, sums, model], _spellings(notes, tmp_path, monkeypatch))
+    # With --base the names resolve there, and are just as much inputs.
+    (tmp_path / "elsewhere").mkdir()
+    moved = tmp_path / "elsewhere" / "SUMS"
+    moved.write_text(sums.read_text())
+    _refused(["verify", "--sums", moved, "--base", tmp_path, "--format", "junit"], [notes, moved], [notes])
+
+
+def test_verify_report_naming_an_ollama_manifest_or_any_blob_is_refused(tmp_path: Path, nothing_runs: None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = ollama_everything(tmp_path / "S")
+    manifest = store.root / "manifests" / "registry.ollama.ai" / "library" / "chat" / "latest"
+    everything = [manifest, *store.blobs.values(), store.orphan]
+    args: list[object] = ["verify", "ollama:chat", "--store", store.root, "--format", "sarif"]
+    _refused(args, everything, _spellings(manifest, tmp_path, monkeypatch))
+    for role in ("chat.model", "chat.draft", "chat.config"):     # the config is JSON, not GGUF: an input all the same
+        _refused(args, everything, [store.blob(role)], store.blob(role).name)
+    # The store reached through a link to its folder is the same store.
+    with contextlib.suppress(OSError, NotImplementedError):
+        (tmp_path / "S-link").symlink_to(store.root, target_is_directory=True)
+    if (tmp_path / "S-link").is_symlink():
+        _refused(args, everything, [tmp_path / "S-link" / manifest.relative_to(store.root)], "latest")
+    # ollama:* reads every manifest and every blob, the orphans too.
+    star: list[object] = ["verify", "ollama:*", "--store", store.root, "--format", "json"]
+    imagegen = store.root / "manifests" / "registry.ollama.ai" / "library" / "imagegen" / "latest"
+    for victim in (imagegen, store.orphan, store.blob("imagegen.t1")):
+        _refused(star, everything, [victim], victim.name)
+
+
+@needs_symlinks
+def test_verify_report_naming_a_hugging_face_snapshot_file_is_refused(tmp_path: Path, nothing_runs: None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    readme = b"# tiny\n"
+    blob = repo / "blobs" / hashlib.sha1(b"blob %d\0" % len(readme) + readme).hexdigest()
+    blob.write_bytes(readme)
+    (snapshot / "README.md").symlink_to(f"../../blobs/{blob.name}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    for victim in (snapshot / "README.md", blob):
+        _refused(["verify", "hf:org/tiny", "--format", "json"], [blob], [victim], "README.md")
+    assert (snapshot / "README.md").is_symlink()
+
+
+def _capture(model: Path, path: Path, ids: list[int]) -> Path:
+    t = open_model(model).tensor(EMB)
+    data = model.read_bytes()
+    rows = np.stack([np.frombuffer(data[t.row_offset(r):t.row_offset(r) + ROW], np.uint8) for r in ids])
+    np.savez(path, ids=np.array(ids), rows=rows)
+    return path
+
+
+def test_rows_report_naming_its_ids_file_or_capture_is_refused_before_any_read(
+        tmp_path: Path, nothing_runs: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1,2\n")
+    capture = _capture(model, tmp_path / "cap.npz", [3, 7])
+    _refused(["rows", model, "--ids-file", ids, "--format", "json"], [ids, model],
+             _spellings(ids, tmp_path, monkeypatch))
+    _refused(["rows", model, "--ids", "1", "--ids-file", ids, "--modes", "buffered", "--format", "junit"],
+             [ids], [ids])
+    _refused(["rows", model, "--ids", "0", "--against", capture, "--format", "json"], [capture, model],
+             _spellings(capture, tmp_path, monkeypatch))
+    _refused(["rows", model, "--ids", "0", "--format", "sarif"], [model], [model, tmp_path / "sub" / ".." / "m.gguf"])
+
+
+def test_rows_report_over_its_capture_is_refused_for_real_too(tmp_path: Path) -> None:
+    """Without the test's guard, and with a capture the run rejects (exit 2, where the report used to be written
+    over the capture all the same): the refusal comes first, and the capture is still there to be judged."""
+    model = write_small_model(tmp_path / "m.gguf")
+    good = _capture(model, tmp_path / "cap.npz", [3, 7])
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, ids=np.array([999]), rows=np.zeros((1, ROW), np.uint8))
+    for capture in (good, bad):
+        _refused(["rows", model, "--ids", "0", "--against", capture, "--format", "json"], [capture], [capture])
+    assert run_cli(["rows", model, "--against", good]).exit_code == 0
+    assert assert_one_line_error(run_cli(["rows", model, "--ids", "0", "--against", bad])) == \
+        f"ggaudit: error: {bad}: ids: ids must lie in 0..63"
+
+
+def test_reports_of_info_diff_and_rows_never_name_a_shard_or_an_ollama_manifest(tmp_path: Path,
+                                                                                 nothing_runs: None) -> None:
+    first, second = write_split_set(tmp_path)
+    for args in (["info", first], ["diff", first, first], ["rows", first, "--ids", "0"]):
+        _refused([*args, "--format", "json"], [first, second], [second], second.name)
+    write_small_model(tmp_path / "model.gguf")
+    write_small_model(tmp_path / "proj.gguf", rows=8)
+    store = tmp_path / "store"
+    blob, projector = ollama_store(store, (tmp_path / "model.gguf").read_bytes(), (tmp_path / "proj.gguf").read_bytes())
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    for args in (["info", "ollama:tiny", "--store", store], ["diff", tmp_path / "model.gguf", "ollama:tiny",
+                                                              "--store", store]):
+        for victim in (manifest, blob, projector):
+            _refused([*args, "--format", "sarif"], [manifest, blob, projector], [victim], victim.name)
+
+
+def test_report_writer_checks_again_what_the_run_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file the run found only while it ran (here: the check before it is told nothing) is still never
+    replaced: the writer compares FILE with every file the reports name."""
+    import ggaudit.cli.verify
+
+    model = write_small_model(tmp_path / "m.gguf")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model\n")
+    sums = tmp_path / "SUMS"
+    sums.write_text(f"{hashlib.sha256(model.read_bytes()).hexdigest()}  m.gguf\n"
+                    f"{hashlib.sha256(notes.read_bytes()).hexdigest()}  notes.txt\n")
+    monkeypatch.setattr(ggaudit.cli.verify, "_inputs", lambda *args: [])
+    (tmp_path / "sub").mkdir()
+    _refused(["verify", "--sums", sums, "--format", "json"], [notes, sums],
+             [notes, tmp_path / "sub" / ".." / "notes.txt"])
+    assert sorted(os.listdir(tmp_path)) == ["SUMS", "m.gguf", "notes.txt", "sub"]     # no temporary file left
+
+
+def test_existing_report_is_replaced_but_never_a_model(tmp_path: Path) -> None:
+    """Reports keep their contract: an existing report file is replaced atomically, no --force needed (a CI job
+    writes the same name each run); a GGUF file the run does not read is still refused."""
+    model, manifest = _model_and_manifest(tmp_path)
+    out = tmp_path / "report.json"
+    out.write_text("last run's report\n")
+    result = run_cli(["verify", model, "--manifest", manifest, "--format", "json", "-o", out])
+    assert (result.exit_code, result.stdout) == (0, ""), result.output
+    assert json.loads(out.read_text())["status"] == "clean"
+    other = write_small_model(tmp_path / "other.gguf")
+    before = other.read_bytes()
+    result = run_cli(["verify", model, "--manifest", manifest, "--format", "json", "-o", other])
+    assert assert_one_line_error(result) == f"ggaudit: error: {other}: --output: is a GGUF file; a report never " \
+                                            "replaces a model"
+    assert other.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf", "m.json", "other.gguf", "report.json"]
 
 
 # --- class 7: verify --manifest compares the whole-tensor digest too ---------------------------------
@@ -357,3 +574,33 @@ def test_capture_without_read_paths_says_what_was_compared(tmp_path: Path) -> No
     assert nan.stdout.splitlines()[-1].endswith(
         f"; 1 selected row holds non-finite values (first: row 7, block 1, field d = 0x7e00 nan, "
         f"offset {t.row_offset(7) + 34})")
+
+
+def test_scan_report_naming_a_shard_or_an_ollama_manifest_is_refused(tmp_path: Path, nothing_runs: None) -> None:
+    first, second = write_split_set(tmp_path)
+    _refused(["scan", first, "--format", "json"], [first, second], [second], second.name)
+    write_small_model(tmp_path / "model.gguf")
+    write_small_model(tmp_path / "proj.gguf", rows=8)
+    store = tmp_path / "store"
+    blob, projector = ollama_store(store, (tmp_path / "model.gguf").read_bytes(), (tmp_path / "proj.gguf").read_bytes())
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    for victim in (manifest, blob, projector):
+        _refused(["scan", "ollama:tiny", "--store", store, "--format", "sarif"], [manifest, blob, projector],
+                 [victim], victim.name)
+
+
+def test_manifest_report_naming_an_input_or_the_manifest_written_is_refused(tmp_path: Path) -> None:
+    write_small_model(tmp_path / "model.gguf")
+    write_small_model(tmp_path / "proj.gguf", rows=8)
+    store = tmp_path / "store"
+    ollama_store(store, (tmp_path / "model.gguf").read_bytes(), (tmp_path / "proj.gguf").read_bytes())
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
+    before = manifest.read_bytes()
+    out = tmp_path / "out.json"
+    result = run_cli(["manifest", "ollama:tiny", "--store", store, "-o", out, "--format", "json", "--report", manifest])
+    assert assert_one_line_error(result) == _input_refused(manifest, manifest.name)
+    assert manifest.read_bytes() == before and not out.exists()
+    result = run_cli(["manifest", tmp_path / "model.gguf", "-o", out, "--format", "json", "--report", out])
+    assert assert_one_line_error(result) == (f"ggaudit: error: {out}: is the manifest this run writes (-o); a report "
+                                             "never replaces it")
+    assert not out.exists()

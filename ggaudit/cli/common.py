@@ -240,6 +240,37 @@ def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
     return paths
 
 
+def model_inputs(spec: str, store: str | None) -> list[str]:
+    """The files a run on MODEL ``spec`` reads, as far as they are known before it reads any model: the
+    GGUF file(s) ``spec`` names (for ``ollama:NAME``, after reading its manifest), every shard of their
+    split set (found by name, as the set is opened), and the Ollama manifest. A name that does not
+    resolve adds only itself: the run says what is wrong with it. For ``-o FILE``, which none may be."""
+    from ..format.locate import description_files, resolve_model
+
+    found = [spec]
+    with contextlib.suppress(GGAuditError, OSError):
+        found.extend(description_files(spec, store=store))
+    try:
+        paths = resolve_model(spec, store=store)
+    except (GGAuditError, OSError):
+        return found
+    return found + [shard for path in paths for shard in split_set_files(path)]
+
+
+def split_set_files(path: str) -> list[str]:
+    """``path`` and, when its name is a split set's shard's (``NAME-0000k-of-0000n.gguf``), every shard of
+    that set, by name: the files opening it reads, known without reading any."""
+    from ..format.layout import SPLIT_NAME
+
+    folder, base = os.path.split(path)
+    match = SPLIT_NAME.match(base)
+    if match is None:
+        return [path]
+    count = int(match["count"])
+    return [path] + [os.path.join(folder, f"{match['prefix']}-{k:05d}-of-{count:05d}.gguf")
+                     for k in range(1, count + 1)]
+
+
 #: ``-o -`` writes to stdout.
 STDOUT = "-"
 

@@ -7,9 +7,9 @@ import click
 from typing import TYPE_CHECKING
 
 from ..batch import run_models
-from .common import PathParam, handle_errors
+from .common import PathParam, handle_errors, model_inputs
 from .progress import run_progress
-from .reporters import Rendering, emit_outcomes, format_options
+from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
     from ..verify.diff import DiffReport
@@ -30,6 +30,8 @@ def diff(a: str, b: str, store: str | None, rendering: Rendering, fail_fast: boo
     from ..format.locate import resolve_model
     from ..verify.diff import diff_paths
 
+    inputs = model_inputs(a, store) + model_inputs(b, store) if rendering.to_file else []
+    check_report_file(rendering, inputs)        # -o FILE is neither model: refused before either is read
     # One target, A (compared with B): a failure is its outcome, which names the file that failed.
     with run_progress("diff", [a], rendering) as bar:
 
@@ -39,4 +41,4 @@ def diff(a: str, b: str, store: str | None, rendering: Rendering, fail_fast: boo
                                   fail_fast=fail_fast, progress=progress)
 
         outcomes = run_models([a], compare)
-    raise SystemExit(emit_outcomes(outcomes, rendering))
+    raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))

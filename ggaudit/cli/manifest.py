@@ -4,6 +4,7 @@ llama.cpp's ``llama-gguf-hash`` lines."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import click
 
@@ -16,9 +17,9 @@ from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
                                        write_tensor_manifest)
-from .common import STDOUT, ManifestWritten, PathParam, handle_errors
+from .common import STDOUT, ManifestWritten, PathParam, handle_errors, model_inputs
 from .progress import run_progress
-from .reporters import Rendering, emit_outcomes, format_options_also
+from .reporters import Rendering, check_report_file, emit_outcomes, format_options_also
 
 #: ``--manifest-format`` of ggaudit's own JSON tensor manifest.
 GGAUDIT = "ggaudit"
@@ -89,6 +90,11 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
             write_tensor_manifest(built, output, replace=force, inputs=inputs)
         return ManifestWritten(output=output, manifest=built)
 
+    # --report names neither a file the run reads nor the manifest it writes: refused before any read.
+    report_inputs = [*model_inputs(model, store), *([output] if output != STDOUT else [])] if rendering.to_file else []
+    check_report_file(rendering, report_inputs)
+    if rendering.to_file and output != STDOUT and _same_path(str(rendering.output), output):
+        raise UsageError(str(rendering.output), "is the manifest this run writes (-o); a report never replaces it")
     with run_progress("manifest", [model], rendering) as bar:
 
         def made(name: str) -> ManifestWritten:
@@ -96,7 +102,7 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
                 return make(name, progress)
 
         outcomes = run_models([model], made)
-    raise SystemExit(emit_outcomes(outcomes, rendering))
+    raise SystemExit(emit_outcomes(outcomes, rendering, inputs=report_inputs))
 
 
 def _on_dask(address: str, model: str, group_bytes: int, store: str | None) -> TensorManifest:
@@ -108,3 +114,11 @@ def _on_dask(address: str, model: str, group_bytes: int, store: str | None) -> T
         raise outcome.error
     assert outcome.result is not None
     return outcome.result
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether two paths name one file, before either exists (then by their absolute, normalised text)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))

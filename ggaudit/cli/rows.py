@@ -9,9 +9,9 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..rows import MODES
-from .common import PathParam, handle_errors
+from .common import PathParam, handle_errors, model_inputs
 from .progress import ROWS, RunProgress, Tick, run_progress
-from .reporters import Rendering, emit_outcomes, format_options
+from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
     from ..rows.replay import Progress, RowsReport
@@ -79,6 +79,10 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
     chosen = _modes(modes)
     if chosen is None:
         chosen = () if against is not None else MODES
+    # -o FILE is never a file this run reads: refused before it reads any.
+    inputs = [*model_inputs(model, None), *ids_files, *([against] if against is not None else [])] \
+        if rendering.to_file else []
+    check_report_file(rendering, inputs)
     with run_progress("rows", [model], rendering, unit=ROWS) as bar, bar.item() as tick:
         options = RowsOptions(workers=workers, batch=batch, cache_rows=cache_rows, prefetch=prefetch, fp8=fp8,
                               fail_fast=fail_fast, progress=None if tick is None else _by_read_path(bar, tick))
@@ -102,7 +106,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
             return report
 
         outcomes = run_models([model], replay)
-    raise SystemExit(emit_outcomes(outcomes, rendering))
+    raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
 
 
 def _by_read_path(bar: RunProgress, tick: Tick) -> Progress:

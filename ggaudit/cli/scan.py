@@ -10,9 +10,9 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..scan.report import FP8_E4M3
-from .common import PathParam, expand_models, handle_errors
+from .common import PathParam, expand_models, handle_errors, model_inputs
 from .progress import file_size, run_progress
-from .reporters import Rendering, emit_outcomes, format_options
+from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
     from ..batch import Outcome
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
               help="Scan only tensors whose name matches GLOB (repeatable).")
 @click.option("--deep", is_flag=True, help="Also dequantize blocks with gguf.quants and check decoded values.")
 @click.option("--max-abs", type=float, metavar="X", help="Report finite values or scales with |x| > X as outliers.")
+@click.option("--anomalies", is_flag=True,
+              help="Also report block scales far outside what their tensor's other scales predict (likely "
+                   "flipped exponent bits; confirm with verify or diff).")
 @click.option("--as", "overrides", multiple=True, metavar=f"NAME={FP8_E4M3}",
               help="Treat the I8 tensor NAME as FP8 E4M3 bytes (0x7F and 0xFF are NaN); repeatable.")
 @click.option("--limit", type=click.IntRange(min=0), default=16, show_default=True,
@@ -42,10 +45,13 @@ if TYPE_CHECKING:
                    "reading MODELs at the same paths, or local[:N] worker processes here.")
 @format_options
 @handle_errors
-def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None,
+def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs: float | None, anomalies: bool,
          overrides: tuple[str, ...], limit: int, fail_fast: bool, store: str | None, sha256: bool, jobs: int,
          workers: int | None, dask: str | None, rendering: Rendering) -> None:
     """Find NaN and Inf (and with --max-abs, outliers) in each MODEL's tensors.
+
+    With --anomalies, also block scales far outside what their tensor's other scales predict: likely
+    flipped exponent bits (finite damage no digest is needed to see).
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model blob, then its
     projector's if it has one). Several MODELs are reported one after the other; a failure in one does
@@ -61,12 +67,17 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
         raise UsageError(None, "--jobs N reads each model in its own thread: not with --workers")
     if dask is not None and (workers is not None or jobs > 1):
         raise UsageError(None, "--dask reads on the cluster's workers: not with --workers or --jobs")
+    if dask is not None and anomalies:
+        # Deciding an anomaly reads its block again, which the client may not be able to do.
+        raise UsageError(None, "--anomalies reads blocks again on this machine: not with --dask")
+    inputs = [p for m in models for p in model_inputs(m, store)] if rendering.to_file else []
+    check_report_file(rendering, inputs)
     paths = expand_models(models, store)
     if dask is not None:
         outcomes = _on_dask(dask, paths, tensors=tensors or None, deep=deep, max_abs=max_abs, limit=limit,
                             as_fp8=_fp8_names(paths[0], overrides), fail_fast=fail_fast, store=store,
                             hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html")
-        raise SystemExit(emit_outcomes(outcomes, rendering))
+        raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
     # One line for the run: the models not started yet count their file's size.
     with run_progress("scan", paths, rendering, estimates=[file_size(p) for p in paths]) as bar:
 
@@ -76,11 +87,12 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
                 return scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
                                   as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
                                   progress=progress, workers=workers if jobs == 1 else 0,
-                                  hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html")
+                                  hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html",
+                                  anomalies=anomalies)
 
         with reader_pool():
             outcomes = run_models(paths, one, jobs=jobs)
-    raise SystemExit(emit_outcomes(outcomes, rendering))
+    raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
 
 
 def _on_dask(address: str, paths: list[str], **options: Any) -> list[Outcome[ScanReport]]:

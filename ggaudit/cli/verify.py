@@ -4,6 +4,7 @@ Exit 0 all good, 1 mismatches, 2 unreadable input."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -13,11 +14,11 @@ from typing import TYPE_CHECKING
 import click
 
 from ..batch import run_models
-from ..errors import UsageError
-from ..format.locate import OLLAMA_PREFIX
-from .common import PathParam, handle_errors
+from ..errors import GGAuditError, UsageError
+from ..format.locate import HF_PREFIX, OLLAMA_PREFIX
+from .common import PathParam, handle_errors, model_inputs
 from .progress import file_size, run_progress
-from .reporters import Rendering, emit_outcomes, format_options
+from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
     from ..batch import Outcome
@@ -106,20 +107,88 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     elif dask is not None:
         if jobs > 1 or quick or OLLAMA_PREFIX + "*" in items:
             raise UsageError(None, "--dask verifies each TARGET in a task: not with --jobs, --quick or ollama:*")
-        raise SystemExit(emit_outcomes(_on_dask(dask, items, manifest_file, store, fail_fast), rendering))
+        names, audits = items, {}
     else:
         # Keyed by the target's text: a target given twice is the same check, reported twice.
         names, audits = _audits(items, store, manifest_file, fail_fast, cache, quick)
-    # One line for the run: a target that is a file counts its size until it starts (a store, nothing).
-    estimates = [None if sums is not None else file_size(name) for name in names]
-    with run_progress("verify", names, rendering, estimates=estimates) as bar:
+    # -o FILE is refused before anything is hashed when it is a file this run reads.
+    inputs = _inputs(items, store, manifest_file, sums, base) if rendering.to_file else []
+    check_report_file(rendering, inputs)
+    if dask is not None:
+        outcomes = _on_dask(dask, items, manifest_file, store, fail_fast)
+    else:
+        # One line for the run: a target that is a file counts its size until it starts (a store, nothing).
+        estimates = [None if sums is not None else file_size(name) for name in names]
+        with run_progress("verify", names, rendering, estimates=estimates) as bar:
 
-        def one(target: str) -> VerifyReport:
-            with bar.item() as progress:
-                return audits[target](progress=progress)
+            def one(target: str) -> VerifyReport:
+                with bar.item() as progress:
+                    return audits[target](progress=progress)
 
-        outcomes = run_models(names, one, jobs=jobs)
-    raise SystemExit(emit_outcomes(outcomes, rendering))
+            outcomes = run_models(names, one, jobs=jobs)
+    raise SystemExit(emit_outcomes(outcomes, rendering, inputs=[*inputs, *_files_read(outcomes)]))
+
+
+def _inputs(items: list[str], store: str | None, manifest_file: str | None, sums: str | None,
+            base: str | None) -> list[str]:
+    """The files a verify of ``items`` (or of ``--sums``) reads, as far as they are known before it hashes
+    any: the manifest or checksum file and the files it names, each target's files (an Ollama model's
+    manifest and every blob it names, a snapshot's links and blobs, a store folder's files, a model's
+    shards). Only names and small description files are read here; what fails to resolve is left for the
+    run to report, and the files it then reads are checked again before the report is written."""
+    from ..verify.stores.sums import read_sums
+
+    found = [path for path in (manifest_file, sums) if path is not None]
+    if sums is not None:
+        with contextlib.suppress(GGAuditError, OSError):
+            found.extend(os.fspath(e.path) for e in read_sums(sums, base))
+    for item in items:
+        if manifest_file is not None:
+            found.extend(model_inputs(item, store))
+        else:
+            found.append(item)
+            with contextlib.suppress(GGAuditError, OSError):
+                found.extend(_store_files(item, store))
+    return found
+
+
+def _store_files(target: str, store: str | None) -> list[str]:
+    """The files verify reads for a store TARGET (none for a FILE): listed, not read."""
+    from ..verify.dispatch import GPT4ALL_PREFIX, HF_LOCAL_PREFIX, LMSTUDIO_PREFIX, OLLAMA_ALL
+    from ..verify.stores.gpt4all import read_gpt4all
+    from ..verify.stores.hf_cache import read_hf_snapshot
+    from ..verify.stores.lmstudio import read_lmstudio
+    from ..verify.stores.ollama import list_ollama_models, ollama_blobs, read_ollama_manifest
+
+    if target == OLLAMA_ALL:
+        listing = list_ollama_models(store)
+        return [os.fspath(n.manifest_path(listing.store)) for n in listing.names] + \
+            [os.fspath(blob) for blob in ollama_blobs(listing.store).values()]
+    if target.startswith(OLLAMA_PREFIX):
+        manifest = read_ollama_manifest(target[len(OLLAMA_PREFIX):], store)
+        # Each layer's blob under both of its names (sha256-HEX, the old sha256:HEX): the check reads one.
+        return [os.fspath(manifest.path)] + [os.fspath(manifest.store / "blobs" / f"sha256{sep}{digest}")
+                                             for digest in {layer.digest: None for layer in manifest.blobs}
+                                             for sep in "-:"]
+    if target.startswith(HF_LOCAL_PREFIX):
+        return [os.path.join(folder, name) for folder, _, names in os.walk(target[len(HF_LOCAL_PREFIX):])
+                for name in names]
+    if target.startswith(LMSTUDIO_PREFIX):
+        return [os.fspath(e.path) for e in read_lmstudio(target[len(LMSTUDIO_PREFIX):], store).files]
+    if target.startswith(GPT4ALL_PREFIX):
+        folder = read_gpt4all(store)
+        return [os.fspath(e.path) for e in folder.folder.files] + \
+            ([os.fspath(folder.listing)] if folder.listing is not None else [])
+    if target.startswith(HF_PREFIX):
+        snapshot = read_hf_snapshot(target[len(HF_PREFIX):])
+        return [os.fspath(path) for e in snapshot.files for path in (e.link, e.blob) if path is not None]
+    return []
+
+
+def _files_read(outcomes: list[Outcome[VerifyReport]]) -> list[str]:
+    """Every file the reports name (checked, or with a mismatch): what the run read, however it found it."""
+    return [path for o in outcomes if o.result is not None
+            for path in [*(c.path for c in o.result.checked), *(m.path for m in o.result.mismatches)]]
 
 
 def _on_dask(address: str, targets: list[str], manifest: str | None, store: str | None,

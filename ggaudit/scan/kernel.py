@@ -22,6 +22,7 @@ from ..format.blocks import iq1m_assemble, layout_of
 from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, finite_or_none, hex_bits
 from ..arrays import distinct
 from .histogram import count_codes
+from .anomalies import AnomalyAcc, GroupModel, columns, score, settle
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,13 @@ class Options:
     fail_fast: bool
     #: Count each float field's values per power of two (Acc.scales); off, it costs nothing.
     histograms: bool = False
+    #: Block scales were modelled (``anomaly`` is then one of the kinds counted).
+    anomalies: bool = False
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of finding counted: ``anomaly`` only when scales were modelled."""
+        return KINDS if self.anomalies else tuple(k for k in KINDS if k != "anomaly")
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,10 @@ class Plan:
     deep: bool
     #: Rows of one expert in a mixture-of-experts tensor (the expert is the last axis); 0: not one.
     rows_per_expert: int = 0
+    #: With ``scan(..., anomalies=True)``: the scale model of each field group that has one
+    #: (:mod:`ggaudit.scan.anomalies`): fitted, its rows are scored as they are scanned; not yet
+    #: fitted, its keys are kept for a model of the whole tensor at the end.
+    anomaly: tuple[GroupModel, ...] | None = None
 
     @property
     def units(self) -> int:
@@ -187,6 +199,8 @@ class Acc:
     experts: dict[int, dict[str, int]] = field(default_factory=dict)
     #: With Options.histograms: per float field name, its values counted per code (ggaudit.scan.histogram).
     scales: dict[str, np.ndarray] = field(default_factory=dict)
+    #: With a plan's scale model: the blocks it questions.
+    anomaly: AnomalyAcc | None = None
 
     def add_max(self, value: float | None) -> None:
         if value is not None and (self.max_abs is None or value > self.max_abs):
@@ -201,6 +215,10 @@ class Acc:
         self.stopped = self.stopped or other.stopped
         for name, counts in other.scales.items():
             self.add_scales(name, counts)
+        if other.anomaly is not None:
+            if self.anomaly is None:
+                self.anomaly = AnomalyAcc()
+            self.anomaly.merge(other.anomaly)
 
     def add_scales(self, name: str, counts: np.ndarray) -> None:
         mine = self.scales.get(name)
@@ -334,6 +352,8 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
         if top < 0:
             keyed = _keys(p.group, raw)
             top = int(keyed[0].max())
+            if plan.anomaly is not None:
+                _score_scales(plan, acc, p.group, keyed[0], first_unit)
         if top < p.trigger and top <= p.threshold:     # the common case: nothing to report here
             if top > p.max_key:
                 p.max_key = top
@@ -345,6 +365,28 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
         slow.append((p, keys.copy(), bits.copy()))
     if slow or plan.deep:
         _report_slice(plan, opts, acc, slow, data, first_unit)
+
+
+def _score_scales(plan: Plan, acc: Acc, group: Group, keys: np.ndarray, first_unit: int) -> None:
+    """Keep or score the group's keys from unit ``first_unit`` for its scale model: scored a whole row at a
+    time, a row cut by the end of the slice waiting for the next one (callers start at a row)."""
+    model = next((m for m in plan.anomaly or () if m.key == group.offset), None)
+    if model is None:
+        return
+    state = acc.anomaly = acc.anomaly or AnomalyAcc(units=plan.units, per_row=plan.units_per_row)
+    if model.positions is None:
+        state.keep(model, first_unit, keys)
+        return
+    carried = state.carry.pop(group.offset, None)
+    if carried is not None:
+        keys, first_unit = np.concatenate([carried[0], keys]), carried[1]
+    per_row = plan.units_per_row
+    if first_unit % per_row:
+        raise AssertionError(f"{plan.name}: scale scoring started inside row {first_unit // per_row}")
+    whole = len(keys) // per_row * per_row
+    if whole < len(keys):
+        state.carry[group.offset] = (keys[whole:].copy(), first_unit + whole)
+    score([model], columns(keys[:whole], per_row)[None], [first_unit], [state])
 
 
 def _count_scales(acc: Acc, group: Group, raw: np.ndarray) -> None:
@@ -504,6 +546,12 @@ def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates)
     add_experts(acc.experts, cands.experts)
     room = max(0, opts.limit - len(acc.findings))
     acc.findings.extend(cands.makers[i]() for i in order[:room])
+
+
+def settle_anomalies(accs: Iterable[Acc]) -> None:
+    """Model the tensors among ``accs`` whose keys have all arrived (kept for a model of the whole
+    tensor), those of one shape together: called where several tensors' slices have just been scanned."""
+    settle(a.anomaly for a in accs if a.anomaly is not None and a.anomaly.kept)
 
 
 def by_file(plans: Iterable[Plan]) -> dict[str, list[Plan]]:

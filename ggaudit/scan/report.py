@@ -14,15 +14,15 @@ from typing import Any
 from .._version import __version__
 from ..format.structure import StructureFinding
 
-__all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CHECK_ELEMENTS", "CHECK_FIELDS", "CHECK_NONE",
-           "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScaleHistogram", "ScanReport",
-           "ScanStats", "StructureFinding", "TensorScan", "finite_or_none", "hex_bits"]
+__all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
+           "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScaleHistogram",
+           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
 
 #: Every kind of finding, in the order counts are shown.
-KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier")
+KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
 
 #: ``TensorScan.encoding`` of an I8 tensor the caller said holds FP8 E4M3 bytes (``--as NAME=fp8_e4m3``).
 FP8_E4M3 = "fp8_e4m3"
@@ -38,6 +38,9 @@ CHECK_NONE = "not applicable"
 CAUSE_FIELD = "field"
 CAUSE_OVERFLOW = "overflow"
 CAUSE_DECODED = "decoded"
+#: An ``anomaly``: a finite block scale far outside what the tensor's other scales predict
+#: (``scan(..., anomalies=True)``; likely, not certain, damage).
+CAUSE_STATISTIC = "statistic"
 
 
 def hex_bits(bits: int, nbytes: int) -> str:
@@ -65,6 +68,9 @@ class Finding:
     or a scale that overflows when decoded), else None: the kind says which non-finite it is.
     ``expert``: in a mixture-of-experts tensor (``ffn_*_exps``, experts along the last axis), the expert
     the value belongs to, ``row // (rows per expert)`` (``row`` counts across all experts); else None.
+    An ``anomaly`` also has ``score`` (its distance from the scale model, in robust spreads: positive
+    above, negative below), ``expected`` (the |scale| the model predicts for its row and position) and
+    ``typical`` (the 1st and 99th percentile of the tensor's |scale|); None for other kinds.
     """
 
     tensor: str
@@ -81,12 +87,19 @@ class Finding:
     value: float | None
     cause: str = CAUSE_FIELD
     expert: int | None = None
+    score: float | None = None
+    expected: float | None = None
+    typical: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "row": self.row, "column": self.column, "block": self.block,
-                "field": self.field, "offset": self.offset, "bits": self.bits, "width": self.width,
-                "size": self.size, "value": finite_or_none(self.value), "cause": self.cause,
-                "expert": self.expert}
+        doc: dict[str, Any] = {"kind": self.kind, "row": self.row, "column": self.column, "block": self.block,
+                               "field": self.field, "offset": self.offset, "bits": self.bits, "width": self.width,
+                               "size": self.size, "value": finite_or_none(self.value), "cause": self.cause,
+                               "expert": self.expert}
+        if self.score is not None:      # an anomaly: only then, so other findings' JSON is unchanged
+            doc.update(score=round(self.score, 2), expected=self.expected,
+                       typical=list(self.typical) if self.typical else None)
+        return doc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,10 +226,12 @@ class ScanReport:
     hashes: tuple[str, ...] = ()          # digest algorithms asked for (empty: none)
     digests: tuple[FileDigest, ...] = ()  # per file read to its end; --fail-fast may leave some out
     structure: tuple[StructureFinding, ...] = ()    # per file, in file order
+    anomalies: bool = False         # block scales were modelled (scan(..., anomalies=True))
 
     @property
     def counts(self) -> dict[str, int]:
-        return {k: sum(t.counts[k] for t in self.tensors) for k in KINDS}
+        """Findings per kind over all tensors (``anomaly`` only when scales were modelled)."""
+        return {k: sum(t.counts.get(k, 0) for t in self.tensors) for k in KINDS if k != "anomaly" or self.anomalies}
 
     @property
     def ok(self) -> bool:
@@ -233,4 +248,6 @@ class ScanReport:
             "structure": [s.to_json() for s in self.structure]}
         if self.hashes:     # only when asked for, so a plain scan's JSON is unchanged
             doc["digests"] = [d.to_json() for d in self.digests]
+        if self.anomalies:
+            doc["anomalies"] = True
         return doc

@@ -48,11 +48,12 @@ from ..format.structure import StructureConsumer, StructureFinding, check_struct
 from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, FileDigest, ScaleHistogram,
                      ScanReport, ScanStats, TensorScan)
 from .histogram import histogram_of
-from .kernel import Acc, Options, Plan, by_file, deep_supported, scan_units
+from .kernel import Acc, Options, Plan, by_file, count_expert, deep_supported, scan_units, settle_anomalies
+from .scales import anomaly_findings, fit_plans
 from .workers import run_mapped
 from ..text import escape
 
-__all__ = ["ScanConsumer", "deep_supported", "scan"]
+__all__ = ["ScanConsumer", "add_anomalies", "deep_supported", "scan"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class ScanConsumer:
                 raise _Stopped
             if self._done == plan.units:
                 self._i, self._done = self._i + 1, 0
+        settle_anomalies(self.accs.values())
         if self._progress is not None:
             self._progress(self._position() - before)
 
@@ -268,7 +270,7 @@ def check_options(source: str, max_abs: float | None, limit: int) -> None:
 def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
          max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
          progress: ProgressCallback | None = None, workers: int | None = None,
-         hashes: Sequence[str] = (), histograms: bool = False) -> ScanReport:
+         hashes: Sequence[str] = (), histograms: bool = False, anomalies: bool = False) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
 
     ``tensors``: glob patterns selecting tensors by name (each must match one). ``deep``: also decode
@@ -283,6 +285,10 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     (per shard).
     ``histograms``: also count each tensor's float fields (block scales and mins; a float tensor's
     elements) per power of two from their exponent bits, in ``TensorScan.histograms``.
+    ``anomalies``: also model each quantized tensor's block scales (:mod:`ggaudit.scan.anomalies`) and
+    report the blocks whose scale sits far outside what its row and position predict (kind ``anomaly``:
+    likely a flipped exponent bit; likely, not certain, damage: ``verify`` against a manifest or ``diff``
+    against another copy confirms it). Float tensors are not modelled.
 
     Whatever the tensors selected, each file's structure is checked too (``report.structure``): padding
     that is not zeros, gaps between tensors, data after the last tensor. That reads the padding and a
@@ -294,8 +300,10 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     check_reads(m.source, hashes, workers)
     fp8 = fp8_names(m, as_fp8)
     selected = select_tensors(m, tensors)
-    opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast, histograms)
+    opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast, histograms, anomalies)
     plans, warnings = make_plans(selected, fp8, deep)
+    if anomalies:
+        plans = fit_plans(plans)
     total = sum(p.nbytes for p in plans)
     n_workers = 0 if hashes else _workers(workers, total)
     done = 0
@@ -322,6 +330,8 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
         f.check_unchanged("during scan")
     elapsed = time.perf_counter() - started
     stats = ScanStats(bytes=total, seconds=elapsed, workers=n_workers)
+    if anomalies:
+        warnings = warnings + add_anomalies(plans, accs, opts)
     report = build_report(m, selected, plans, accs, fp8, warnings, opts, stats)
     report = dataclasses.replace(report, structure=structure)
     if not hashes:
@@ -330,6 +340,27 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     extra = (f"stopped at the first finding (fail_fast): no digests for {unhashed} of {len(m.files)} files",)
     return dataclasses.replace(report, hashes=hashes, digests=tuple(digests),
                                warnings=report.warnings + (extra if unhashed else ()))
+
+
+def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) -> list[str]:
+    """Fold each scanned tensor's anomalies into its accumulator (counted, listed up to the limit);
+    returns the warnings. Nothing when --fail-fast stopped the scan (its rows were not all scored)."""
+    if any(a.stopped for a in accs.values()):
+        return []
+    settle_anomalies(accs.values())
+    warnings: list[str] = []
+    for plan in plans:
+        acc = accs.get(plan.index)
+        if acc is None or plan.anomaly is None:
+            continue
+        found, more = anomaly_findings(plan, acc, plan.path)
+        warnings.extend(more)
+        acc.counts["anomaly"] += len(found)
+        acc.findings.extend(found[:max(0, (1 if opts.fail_fast else opts.limit) - len(acc.findings))])
+        for f in found:
+            if f.expert is not None:
+                count_expert(acc.experts, f.expert, "anomaly")
+    return warnings
 
 
 def _workers(workers: int | None, total: int) -> int:
@@ -366,11 +397,12 @@ def _rows_per_expert(t: Tensor) -> int:
     return t.n_rows // t.shape[-1]
 
 
-def _experts(t: Tensor, acc: Acc) -> dict[str, Any]:
+def _experts(t: Tensor, acc: Acc, kinds: tuple[str, ...]) -> dict[str, Any]:
     """The TensorScan fields of a mixture-of-experts tensor: its expert count and its experts' findings."""
     if not _rows_per_expert(t):
         return {}
-    found = tuple(ExpertCounts(expert=e, counts=dict(acc.experts[e])) for e in sorted(acc.experts))
+    found = tuple(ExpertCounts(expert=e, counts={k: acc.experts[e].get(k, 0) for k in kinds})
+                  for e in sorted(acc.experts))
     return {"n_experts": t.shape[-1], "experts": found}
 
 
@@ -396,12 +428,15 @@ def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan]
         acc = acc or Acc()
         check = CHECK_NONE if plan is None else CHECK_ELEMENTS if plan.layout.is_float_elements else CHECK_FIELDS
         out.append(TensorScan(name=t.name, type=t.ggml_type.name, shape=t.shape, path=t.path, offset=t.offset,
-                              nbytes=t.nbytes, check=check, counts=dict(acc.counts), max_abs=acc.max_abs,
+                              nbytes=t.nbytes, check=check, counts={k: acc.counts[k] for k in opts.kinds},
+                              max_abs=acc.max_abs,
                               findings=tuple(acc.findings), encoding=FP8_E4M3 if t.name in fp8 else None,
-                              deep=bool(plan and plan.deep), complete=not acc.stopped, **_experts(t, acc),
+                              deep=bool(plan and plan.deep), complete=not acc.stopped,
+                              **_experts(t, acc, opts.kinds),
                               histograms=_histograms(plan, acc) if opts.histograms else None))
     if stopped:
         skipped = sum(1 for p in plans if p.index not in accs)
         warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]
     return ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
-                      warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats)
+                      warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats,
+                      anomalies=opts.anomalies)

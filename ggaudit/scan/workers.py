@@ -39,7 +39,7 @@ from .. import io
 from ..errors import ReadError
 from ..io import FileIdentity
 from ..format.layout import GGUFFile
-from .kernel import Acc, Options, Plan, by_file, scan_units
+from .kernel import Acc, Options, Plan, by_file, scan_units, settle_anomalies
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,8 @@ def make_tasks(plans: Sequence[Plan], identities: dict[str, FileIdentity], task_
         size = 0
         for plan in group:
             per_piece = max(1, task_bytes // plan.layout.block_bytes)
+            if plan.anomaly is not None:      # a scale model scores whole rows: pieces hold whole rows
+                per_piece = max(1, per_piece // plan.units_per_row) * plan.units_per_row
             for u0 in range(0, plan.units, per_piece):
                 piece = Piece(plan, u0, min(per_piece, plan.units - u0))
                 full = size + piece.end - piece.start > task_bytes
@@ -154,6 +156,7 @@ def scan_pieces(task: Task, opts: Options, mm: mmap.mmap, base: int) -> list[tup
                 break
     finally:
         del window
+    settle_anomalies(acc for _, acc in out)
     return out
 
 
@@ -396,4 +399,5 @@ def merge_results(accs: dict[int, Acc], results: list[tuple[int, Acc]], opts: Op
         accs.setdefault(index, Acc()).merge(acc, opts.limit if not opts.fail_fast else 1)
         if acc.stopped:
             return True
+    settle_anomalies(accs[index] for index, _ in results)
     return False

@@ -90,7 +90,6 @@ class DigestCache:
 
     def __init__(self, folder: str | os.PathLike[str] | None = None, *, quick: bool = False,
                  max_entries: int = MAX_ENTRIES) -> None:
-        self.folder = Path(folder) if folder is not None else cache_folder()
         self.quick = quick
         self.max_entries = max_entries
         self._db: sqlite3.Connection | None = None
@@ -98,6 +97,19 @@ class DigestCache:
         self._pending: list[tuple[object, ...]] = []
         self._flushed = time.monotonic()
         self._warnings: list[str] = []
+        self.folder = Path(folder) if folder is not None else self._default_folder()
+
+    def _default_folder(self) -> Path:
+        """:func:`cache_folder`, or where it cannot be told (HOME unset and no passwd entry for the uid, so
+        ``Path.home()`` raises RuntimeError) no cache for this run, with a warning: a cache in trouble is
+        never an error. The folder is then ``Path()`` and never used."""
+        try:
+            return cache_folder()
+        except RuntimeError:
+            self._warnings.append("digest cache: cannot tell the home folder (HOME is not set; set "
+                                  "GGAUDIT_CACHE_DIR): hashing without it")
+            self._broken = True
+            return Path()
 
     @property
     def path(self) -> Path:

@@ -15,7 +15,7 @@ import functools
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -38,6 +38,11 @@ class Rendering:
     #: Mismatches listed per target by ``verify`` (all are counted); None: every one.
     limit: int | None = None
 
+    @property
+    def to_file(self) -> bool:
+        """The report is written to ``-o FILE``, not printed: the run's inputs are then worth listing."""
+        return self.output not in (None, STDOUT)
+
 
 #: As a command shows a run when no option says otherwise.
 DEFAULT = Rendering()
@@ -58,10 +63,11 @@ def reporter(name: str) -> Reporter:
     return found
 
 
-def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering) -> int:
+def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering, *, inputs: Iterable[str] = ()) -> int:
     """Show the run as ``rendering`` asks: each report's warnings on stderr (unless quiet), the reporter's
     text on stdout or in ``-o FILE``, each target's error as one line on stderr; return the exit status:
-    2 if any target failed, else 1 if any report is not ok, else 0."""
+    2 if any target failed, else 1 if any report is not ok, else 0. ``inputs``: every file the run read
+    (its targets are added here), none of which ``-o FILE`` may be (see :func:`check_report_file`)."""
     # Errors name the command line's options, not the library's parameters, on stderr and in reports.
     said = [o if o.error is None else dataclasses.replace(o, error=as_flags(o.error)) for o in outcomes]
     if not rendering.quiet:
@@ -69,8 +75,9 @@ def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering) -> 
             for warning in getattr(o.result, "warnings", ()):
                 hint(f"ggaudit: warning: {escape_message(warning)}")
     text = reporter(rendering.fmt)(said, rendering)
-    if rendering.output not in (None, STDOUT):
-        _write_report(text, rendering.output, said)
+    if rendering.to_file:
+        assert rendering.output is not None
+        _write_report(text, rendering.output, [*inputs, *(o.model for o in said)])
     elif text:
         click.echo(text, nl=False)
     for o in said:
@@ -79,20 +86,47 @@ def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering) -> 
     return overall_status(said)
 
 
-def _write_report(text: str, path: str, outcomes: Sequence[Outcome[Report]]) -> None:
+def check_report_file(rendering: Rendering, inputs: Iterable[str]) -> None:
+    """Refuse ``-o FILE`` (a UsageError: one line, exit 2) before the run reads anything when FILE is one
+    of ``inputs`` (the files the run will read: its targets and every file found from them, the files
+    its options name), however it is spelled: files are compared by identity (device and inode), as
+    ``manifest -o`` compares them, so a link, ``./`` or another case on Windows is caught too. Also
+    refused: anything but a regular file, and a GGUF file (a model the run does not read is still a
+    model). The writer checks again, with the files the run found while it ran, before it replaces FILE."""
+    if rendering.to_file:
+        assert rendering.output is not None
+        _check_report_file(rendering.output, _files(inputs))
+
+
+def _files(inputs: Iterable[str]) -> tuple[str, ...]:
+    """``inputs`` that may name a file: each once, none holding a NUL (no file's name does, and os.stat
+    raises ValueError for it, which the comparison does not expect)."""
+    return tuple(p for p in dict.fromkeys(os.fspath(p) for p in inputs) if "\0" not in p)
+
+
+def _check_report_file(path: str, inputs: tuple[str, ...]) -> None:
+    from ... import io as fileio
+    from ...errors import GGAuditError, UsageError
+    from ...verify.manifests.tensor import check_output
+
+    check_output(path, replace=True, inputs=inputs, what="the report")
+    try:
+        fd, _ = fileio.open_readonly(path)     # a regular file only: a FIFO put there since never blocks this
+    except (GGAuditError, OSError):
+        return      # absent, or not readable: the writer says what is wrong with it
+    with open(fd, "rb") as f:
+        if f.read(4) == b"GGUF":
+            raise UsageError(path, "is a GGUF file; a report never replaces a model", field="--output")
+
+
+def _write_report(text: str, path: str, inputs: Iterable[str]) -> None:
     """``-o FILE``: replaced atomically (a CI job writes the same report name every run), but never when it
-    is one of the run's targets, and never a GGUF file (a model given by another name, say)."""
-    from ...errors import UsageError
+    is one of the run's inputs (``inputs``: its targets, and every file it read), and never a GGUF file."""
     from ...verify.manifests.tensor import write_manifest_text
 
-    try:
-        with open(path, "rb") as f:
-            if f.read(4) == b"GGUF":
-                raise UsageError(path, "is a GGUF file; a report never replaces a model", field="--output")
-    except OSError:
-        pass    # absent, or not readable: write_manifest_text says what is wrong with it
-    targets = [o.model for o in outcomes if os.path.exists(o.model)]
-    write_manifest_text(text, path, replace=True, inputs=targets, what="the report")
+    files = _files(inputs)
+    _check_report_file(path, files)
+    write_manifest_text(text, path, replace=True, inputs=files, what="the report")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,7 +156,8 @@ def format_options_also(*extra: str, output_flags: tuple[str, ...] = ("-o", "--o
         with_name = click.option("--format", "fmt", type=click.Choice(list(NAMES) + list(extra)),
                                  default="text", show_default=True, help="How to print the result.")
         with_file = click.option(*output_flags, "report_file", metavar="FILE", default=None,
-                                 help="Write the result to FILE (replaced atomically) instead of stdout.")
+                                 help="Write the result to FILE (replaced atomically) instead of stdout; never "
+                                      "one of the run's inputs, nor a GGUF file.")
         with_quiet = click.option("-q", "--quiet", is_flag=True,
                                   help="Print only errors and the summary: no warnings, no progress.")
         return cast(F, with_name(with_json(with_file(with_quiet(with_format)))))

@@ -22,7 +22,7 @@ from ...format.info import ModelInfo
 from ...rows.readers import PAGE, SECTOR
 from ...rows.replay import RowsReport
 from ...rows.select import crossing_rows_of
-from ...scan.report import KINDS, Finding, ScaleHistogram, ScanReport, TensorScan
+from ...scan.report import Finding, ScaleHistogram, ScanReport, TensorScan
 from ...text import escape, escape_message, escape_path
 from ...verify.diff import DiffReport
 from ...verify.run import VerifyReport
@@ -70,7 +70,7 @@ figcaption{font-size:12px;max-width:300px;overflow-wrap:anywhere}
 """
 
 #: CSS class of each finding kind (a class name cannot hold "+").
-_KIND_CSS = {"nan": "nan", "+inf": "pinf", "-inf": "ninf", "outlier": "outlier"}
+_KIND_CSS = {"nan": "nan", "+inf": "pinf", "-inf": "ninf", "outlier": "outlier", "anomaly": "outlier"}
 
 
 def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) -> str:
@@ -166,7 +166,7 @@ def _section(outcome: Outcome[Report], rendering: Rendering) -> list[str]:
 
 
 def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
-    counts = ", ".join(f"{k} {r.counts[k]}" for k in KINDS)
+    counts = ", ".join(f"{k} {n}" for k, n in r.counts.items())
     flagged = sum(1 for t in r.tensors if t.total)
     facts = [("files", str(len(r.files))), ("tensors", f"{len(r.tensors)} ({flagged} with findings)"),
              ("findings", counts), ("structure findings", str(len(r.structure))),
@@ -217,7 +217,7 @@ def _scan_map(r: ScanReport, path: str) -> list[str]:
     label = f"map of {escape_path(path)}: tensors and findings by offset"
     out = [f"<h3>Map of {_p(path)}</h3>", file_map(extent, segments, marks, label),
            _legend([("hdr", "header"), ("t0", "tensor"), ("t1", "tensor (next)"), ("tf0", "tensor with findings"),
-                    ("nan", "nan"), ("pinf", "+inf"), ("ninf", "-inf"), ("outlier", "outlier"),
+                    ("nan", "nan"), ("pinf", "+inf"), ("ninf", "-inf"), ("outlier", "outlier or anomaly"),
                     ("structure", "structure finding")])]
     if left > 0:
         out.append(f'<p class="more">... {plain.plural(left, "more finding")} not placed on the map</p>')

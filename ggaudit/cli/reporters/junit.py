@@ -153,7 +153,7 @@ def _tensor_case(target: str, t: TensorScan, max_abs: float | None) -> Case:
         if t.truncated:
             lines.append(f"... {t.total - len(t.findings)} more not listed (--limit)")
         lines.extend(line.strip() for line in text.expert_lines(t))
-        case.failure = (headline, ",".join(k for k in KINDS if t.counts[k]), lines)
+        case.failure = (headline, ",".join(k for k in KINDS if t.counts.get(k)), lines)
     return case
 
 

@@ -61,7 +61,7 @@ def _rules(*rules: Rule) -> dict[str, Rule]:
     return {r.id: r for r in rules}
 
 
-#: Every rule, by id. Scan's are the finding kinds themselves ("nan", "+inf", "-inf", "outlier") and the
+#: Every rule, by id. Scan's are the finding kinds themselves ("nan", "+inf", "-inf", "outlier", "anomaly") and the
 #: structure kinds; the other commands' are prefixed with the command ("verify/sha256", "diff/data").
 RULES = _rules(
     Rule("nan", "A NaN stored in a tensor",
@@ -73,6 +73,10 @@ RULES = _rules(
     Rule("outlier", "A value or block scale larger than --max-abs",
          "Compare it with the tensor's largest finite |x| and with the original weights: a single huge scale "
          "is usually a damaged or badly quantized block; if such values are expected, raise --max-abs.", WARNING),
+    Rule("anomaly", "A block scale far outside what its tensor's other scales predict (--anomalies)",
+         "Likely, not certainly, a flipped exponent bit: check the file with `ggaudit verify` against a manifest "
+         "made while it was known good, or compare it with another copy (`ggaudit diff`); if either confirms it, "
+         + _REFETCH[0].lower() + _REFETCH[1:], WARNING),
     Rule("padding", "Alignment padding that is not zeros",
          "GGUF padding must be zeros: the file was written by a faulty tool or changed afterwards. " + _REFETCH,
          WARNING),

@@ -173,9 +173,15 @@ def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str
     element = f.field == "value"
     where = location(f.path, f.offset, f.size, tensor=f.tensor, expert=f.expert, row=f.row,
                      block=None if element else f.block, column=f.column, width=f.width)
+    encoding = _finding_encoding(f, ggml_type)
     expected = f"|x| <= {format_value(max_abs)}" if f.kind == "outlier" else "finite"
-    shown = f.kind if f.value is None else format_value(f.value, _finding_encoding(f, ggml_type))
+    if f.kind == "anomaly" and f.expected is not None and f.typical is not None:
+        expected = (f"|{escape(f.field)}| near {format_value(f.expected, encoding)} (this tensor: "
+                    f"{format_value(f.typical[0], encoding)}..{format_value(f.typical[1], encoding)})")
+    shown = f.kind if f.value is None else format_value(f.value, encoding)
     actual = f"{f.bits} ({shown})"
+    if f.score is not None:
+        actual += f", {f.score:+.1f} spreads from its row and position"
     if f.cause == CAUSE_OVERFLOW:
         actual += f", which decodes to {f.kind}"
     field = "" if element else f", field {escape(f.field)}"
@@ -183,7 +189,8 @@ def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str
 
 
 def counts_text(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} {counts[k]}" for k in KINDS)
+    """``nan 1, +inf 0, -inf 0, outlier 0`` (and ``anomaly N`` when there are any)."""
+    return ", ".join(f"{k} {counts.get(k, 0)}" for k in KINDS if k != "anomaly" or counts.get(k))
 
 
 def describe_structure(s: StructureFinding) -> str:
@@ -235,10 +242,15 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
              if flagged else [])
     if report.structure:
         found.append(plural(len(report.structure), "structure finding"))
+    if report.counts.get("anomaly"):
+        yield ("note: an anomaly is a likely, not a certain, flipped bit: `ggaudit verify` against a manifest "
+               "or `ggaudit diff` against another copy confirms it")
     if found:
         yield f"result: {'; '.join(found)}"
     else:
-        yield f"result: clean: no non-finite values{' or outliers' if report.max_abs is not None else ''}"
+        also = [w for w, on in (("outliers", report.max_abs is not None), ("anomalous scales", report.anomalies))
+                if on]
+        yield f"result: clean: no non-finite values{''.join(' or ' + w for w in also)}"
 
 
 def tensor_encoding(t: TensorScan) -> str | None:

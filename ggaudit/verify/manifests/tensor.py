@@ -340,5 +340,6 @@ def _tensor_entry(check: _Checker, entry: object, field: str) -> TensorDigest:
                           check.hexdigest(e, "xxh3_128", w, 32), groups)
     expected_groups = -(-digest.n_rows // digest.rows_per_group) if digest.nbytes else 0
     check.that(len(groups) == expected_groups, f"{w}row_groups",
-               f"has {len(groups)} entries, {expected_groups} expected for {digest.n_rows} rows")
+               f"has {len(groups)} entries, {shorten(str(expected_groups))} expected for "
+               f"{shorten(str(digest.n_rows))} rows")
     return digest

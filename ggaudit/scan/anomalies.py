@@ -1,0 +1,393 @@
+"""Block scales that sit far outside their tensor's distribution: likely flipped exponent bits.
+
+A quantizer derives a block's scale from the block's largest |x| (``d = max|x| / qmax``), so log2|d|
+follows the magnitude of the weights it covers: it varies smoothly by row (output channel) and by block
+position (input channels, where a few outlier features are wide across all rows). One flipped exponent
+bit k (10..14) of an f16 scale moves log2|d| by exactly ±2^(k-10): 1, 2, 4, 8 or 16. The model is
+additive in log2: ``log2|d[r, b]| ~ row[r] + position[b]``, fitted with medians (a few damaged blocks
+cannot move a median); a block's *residual* is its distance from that fit and its *score* the residual
+over the tensor's robust spread of residuals (1.4826 x MAD, floored so a tensor of near-identical scales
+does not turn a rounding step into an alarm).
+
+Everything works on *keys*: a scale's stored bits with the sign cleared. For IEEE encodings the key is
+the exponent followed by the mantissa, which is log2|x| to within 0.086 (``key / 2^mantissa_bits`` is
+Mitchell's approximation of ``log2|x| + bias``), so the model costs integer masks, not logarithms.
+Position effects and the spread come from a sample of the tensor's rows (:func:`fit`); row effects are
+each row's own median, taken (:func:`score`) only for rows whose keys span more than the tail: a row
+whose range is narrower cannot hold a block that far from its median, and that test is two reductions.
+
+A score alone cannot tell a flip from a real outlier block: real models (Qwen2.5's ``ffn_down``, say)
+hold blocks 90 times larger than their row and position predict, 26 spreads out, in every copy. So a
+block scoring beyond CANDIDATE_THRESHOLD is decided by a second, independent test:
+
+* Types whose blocks carry a minimum (``x = d*q + m``: Q4_1, Q5_1, Q2_K, Q4_K, Q5_K): the quantizer fits
+  d and m together, so a clean block decodes to values whose median is near 0 against its largest |x|,
+  while a flip of either field, even of bit 10, throws the two terms out of balance and shifts the whole
+  block off zero (:func:`centering`). Flagged above CENTERING_THRESHOLD, and by isolation (below) with
+  the wider steps GAP_UP_MINIMUM / GAP_DOWN_MINIMUM.
+* Other types (``x = d*q``: a flip scales the block and leaves nothing inside it to tell): *isolation*.
+  A real tail is continuous, a flip stands apart: going down a field's most extreme blocks in one
+  direction, the first step of more than GAP_UP (upward) or GAP_DOWN log2 units to the next block (or to
+  TAIL_THRESHOLD spreads, the tail's edge, after the last) flags the blocks above it. Up to EXTREMES
+  flips of one field and direction are found this way, the same bit flipped in several blocks included.
+
+What this cannot find: a flip that stays inside the tensor's normal range (bits 10 and 11 of most
+scales, any mantissa bit, bit 12 upwards in a ``d*q`` tensor with a long real tail), a flipped quant (a
+nibble or byte of ``qs``: one weight changes within the block's own range), and damage to float tensors:
+their elements have no per-block scale, and an element's magnitude varies too much from its neighbours
+(embeddings, attention weights) for a flipped exponent below bit 14 to stand out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..format.blocks import BlockLayout, Encoding
+
+__all__ = ["CANDIDATE_THRESHOLD", "CENTERING_THRESHOLD", "COLLECT_MAX_BLOCKS", "GAP_DOWN", "GAP_DOWN_MINIMUM",
+           "GAP_UP", "GAP_UP_MINIMUM", "KEY_UNITS",
+           "MAX_DOUBTFUL", "SPREAD_FLOOR", "TAIL_THRESHOLD", "AnomalyAcc", "GroupModel", "Suspect", "centering",
+           "columns", "fit", "has_minimum", "score", "settle", "unfitted"]
+
+#: Keys per unit of log2 for each encoding a scale model applies to (2^mantissa bits). NVFP4's UE4M3
+#: sub-block scales are left out: their keys are ranks through a table (0x7F means zero), not log2.
+KEY_UNITS: dict[Encoding, int] = {Encoding.F16: 1 << 10, Encoding.IQ1M_F16: 1 << 10, Encoding.BF16: 1 << 7,
+                                  Encoding.F32: 1 << 23, Encoding.E8M0: 1}
+#: Smallest spread (log2 units) a tensor is given: a tensor whose scales are all alike (a constant-
+#: initialised norm, a tiny tensor) would otherwise divide by ~0.
+SPREAD_FLOOR = 0.25
+#: Blocks scoring beyond CANDIDATE_THRESHOLD (either sign) are decided by the second test. Types with a
+#: minimum: flagged when their centering is above CENTERING_THRESHOLD (the four real models of
+#: scripts/bench_anomalies.py: clean candidates at most 0.191; flipped candidates above it 98% of the time
+#: for bit 12, 99.5% for bits 13 and 14). Other types: the blocks above the first step down of more than
+#: GAP_UP / GAP_DOWN log2 units among the most extreme of a direction, the tail's edge at TAIL_THRESHOLD
+#: spreads (the largest such step of a clean real tensor: 1.61 upward, 0.50 downward).
+CANDIDATE_THRESHOLD = 8.0
+CENTERING_THRESHOLD = 0.25
+TAIL_THRESHOLD = 6.0
+GAP_UP = 2.0
+GAP_DOWN = 1.0
+#: Types with a minimum are also flagged by isolation, with wider steps: their real tails hold lone
+#: blocks (the largest clean step: 3.05 upward, 0.85 downward), and the test is there for the flips
+#: centering misses (a x256 or x65536 scale whose sub-block scales vary, Q4_K's).
+GAP_UP_MINIMUM = 5.0
+GAP_DOWN_MINIMUM = 2.0
+#: A tensor of at most this many blocks has its keys kept as the scan reads them and is modelled whole
+#: at the end (2 bytes a block and field); a larger one is fitted on a sample of its rows before the scan
+#: and scored row by row as it is read, so memory stays bounded whatever the tensor's size.
+COLLECT_MAX_BLOCKS = 1 << 20
+#: Rows the position effects of a tensor modelled whole are the medians of, and values the spread and the
+#: typical range are taken from (whole rows of those, evenly strided): a median of 64 moves by about a
+#: sixth of a spread, and a fit costs dozens of numpy calls per batch of tensors whatever their size.
+SAMPLE_ROWS = 1 << 6
+SPREAD_SAMPLE = 1 << 10
+#: Tail blocks kept per field and direction of a ``d*q`` type: the isolation test looks for the first
+#: gap among them, from the most extreme down.
+EXTREMES = 8
+#: Row effects need a median that one block cannot move: three blocks per row or more.
+MIN_ROW_BLOCKS = 3
+#: Tensors fitted together at most (their keys stacked: COLLECT_MAX_BLOCKS blocks each at most).
+_BATCH = 64
+#: Candidates with a minimum kept per tensor for decoding; beyond it they are counted and a warning says so.
+MAX_DOUBTFUL = 1 << 12
+
+
+def has_minimum(layout: BlockLayout) -> bool:
+    """Whether blocks of ``layout`` decode to ``d*q + m`` (a min field beside the scale)."""
+    return any(f.name in ("m", "dmin") for f in layout.fields)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupModel:
+    """The scale model of the float fields of one field group (fields of one encoding read together:
+    Q4_K's ``d`` and ``dmin``) of one tensor; ``key`` is the group's offset in the block.
+
+    Keys ``low <= key < high`` are modelled (zero and non-finite scales are left out: the scan reports
+    the non-finite ones itself). ``positions`` (blocks per row, fields): the median residual of each
+    block position once each row's median is removed (``rows_model``), or the median key of each
+    position (fewer than MIN_ROW_BLOCKS blocks per row); None until fitted (a tensor whose keys are kept
+    and modelled whole at the end). ``spreads``: the robust spread of each field's residuals, in keys.
+    ``typical``: each field's 1st and 99th percentile of |scale|."""
+
+    key: int
+    names: tuple[str, ...]
+    encoding: Encoding
+    low: int
+    high: int
+    rows_model: bool
+    minimum: bool          # the type's blocks carry a min field (decided by centering, not isolation)
+    positions: np.ndarray | None = None
+    spreads: np.ndarray | None = None
+    typical: tuple[tuple[float, float], ...] = ()
+
+    def reach(self, score: float) -> np.ndarray:
+        """A score as a distance in keys, per field."""
+        assert self.spreads is not None
+        out: np.ndarray = score * self.spreads
+        return out
+
+    def spread(self, name: str) -> float:
+        assert self.spreads is not None
+        return float(self.spreads[self.names.index(name)])
+
+
+def unfitted(key: int, names: Sequence[str], encoding: Encoding, high: int, blocks_per_row: int,
+             minimum: bool) -> GroupModel:
+    """The model of a group before any fit."""
+    return GroupModel(key=key, names=tuple(names), encoding=encoding, low=0 if encoding is Encoding.E8M0 else 1,
+                      high=high, rows_model=blocks_per_row >= MIN_ROW_BLOCKS, minimum=minimum)
+
+
+def columns(keys: np.ndarray, per_row: int) -> np.ndarray:
+    """Keys of whole rows as the kernel reads them (blocks, fields) laid out as the model uses them:
+    (fields, blocks per row, rows), contiguous, so that a reduction over a row's blocks combines whole
+    vectors of rows (numpy's reduction along a short last axis runs a loop per row)."""
+    grid: np.ndarray = np.ascontiguousarray(keys.reshape(-1, per_row, keys.shape[1]).transpose(2, 1, 0))
+    return grid
+
+
+def fit(models: Sequence[GroupModel], keys: np.ndarray, rows: int = 0) -> list[GroupModel]:
+    """Each of ``models`` fitted on its tensor's keys: ``keys`` stacks tensors of one shape (tensors,
+    fields, blocks per row, rows; see :func:`columns`), and all are fitted in the same numpy calls, so a
+    model of many small tensors costs what one costs. At most ``rows`` rows (SAMPLE_ROWS unless given),
+    evenly strided, give the position effects, and about SPREAD_SAMPLE values of those the spread and
+    the typical range."""
+    model = models[0]
+    sample = keys[..., ::-(-keys.shape[-1] // (rows or SAMPLE_ROWS))]
+    clean = _all_valid(model, sample)
+    grid = _as_float(model, sample, clean)                                 # tensors, fields, blocks, rows
+    if model.rows_model:
+        grid -= _medians(np.ascontiguousarray(np.swapaxes(grid, -1, -2)), clean)[..., None, :]
+    positions = _medians(grid, clean)                                     # tensors, fields, blocks
+    residual = grid - positions[..., None]
+    step = -(-residual.shape[-2] * residual.shape[-1] // SPREAD_SAMPLE)
+    values = residual[..., ::step].reshape(*residual.shape[:2], -1)
+    center = _medians(values, clean)
+    spreads = 1.4826 * _medians(np.abs(values - center[..., None]), clean)
+    spreads = np.maximum(np.nan_to_num(spreads), SPREAD_FLOOR * KEY_UNITS[model.encoding])
+    keys_sample = sample[..., ::step].reshape(*sample.shape[:2], -1)
+    return [GroupModel(key=m.key, names=m.names, encoding=m.encoding, low=m.low, high=m.high,
+                       rows_model=m.rows_model, minimum=m.minimum, positions=positions[t].astype(np.float32),
+                       spreads=spreads[t],
+                       typical=tuple(_typical(m, keys_sample[t, j]) for j in range(len(m.names))))
+            for t, m in enumerate(models)]
+
+
+def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[int],
+          accs: Sequence[AnomalyAcc]) -> None:
+    """Score whole rows of keys against fitted ``models``, one per tensor of ``keys`` (tensors, fields,
+    blocks per row, rows; see :func:`columns`): tensor t's first row starts at unit ``first_units[t]``
+    and what it finds goes to ``accs[t]``. Only rows whose span exceeds the tail are looked at closely
+    (see :func:`_wide_rows`)."""
+    if not keys.size:
+        return
+    positions = np.stack([_positions(m) for m in models])                     # tensors, fields, blocks
+    tail = np.stack([m.reach(TAIL_THRESHOLD) for m in models])              # tensors, fields
+    clean = _all_valid(models[0], keys)
+    if models[0].rows_model and clean:
+        tensors, rows = _wide_rows(keys, positions, tail)
+    else:
+        tensors, rows = (a.ravel() for a in np.indices((keys.shape[0], keys.shape[-1])))
+    if not rows.size:
+        return
+    sub = keys[tensors, :, :, rows]                                            # pairs, fields, blocks
+    grid = _as_float(models[0], sub, clean) - positions[tensors]
+    centers = _medians(grid, clean) if models[0].rows_model else np.zeros(grid.shape[:2], np.float32)
+    residual = grid - centers[..., None]
+    with np.errstate(invalid="ignore"):
+        pair, j, b = np.nonzero(np.abs(residual) > tail[tensors][..., None])
+    if not pair.size:
+        return
+    values = residual[pair, j, b]
+    owner = tensors[pair]
+    for t, jj in {(int(t), int(x)) for t, x in zip(owner, j, strict=True)}:
+        mine = np.flatnonzero((owner == t) & (j == jj))
+        model, acc = models[t], accs[t]
+
+        def suspect(k: int, model: GroupModel = model, t: int = t, jj: int = jj) -> Suspect:
+            i = pair[k]
+            return Suspect(unit=first_units[t] + int(rows[i]) * keys.shape[2] + int(b[k]), field=model.names[jj],
+                           key=int(sub[i, jj, b[k]]), residual=float(values[k]),
+                           predicted=float(centers[i, jj] + positions[t, jj, b[k]]))
+
+        if model.minimum:
+            for k in mine[np.abs(values[mine]) > model.reach(CANDIDATE_THRESHOLD)[jj]]:
+                acc.add(suspect(int(k)))
+        for up in (True, False):
+            side = mine[values[mine] > 0] if up else mine[values[mine] < 0]
+            order = side[np.argsort(-np.abs(values[side]), kind="stable")[:EXTREMES]]
+            for k in order:
+                acc.offer(suspect(int(k)), up)
+
+
+def _positions(model: GroupModel) -> np.ndarray:
+    assert model.positions is not None, "a model is fitted before it scores"
+    return model.positions
+
+
+def _wide_rows(keys: np.ndarray, positions: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tensor, row) of the rows in which some field's keys, less their positions' effects, span more
+    than its ``reach``: only those can hold a block that far from the row's median. The reductions run
+    over a row's blocks in the column layout, whole vectors of rows at a time."""
+    grid = keys.astype(np.float32)
+    grid -= positions[..., None]
+    span = grid.max(axis=-2) - grid.min(axis=-2)                             # tensors, fields, rows
+    tensors, rows = np.nonzero((span > reach[..., None]).any(axis=1))
+    return tensors, rows
+
+
+def magnitude(model: GroupModel, key: float) -> float:
+    """|x| of a (fractional) key of the model's encoding."""
+    whole = int(min(max(round(key), model.low), model.high - 1))
+    if model.encoding is Encoding.E8M0:
+        return float(2.0 ** (whole - 127))
+    if model.encoding is Encoding.BF16:
+        return float(np.array([whole << 16], "<u4").view("<f4")[0])
+    view = _FLOAT_VIEWS[model.encoding]
+    return float(np.array([whole], view[0]).view(view[1])[0])
+
+
+#: How a key of each IEEE encoding reads as a number (BF16 is the top half of an f32).
+_FLOAT_VIEWS: dict[Encoding, tuple[str, str]] = {Encoding.F16: ("<u2", "<f2"), Encoding.IQ1M_F16: ("<u2", "<f2"),
+                                                Encoding.F32: ("<u4", "<f4")}
+
+
+def _typical(model: GroupModel, keys: np.ndarray) -> tuple[float, float]:
+    """The 1st and 99th percentile of |x| of the modelled ``keys``."""
+    good = keys[(keys >= model.low) & (keys < model.high)]
+    if not good.size:
+        return 0.0, 0.0
+    lo, hi = (good.size - 1) // 100, (good.size - 1) * 99 // 100
+    ranked = np.partition(good, [lo, hi])
+    return magnitude(model, int(ranked[lo])), magnitude(model, int(ranked[hi]))
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A block whose scale the model questions: its unit (block index in the tensor), field, stored key
+    and residual (keys); ``predicted`` is the key the model expected there."""
+
+    unit: int
+    field: str
+    key: int
+    residual: float
+    predicted: float
+
+
+@dataclass
+class AnomalyAcc:
+    """Per tensor (or piece of one): the candidates of types with a minimum (to decode), the EXTREMES most
+    extreme tail blocks of each field and direction of other types, and the keys of a row cut by the end
+    of a slice (carried to the next). A tensor modelled whole keeps its keys as they are read (``kept``:
+    group key -> [(first unit, keys)]) until all ``units`` have arrived, from one slice or from pieces
+    merged in any order; :func:`settle` then fits and scores it (``fitted``) and drops them."""
+
+    units: int = 0
+    per_row: int = 1
+    doubtful: list[Suspect] = field(default_factory=list)
+    unchecked: int = 0           # candidates beyond MAX_DOUBTFUL, not decoded
+    extremes: dict[tuple[str, bool], list[Suspect]] = field(default_factory=dict)    # (field, upward)
+    carry: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict)
+    kept: dict[int, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
+    waiting: dict[int, GroupModel] = field(default_factory=dict)
+    fitted: dict[int, GroupModel] = field(default_factory=dict)
+
+    def merge(self, other: AnomalyAcc) -> None:
+        self.units, self.per_row = max(self.units, other.units), max(self.per_row, other.per_row)
+        for s in other.doubtful:
+            self.add(s)
+        self.unchecked += other.unchecked
+        for (_, up), found in other.extremes.items():
+            for s in found:
+                self.offer(s, up)
+        self.waiting.update(other.waiting)
+        self.fitted.update(other.fitted)
+        for key, pieces in other.kept.items():
+            self.kept.setdefault(key, []).extend(pieces)
+
+    def add(self, s: Suspect) -> None:
+        """A candidate to decode."""
+        if len(self.doubtful) < MAX_DOUBTFUL:
+            self.doubtful.append(s)
+        else:
+            self.unchecked += 1
+
+    def offer(self, s: Suspect, up: bool) -> None:
+        """A tail block: kept when it is among the EXTREMES most extreme of its field and direction (ties
+        in file order, so the result does not depend on how the tensor was cut into pieces)."""
+        found = self.extremes.setdefault((s.field, up), [])
+        found.append(s)
+        found.sort(key=lambda x: (-abs(x.residual), x.unit))
+        del found[EXTREMES:]
+
+    def keep(self, model: GroupModel, first_unit: int, keys: np.ndarray) -> None:
+        """Keep a copy of ``keys`` (from unit ``first_unit``) of a tensor modelled whole."""
+        self.waiting[model.key] = model
+        self.kept.setdefault(model.key, []).append((first_unit, keys.copy()))
+
+    def complete(self) -> list[tuple[GroupModel, np.ndarray]]:
+        """The groups whose keys have all arrived, each with its keys (see :func:`columns`), taken out."""
+        out: list[tuple[GroupModel, np.ndarray]] = []
+        for key in [k for k, pieces in self.kept.items() if sum(len(p) for _, p in pieces) == self.units]:
+            pieces = sorted(self.kept.pop(key), key=lambda piece: piece[0])
+            out.append((self.waiting.pop(key), columns(np.concatenate([p for _, p in pieces]), self.per_row)))
+        return out
+
+
+def settle(accs: Iterable[AnomalyAcc]) -> None:
+    """Fit and score every tensor of ``accs`` whose keys have all arrived, tensors of one shape
+    together (a fit has a fixed cost of some dozens of numpy calls, and a model has hundreds of small
+    tensors of a few shapes)."""
+    batches: dict[tuple[object, ...], list[tuple[AnomalyAcc, GroupModel, np.ndarray]]] = {}
+    for acc in accs:
+        for model, keys in acc.complete() if acc.kept else ():
+            shape = (keys.shape, keys.dtype.str, model.encoding, model.low, model.high, model.rows_model, model.minimum)
+            batches.setdefault(shape, []).append((acc, model, keys))
+    for batch in batches.values():
+        for part in range(0, len(batch), _BATCH):
+            chunk = batch[part:part + _BATCH]
+            keys = np.stack([k for _, _, k in chunk])
+            models = fit([m for _, m, _ in chunk], keys)
+            for (acc, _, _), model in zip(chunk, models, strict=True):
+                acc.fitted[model.key] = model
+            score(models, keys, [0] * len(chunk), [acc for acc, _, _ in chunk])
+
+
+def _all_valid(model: GroupModel, keys: np.ndarray) -> bool:
+    return int(keys.min()) >= model.low and int(keys.max()) < model.high
+
+
+def _as_float(model: GroupModel, keys: np.ndarray, clean: bool) -> np.ndarray:
+    """``keys`` as float32, NaN where they are outside [low, high) (zero or non-finite scales)."""
+    grid = keys.astype(np.float32)
+    if not clean:
+        grid[(keys < model.low) | (keys >= model.high)] = np.nan
+    return grid
+
+
+def _medians(a: np.ndarray, clean: bool) -> np.ndarray:
+    """Medians of ``a`` along its last axis, ignoring NaN (0 where all are NaN); ``clean``: there is none.
+    A sort along a short contiguous axis is vectorised and several times faster than np.median's
+    partition per row (np.nanmedian is slower still), and than np.partition along an axis of hundreds."""
+    n = a.shape[-1]
+    ordered = np.sort(a, axis=-1)        # NaN sorts last
+    if clean:
+        mid: np.ndarray = (ordered[..., (n - 1) // 2] + ordered[..., n // 2]) / 2
+        return mid
+    count = np.count_nonzero(~np.isnan(a), axis=-1)[..., None]
+    lo = np.take_along_axis(ordered, np.maximum(count - 1, 0) // 2, axis=-1)[..., 0]
+    hi = np.take_along_axis(ordered, np.minimum(count // 2, n - 1), axis=-1)[..., 0]
+    medians: np.ndarray = np.where(count[..., 0] > 0, (lo + hi) / 2, 0.0).astype(a.dtype)
+    return medians
+
+
+def centering(decoded: np.ndarray) -> np.ndarray:
+    """|median x| / max|x| of each block of ``decoded`` (n, block size); 0 for a block of zeros."""
+    x = np.asarray(decoded, dtype=np.float64)
+    top = np.abs(x).max(axis=1)
+    mid = np.abs(np.median(x, axis=1))
+    result: np.ndarray = np.divide(mid, top, out=np.zeros_like(mid), where=top > 0)
+    return result
