@@ -155,6 +155,37 @@ def test_cli_scan_and_manifest_on_a_scheduler_by_address(client: Any, poisoned: 
     assert (got.exit_code, got.output) == (0, wanted.output)
 
 
+def test_cli_scan_on_a_local_cluster_of_its_own(poisoned: str) -> None:
+    # --dask local:N starts N worker processes for the run and stops them with it: the report is the
+    # local one, and no worker outlives the command.
+    local = run_cli(["scan", poisoned, MODELS[0]])
+    before = _children()
+    fleet = run_cli(["scan", "--dask", "local:1", poisoned, MODELS[0]])
+    assert (fleet.exit_code, fleet.output) == (1, local.output)
+    deadline = time.monotonic() + 10
+    while _children() - before and time.monotonic() < deadline:     # a worker may take a moment to exit
+        time.sleep(0.1)
+    assert _children() - before == set()
+    wanted = run_cli(["manifest", MODELS[0], "-o", "-"])
+    got = run_cli(["manifest", "--dask", "local:1", MODELS[0], "-o", "-"])
+    assert (got.exit_code, got.output) == (0, wanted.output)
+
+
+def _children() -> set[int]:
+    """This process's live child processes but multiprocessing's resource tracker, which a process keeps
+    once it has started one (Linux: from /proc; elsewhere nothing is known)."""
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*/stat") if Path("/proc/self/stat").exists() else ():
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+            tracker = b"resource_tracker" in (entry.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and not tracker:
+            found.add(int(entry.parent.name))
+    return found
+
+
 def test_cli_dask_refuses_a_bad_local_count_and_llama_hash() -> None:
     result = run_cli(["scan", "--dask", "local:0", MODELS[0]])
     assert result.exit_code == 2 and "local:N takes a number of workers >= 1, not '0'" in result.stderr

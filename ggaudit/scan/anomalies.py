@@ -168,11 +168,10 @@ def fit(models: Sequence[GroupModel], keys: np.ndarray, rows: int = 0) -> list[G
     center = _medians(values, clean)
     spreads = 1.4826 * _medians(np.abs(values - center[..., None]), clean)
     spreads = np.maximum(np.nan_to_num(spreads), SPREAD_FLOOR * KEY_UNITS[model.encoding])
-    keys_sample = sample[..., ::step].reshape(*sample.shape[:2], -1)
+    typical = _typical(model, sample[..., ::step].reshape(*sample.shape[:2], -1), clean)
     return [GroupModel(key=m.key, names=m.names, encoding=m.encoding, low=m.low, high=m.high,
                        rows_model=m.rows_model, minimum=m.minimum, positions=positions[t].astype(np.float32),
-                       spreads=spreads[t],
-                       typical=tuple(_typical(m, keys_sample[t, j]) for j in range(len(m.names))))
+                       spreads=spreads[t], typical=tuple((float(lo), float(hi)) for lo, hi in typical[t]))
             for t, m in enumerate(models)]
 
 
@@ -203,8 +202,10 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
         return
     values = residual[pair, j, b]
     owner = tensors[pair]
-    for t, jj in {(int(t), int(x)) for t, x in zip(owner, j, strict=True)}:
-        mine = np.flatnonzero((owner == t) & (j == jj))
+    code = owner * residual.shape[1] + j                     # one group per tensor and field, in file order
+    by_code = np.argsort(code, kind="stable")
+    for mine in np.split(by_code, np.flatnonzero(np.diff(code[by_code])) + 1):
+        t, jj = int(owner[mine[0]]), int(j[mine[0]])
         model, acc = models[t], accs[t]
 
         def suspect(k: int, model: GroupModel = model, t: int = t, jj: int = jj) -> Suspect:
@@ -241,28 +242,34 @@ def _wide_rows(keys: np.ndarray, positions: np.ndarray, reach: np.ndarray) -> tu
 
 def magnitude(model: GroupModel, key: float) -> float:
     """|x| of a (fractional) key of the model's encoding."""
-    whole = int(min(max(round(key), model.low), model.high - 1))
+    return float(_magnitudes(model, np.array([min(max(round(key), model.low), model.high - 1)]))[0])
+
+
+def _magnitudes(model: GroupModel, keys: np.ndarray) -> np.ndarray:
+    """|x| of each key (a sign-free bit pattern) of the model's encoding, as float64."""
     if model.encoding is Encoding.E8M0:
-        return float(2.0 ** (whole - 127))
+        return np.exp2(keys.astype(np.float64) - 127)
     if model.encoding is Encoding.BF16:
-        return float(np.array([whole << 16], "<u4").view("<f4")[0])
-    view = _FLOAT_VIEWS[model.encoding]
-    return float(np.array([whole], view[0]).view(view[1])[0])
+        return (keys.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if model.encoding is Encoding.F32:
+        return keys.astype(np.uint32).view(np.float32).astype(np.float64)
+    return keys.astype(np.uint16).view(np.float16).astype(np.float64)       # F16, IQ1_M's assembled f16
 
 
-#: How a key of each IEEE encoding reads as a number (BF16 is the top half of an f32).
-_FLOAT_VIEWS: dict[Encoding, tuple[str, str]] = {Encoding.F16: ("<u2", "<f2"), Encoding.IQ1M_F16: ("<u2", "<f2"),
-                                                Encoding.F32: ("<u4", "<f4")}
-
-
-def _typical(model: GroupModel, keys: np.ndarray) -> tuple[float, float]:
-    """The 1st and 99th percentile of |x| of the modelled ``keys``."""
-    good = keys[(keys >= model.low) & (keys < model.high)]
-    if not good.size:
-        return 0.0, 0.0
-    lo, hi = (good.size - 1) // 100, (good.size - 1) * 99 // 100
-    ranked = np.partition(good, [lo, hi])
-    return magnitude(model, int(ranked[lo])), magnitude(model, int(ranked[hi]))
+def _typical(model: GroupModel, keys: np.ndarray, clean: bool) -> np.ndarray:
+    """The 1st and 99th percentile of |x| of the modelled keys (tensors, fields, n): (tensors, fields, 2);
+    0 where a field has no modelled key."""
+    n = keys.shape[-1]
+    if clean:
+        ranks = [(n - 1) // 100, (n - 1) * 99 // 100]
+        return _magnitudes(model, np.partition(keys, ranks, axis=-1)[..., ranks])
+    out = np.zeros((*keys.shape[:2], 2))
+    for t, j in np.ndindex(*keys.shape[:2]):
+        good = keys[t, j][(keys[t, j] >= model.low) & (keys[t, j] < model.high)]
+        if good.size:
+            ranks = [(good.size - 1) // 100, (good.size - 1) * 99 // 100]
+            out[t, j] = _magnitudes(model, np.partition(good, ranks)[ranks])
+    return out
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,8 @@ def _unchecked(plan: Plan, n: int, decodable: bool) -> list[str]:
 def _read_blocks(plan: Plan, units: list[int], path: str) -> dict[int, np.ndarray]:
     bb = plan.layout.block_bytes
     out: dict[int, np.ndarray] = {}
+    if not units:
+        return out
     fd = io.open_fd(path)
     try:
         for unit in units:
