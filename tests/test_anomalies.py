@@ -297,3 +297,20 @@ def test_cli_refuses_anomalies_on_dask() -> None:
     result = CliRunner().invoke(main, ["scan", "--anomalies", "--dask", "local:1", "x.gguf"])
     assert result.exit_code == 2
     assert "--anomalies reads blocks again on this machine: not with --dask" in result.output
+
+
+def test_an_mxfp4_shared_exponent_is_modelled_too(tmp_path: Path) -> None:
+    # E8M0 keys are exact log2 (one unit per power of two): a flipped bit 3 multiplies the block by 256.
+    path = tmp_path / "mxfp4.gguf"
+    rows, cols = 256, 256
+    write_gguf(path, [TensorSpec("blk.0.ffn_up_exps.weight", T.MXFP4, (cols, rows),
+                                 quantize(_weights(rows, cols, 9), GT.MXFP4).tobytes())], {})
+    assert ggaudit.scan(str(path), anomalies=True).ok
+    t = ggaudit.open_model(str(path)).tensor("blk.0.ffn_up_exps.weight")
+    offset = t.offset + (40 * (cols // 32) + 6) * 17
+    data = bytearray(path.read_bytes())
+    before = data[offset]
+    data[offset] ^= 1 << 3
+    path.write_bytes(bytes(data))
+    report = ggaudit.scan(str(path), anomalies=True)
+    assert _anomalies(report) == [("blk.0.ffn_up_exps.weight", 40, 6, 192, "e", offset, f"0x{before ^ 8:02x}")]
