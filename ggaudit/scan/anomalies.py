@@ -232,12 +232,23 @@ def _positions(model: GroupModel) -> np.ndarray:
 def _wide_rows(keys: np.ndarray, positions: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(tensor, row) of the rows in which some field's keys, less their positions' effects, span more
     than its ``reach``: only those can hold a block that far from the row's median. The reductions run
-    over a row's blocks in the column layout, whole vectors of rows at a time."""
-    grid = keys.astype(np.float32)
-    grid -= positions[..., None]
-    span = grid.max(axis=-2) - grid.min(axis=-2)                             # tensors, fields, rows
-    tensors, rows = np.nonzero((span > reach[..., None]).any(axis=1))
-    return tensors, rows
+    over a row's blocks in the column layout, whole vectors of rows at a time: first on the keys
+    themselves (their span less the span of the position effects bounds the span wanted), then exactly,
+    on the rows the bound keeps (on all rows at once when it keeps many)."""
+    slack = positions.max(axis=-1) - positions.min(axis=-1)                   # tensors, fields
+    span = keys.max(axis=-2).astype(np.int32) - keys.min(axis=-2)             # tensors, fields, rows
+    tensors, rows = np.nonzero((span > (reach - slack)[..., None]).any(axis=1))
+    if not rows.size or not slack.any():
+        return tensors, rows
+    if rows.size * 4 > keys.shape[0] * keys.shape[-1]:
+        grid = keys.astype(np.float32)
+        grid -= positions[..., None]
+        exact = grid.max(axis=-2) - grid.min(axis=-2)
+        tensors, rows = np.nonzero((exact > reach[..., None]).any(axis=1))
+        return tensors, rows
+    grid = keys[tensors, :, :, rows].astype(np.float32) - positions[tensors]   # pairs, fields, blocks
+    wide = ((grid.max(axis=-1) - grid.min(axis=-1)) > reach[tensors]).any(axis=1)
+    return tensors[wide], rows[wide]
 
 
 def magnitude(model: GroupModel, key: float) -> float:
@@ -340,7 +351,8 @@ class AnomalyAcc:
         out: list[tuple[GroupModel, np.ndarray]] = []
         for key in [k for k, pieces in self.kept.items() if sum(len(p) for _, p in pieces) == self.units]:
             pieces = sorted(self.kept.pop(key), key=lambda piece: piece[0])
-            out.append((self.waiting.pop(key), columns(np.concatenate([p for _, p in pieces]), self.per_row)))
+            keys = pieces[0][1] if len(pieces) == 1 else np.concatenate([p for _, p in pieces])
+            out.append((self.waiting.pop(key), columns(keys, self.per_row)))
         return out
 
 
