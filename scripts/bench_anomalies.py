@@ -140,8 +140,8 @@ def decide(f: Field, b: int, r: int, residual: float, block: np.ndarray) -> bool
             return True
     up = residual > 0
     others = [(v, unit) for v, unit in f.tails[up] if unit != f.unit(b, r)]
-    found = sorted([A.Suspect(unit=unit, field=f.name, key=0, residual=v, predicted=0.0) for v, unit in others]
-                   + [A.Suspect(unit=-1, field=f.name, key=0, residual=residual, predicted=0.0)],
+    found = sorted([A.Suspect(unit=unit, field=f.name, residual=v, predicted=0.0) for v, unit in others]
+                   + [A.Suspect(unit=-1, field=f.name, residual=residual, predicted=0.0)],
                    key=lambda s: (-abs(s.residual), s.unit))[:A.EXTREMES]
     return any(s.unit == -1 for s in isolated(f.group, found))
 

@@ -234,7 +234,7 @@ def test_pieces_merged_in_any_order_keep_the_most_extreme() -> None:
     def piece(units: range) -> A.AnomalyAcc:
         acc = A.AnomalyAcc()
         for unit in units:
-            acc.offer(A.Suspect(unit=unit, field="d", key=0, residual=float(unit % 7), predicted=0.0), True)
+            acc.offer(A.Suspect(unit=unit, field="d", residual=float(unit % 7), predicted=0.0), True)
         return acc
 
     one, other = A.AnomalyAcc(), A.AnomalyAcc()

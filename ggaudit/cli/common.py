@@ -260,15 +260,9 @@ def model_inputs(spec: str, store: str | None) -> list[str]:
 def split_set_files(path: str) -> list[str]:
     """``path`` and, when its name is a split set's shard's (``NAME-0000k-of-0000n.gguf``), every shard of
     that set, by name: the files opening it reads, known without reading any."""
-    from ..format.layout import SPLIT_NAME
+    from ..format.layout import named_shards
 
-    folder, base = os.path.split(path)
-    match = SPLIT_NAME.match(base)
-    if match is None:
-        return [path]
-    count = int(match["count"])
-    return [path] + [os.path.join(folder, f"{match['prefix']}-{k:05d}-of-{count:05d}.gguf")
-                     for k in range(1, count + 1)]
+    return [path, *(named_shards(path) or ())]
 
 
 #: ``-o -`` writes to stdout.

@@ -534,18 +534,28 @@ def open_model(source: str | os.PathLike[str]) -> Model:
     return _open_split(path, first, count)
 
 
-def shard_paths(f: GGUFFile, count: int) -> list[str]:
-    """Paths of all shards of the split set *f* belongs to (from its name)."""
-    folder, base = os.path.split(f.path)
+def named_shards(path: str) -> list[str] | None:
+    """Paths of all shards of the split set ``path``'s name says it belongs to (``NAME-0000k-of-0000n.gguf``),
+    from the name alone; None when it is not such a name."""
+    folder, base = os.path.split(path)
     match = SPLIT_NAME.match(base)
-    entry = f.metadata["split.count"]
     if match is None:
+        return None
+    count = int(match["count"])
+    return [os.path.join(folder, f"{match['prefix']}-{k:05d}-of-{count:05d}.gguf") for k in range(1, count + 1)]
+
+
+def shard_paths(f: GGUFFile, count: int) -> list[str]:
+    """Paths of all shards of the split set *f* belongs to (from its name, checked against split.count)."""
+    shards = named_shards(f.path)
+    entry = f.metadata["split.count"]
+    if shards is None:
         raise FormatError(f.path, f"split.count is {count} but the name is not NAME-0000k-of-0000n.gguf",
                           offset=entry.offset, field="split.count")
-    if int(match["count"]) != count:
-        raise FormatError(f.path, f"the name says {int(match['count'])} shards but split.count is {count}",
+    if len(shards) != count:
+        raise FormatError(f.path, f"the name says {len(shards)} shards but split.count is {count}",
                           offset=entry.offset, field="split.count")
-    return [os.path.join(folder, f"{match['prefix']}-{k:05d}-of-{count:05d}.gguf") for k in range(1, count + 1)]
+    return shards
 
 
 def _open_split(path: str, given: GGUFFile, count: int) -> Model:

@@ -45,6 +45,7 @@ their elements have no per-block scale, and an element's magnitude varies too mu
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,7 +111,7 @@ class GroupModel:
     Q4_K's ``d`` and ``dmin``) of one tensor; ``key`` is the group's offset in the block.
 
     Keys ``low <= key < high`` are modelled (zero and non-finite scales are left out: the scan reports
-    the non-finite ones itself). ``positions`` (blocks per row, fields): the median residual of each
+    the non-finite ones itself). ``positions`` (fields, blocks per row): the median residual of each
     block position once each row's median is removed (``rows_model``), or the median key of each
     position (fewer than MIN_ROW_BLOCKS blocks per row); None until fitted (a tensor whose keys are kept
     and modelled whole at the end). ``spreads``: the robust spread of each field's residuals, in keys.
@@ -122,7 +123,7 @@ class GroupModel:
     low: int
     high: int
     rows_model: bool
-    minimum: bool          # the type's blocks carry a min field (decided by centering, not isolation)
+    minimum: bool          # the type's blocks carry a min field (centering decides too; wider isolation steps)
     positions: np.ndarray | None = None
     spreads: np.ndarray | None = None
     typical: tuple[tuple[float, float], ...] = ()
@@ -173,9 +174,8 @@ def fit(models: Sequence[GroupModel], keys: np.ndarray, rows: int = 0) -> list[G
     spreads = 1.4826 * _medians(np.abs(values - center[..., None]), clean)
     spreads = np.maximum(np.nan_to_num(spreads), SPREAD_FLOOR * KEY_UNITS[model.encoding])
     typical = _typical(model, sample[..., ::step].reshape(*sample.shape[:2], -1), clean)
-    return [GroupModel(key=m.key, names=m.names, encoding=m.encoding, low=m.low, high=m.high,
-                       rows_model=m.rows_model, minimum=m.minimum, positions=positions[t].astype(np.float32),
-                       spreads=spreads[t], typical=tuple((float(lo), float(hi)) for lo, hi in typical[t]))
+    return [dataclasses.replace(m, positions=positions[t].astype(np.float32), spreads=spreads[t],
+                                typical=tuple((float(lo), float(hi)) for lo, hi in typical[t]))
             for t, m in enumerate(models)]
 
 
@@ -215,8 +215,7 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
         def suspect(k: int, model: GroupModel = model, t: int = t, jj: int = jj) -> Suspect:
             i = pair[k]
             return Suspect(unit=first_units[t] + int(rows[i]) * keys.shape[2] + int(b[k]), field=model.names[jj],
-                           key=int(sub[i, jj, b[k]]), residual=float(values[k]),
-                           predicted=float(centers[i, jj] + positions[t, jj, b[k]]))
+                           residual=float(values[k]), predicted=float(centers[i, jj] + positions[t, jj, b[k]]))
 
         if model.minimum:
             for k in mine[np.abs(values[mine]) > model.reach(CANDIDATE_THRESHOLD)[jj]]:
@@ -289,12 +288,11 @@ def _typical(model: GroupModel, keys: np.ndarray, clean: bool) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Suspect:
-    """A block whose scale the model questions: its unit (block index in the tensor), field, stored key
-    and residual (keys); ``predicted`` is the key the model expected there."""
+    """A block whose scale the model questions: its unit (block index in the tensor), field and residual
+    (keys); ``predicted`` is the key the model expected there."""
 
     unit: int
     field: str
-    key: int
     residual: float
     predicted: float
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..format.blocks import BlockLayout, Encoding, FloatField, GGMLQuantizationType as T, decode_bits, dequantize
 from ..format.blocks import iq1m_assemble, layout_of
-from .report import CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, finite_or_none, hex_bits
+from .report import (CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, counted_kinds,
+                     finite_or_none, hex_bits)
 from ..arrays import distinct
 from .histogram import count_codes
 from .anomalies import AnomalyAcc, GroupModel, columns, score, settle
@@ -138,7 +139,7 @@ class Options:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The kinds of finding counted: ``anomaly`` only when scales were modelled."""
-        return KINDS if self.anomalies else tuple(k for k in KINDS if k != "anomaly")
+        return counted_kinds(self.anomalies)
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,19 @@ from ..format.structure import StructureFinding
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
            "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScaleHistogram",
-           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "finite_or_none", "hex_bits"]
+           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "counted_kinds", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
 
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
+
+def counted_kinds(anomalies: bool) -> tuple[str, ...]:
+    """The kinds of finding a scan counts: ``anomaly`` only when it modelled block scales, so that a plain
+    scan's counts (and JSON) are what they were before anomalies existed."""
+    return KINDS if anomalies else tuple(k for k in KINDS if k != "anomaly")
+
 
 #: ``TensorScan.encoding`` of an I8 tensor the caller said holds FP8 E4M3 bytes (``--as NAME=fp8_e4m3``).
 FP8_E4M3 = "fp8_e4m3"
@@ -231,7 +237,7 @@ class ScanReport:
     @property
     def counts(self) -> dict[str, int]:
         """Findings per kind over all tensors (``anomaly`` only when scales were modelled)."""
-        return {k: sum(t.counts.get(k, 0) for t in self.tensors) for k in KINDS if k != "anomaly" or self.anomalies}
+        return {k: sum(t.counts.get(k, 0) for t in self.tensors) for k in counted_kinds(self.anomalies)}
 
     @property
     def ok(self) -> bool:

@@ -353,7 +353,7 @@ def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) ->
         acc = accs.get(plan.index)
         if acc is None or plan.anomaly is None:
             continue
-        found, more = anomaly_findings(plan, acc, plan.path)
+        found, more = anomaly_findings(plan, acc)
         warnings.extend(more)
         acc.counts["anomaly"] += len(found)
         acc.findings.extend(found[:max(0, (1 if opts.fail_fast else opts.limit) - len(acc.findings))])

@@ -21,12 +21,10 @@ import numpy as np
 from .. import io
 from ..format.blocks import Encoding, FloatField, decode_bits, dequantize, field_bits
 from .anomalies import (CANDIDATE_THRESHOLD, CENTERING_THRESHOLD, COLLECT_MAX_BLOCKS, EXTREMES, GAP_DOWN,
-                        GAP_DOWN_MINIMUM, GAP_UP, GAP_UP_MINIMUM,
-                        KEY_UNITS,
-                        MAX_DOUBTFUL, TAIL_THRESHOLD, GroupModel, Suspect, centering, columns, fit, has_minimum,
-                        magnitude, unfitted)
+                        GAP_DOWN_MINIMUM, GAP_UP, GAP_UP_MINIMUM, KEY_UNITS, MAX_DOUBTFUL, TAIL_THRESHOLD,
+                        GroupModel, Suspect, centering, columns, fit, has_minimum, magnitude, unfitted)
 from .kernel import Acc, Plan, deep_supported, groups
-from .kernel import _keys as keys_of, _raw as raw_of
+from .kernel import _finding as kernel_finding, _keys as keys_of, _raw as raw_of
 from .report import CAUSE_STATISTIC, Finding, hex_bits
 
 __all__ = ["anomaly_findings", "fit_plans", "modelled"]
@@ -101,7 +99,7 @@ def _fit(plan: Plan, models: tuple[GroupModel, ...], fd: int) -> tuple[GroupMode
     return tuple(fitted)
 
 
-def anomaly_findings(plan: Plan, acc: Acc, path: str) -> tuple[list[Finding], list[str]]:
+def anomaly_findings(plan: Plan, acc: Acc) -> tuple[list[Finding], list[str]]:
     """The anomalies of one scanned tensor, in file order, and warnings (candidates left undecided).
 
     Candidates of a type with a minimum are read again (one block each) and decoded; for other types,
@@ -114,7 +112,7 @@ def anomaly_findings(plan: Plan, acc: Acc, path: str) -> tuple[list[Finding], li
     chosen = {s for (name, _), found in state.extremes.items() for s in _isolated(by_field[name], found)}
     decodable = deep_supported(plan.layout.ggml_type)
     doubtful = state.doubtful if decodable else []
-    blocks = _read_blocks(plan, sorted({s.unit for s in [*chosen, *doubtful]}), path)
+    blocks = _read_blocks(plan, sorted({s.unit for s in [*chosen, *doubtful]}))
     if doubtful:
         decoded = dequantize(np.stack([blocks[s.unit] for s in doubtful]).reshape(-1), plan.layout.ggml_type)
         off_centre = centering(decoded.reshape(len(doubtful), -1)) > CENTERING_THRESHOLD
@@ -151,12 +149,13 @@ def _unchecked(plan: Plan, n: int, decodable: bool) -> list[str]:
     return [f"anomalies: {n} block{'s' if n > 1 else ''} of {plan.name} left undecided ({why})"]
 
 
-def _read_blocks(plan: Plan, units: list[int], path: str) -> dict[int, np.ndarray]:
+def _read_blocks(plan: Plan, units: list[int]) -> dict[int, np.ndarray]:
+    """The bytes of each block ``units`` of the plan's tensor, read one by one."""
     bb = plan.layout.block_bytes
     out: dict[int, np.ndarray] = {}
     if not units:
         return out
-    fd = io.open_fd(path)
+    fd = io.open_fd(plan.path)
     try:
         for unit in units:
             buf = np.empty(bb, np.uint8)
@@ -168,13 +167,12 @@ def _read_blocks(plan: Plan, units: list[int], path: str) -> dict[int, np.ndarra
 
 
 def _finding(plan: Plan, s: Suspect, f: FloatField, model: GroupModel, block: np.ndarray) -> Finding:
+    """The scan's finding for the block (located as any finding is), with the model's figures."""
     bits = int(field_bits(f, block[f.offset:f.offset + f.size].reshape(1, -1))[0])
     value = float(decode_bits(f.encoding, np.array([bits], np.uint64))[0])
-    row, index = divmod(s.unit, plan.units_per_row)
-    return Finding(tensor=plan.name, path=plan.path, kind="anomaly", row=row,
-                   column=index * plan.layout.block_size + f.first_col, width=f.width, block=index, field=f.name,
-                   offset=plan.offset + s.unit * plan.layout.block_bytes + f.offset,
-                   size=f.size,
-                   bits=hex_bits(bits, 2 if f.encoding is Encoding.IQ1M_F16 else f.size), value=value,
-                   cause=CAUSE_STATISTIC, expert=plan.expert_of_row(row), score=s.residual / model.spread(f.name),
-                   expected=magnitude(model, s.predicted), typical=model.typical[model.names.index(f.name)])
+    offset = plan.offset + s.unit * plan.layout.block_bytes + f.offset
+    shown = hex_bits(bits, 2 if f.encoding is Encoding.IQ1M_F16 else f.size)     # IQ1_M: the assembled f16
+    located = kernel_finding(plan, s.unit, f, offset, shown, value, "anomaly", CAUSE_STATISTIC)
+    return dataclasses.replace(located, score=s.residual / model.spread(f.name),
+                               expected=magnitude(model, s.predicted),
+                               typical=model.typical[model.names.index(f.name)])
