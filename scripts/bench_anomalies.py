@@ -43,7 +43,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ggaudit
-from ggaudit.format.blocks import Encoding, dequantize
+from ggaudit.format.affine import block_values
+from ggaudit.format.blocks import Encoding
 from ggaudit.scan.anomalies import KEY_UNITS
 from ggaudit.scan import anomalies as A
 from ggaudit.scan.kernel import Plan, _keys, _raw, groups
@@ -135,7 +136,7 @@ def decide(f: Field, b: int, r: int, residual: float, block: np.ndarray) -> bool
     if abs(residual) <= A.CANDIDATE_THRESHOLD * spread:
         return False
     if f.group.minimum:
-        decoded = dequantize(block.copy(), f.plan.layout.ggml_type).reshape(1, -1)
+        decoded = block_values(block, f.plan.layout.ggml_type)
         if A.centering(decoded)[0] > A.CENTERING_THRESHOLD:
             return True
     up = residual > 0
@@ -168,7 +169,7 @@ def clean_pass(files: list[Path], fields: list[Field]) -> None:
         best[k][3] += len(cand)
         if f.group.minimum and len(cand):
             units = [f.unit(int(b), int(r)) for b, r in cand]
-            decoded = dequantize(f.blocks[units].reshape(-1), f.plan.layout.ggml_type).reshape(len(units), -1)
+            decoded = block_values(f.blocks[units], f.plan.layout.ggml_type)
             best[k][2] = max(best[k][2], float(A.centering(decoded).max()))
         for up, tail in f.tails.items():
             levels = [abs(v) for v, _ in tail[:A.EXTREMES]]

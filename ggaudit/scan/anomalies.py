@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..format import affine
 from ..format.blocks import BlockLayout, Encoding
 
 __all__ = ["CANDIDATE_THRESHOLD", "CENTERING_THRESHOLD", "COLLECT_MAX_BLOCKS", "GAP_DOWN", "GAP_DOWN_MINIMUM",
@@ -101,8 +102,9 @@ MAX_DOUBTFUL = 1 << 12
 
 
 def has_minimum(layout: BlockLayout) -> bool:
-    """Whether blocks of ``layout`` decode to ``d*q + m`` (a min field beside the scale)."""
-    return any(f.name in ("m", "dmin") for f in layout.fields)
+    """Whether blocks of ``layout`` decode to ``d*q + m`` (a min field beside the scale; the types
+    :mod:`ggaudit.format.affine` decodes for :func:`centering`)."""
+    return layout.ggml_type in affine.TYPES
 
 
 @dataclass(frozen=True, eq=False)
@@ -407,8 +409,9 @@ def _medians(a: np.ndarray, clean: bool) -> np.ndarray:
 
 def centering(decoded: np.ndarray) -> np.ndarray:
     """|median x| / max|x| of each block of ``decoded`` (n, block size); 0 for a block of zeros."""
-    x = np.asarray(decoded, dtype=np.float64)
-    top = np.abs(x).max(axis=1)
-    mid = np.abs(np.median(x, axis=1))
+    x = np.sort(np.asarray(decoded, dtype=np.float64), axis=1)   # not np.median: it imports numpy.ma
+    n = x.shape[1]
+    top = np.maximum(-x[:, 0], x[:, -1])
+    mid = np.abs(x[:, (n - 1) // 2] + x[:, n // 2]) / 2
     result: np.ndarray = np.divide(mid, top, out=np.zeros_like(mid), where=top > 0)
     return result

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import io
-from ..format.blocks import Encoding, FloatField, decode_bits, dequantize, field_bits
+from ..format.affine import block_values
+from ..format.blocks import Encoding, FloatField, decode_bits, field_bits
 from .anomalies import (CANDIDATE_THRESHOLD, CENTERING_THRESHOLD, COLLECT_MAX_BLOCKS, EXTREMES, GAP_DOWN,
                         GAP_DOWN_MINIMUM, GAP_UP, GAP_UP_MINIMUM, KEY_UNITS, MAX_DOUBTFUL, TAIL_THRESHOLD,
                         GroupModel, Suspect, centering, columns, fit, has_minimum, magnitude, unfitted)
-from .kernel import Acc, Plan, deep_supported, groups
+from .kernel import Acc, Plan, groups
 from .kernel import _finding as kernel_finding, _keys as keys_of, _raw as raw_of
 from .report import CAUSE_STATISTIC, Finding, hex_bits
 
@@ -110,18 +111,15 @@ def anomaly_findings(plan: Plan, acc: Acc) -> tuple[list[Finding], list[str]]:
     models = {m.key: m for m in plan.anomaly if m.positions is not None} | state.fitted
     by_field = {name: m for m in models.values() for name in m.names}
     chosen = {s for (name, _), found in state.extremes.items() for s in _isolated(by_field[name], found)}
-    decodable = deep_supported(plan.layout.ggml_type)
-    doubtful = state.doubtful if decodable else []
-    blocks = _read_blocks(plan, sorted({s.unit for s in [*chosen, *doubtful]}))
-    if doubtful:
-        decoded = dequantize(np.stack([blocks[s.unit] for s in doubtful]).reshape(-1), plan.layout.ggml_type)
-        off_centre = centering(decoded.reshape(len(doubtful), -1)) > CENTERING_THRESHOLD
-        chosen.update(s for s, yes in zip(doubtful, off_centre, strict=True) if yes)
+    blocks = _read_blocks(plan, sorted({s.unit for s in [*chosen, *state.doubtful]}))
+    if state.doubtful:
+        decoded = block_values(np.stack([blocks[s.unit] for s in state.doubtful]), plan.layout.ggml_type)
+        off_centre = centering(decoded) > CENTERING_THRESHOLD
+        chosen.update(s for s, yes in zip(state.doubtful, off_centre, strict=True) if yes)
     fields = {f.name: f for f in plan.layout.fields}
     findings = [_finding(plan, s, fields[s.field], by_field[s.field], blocks[s.unit])
                 for s in sorted(chosen, key=lambda s: (s.unit, s.field))]
-    undecided = state.unchecked + (0 if decodable else len(state.doubtful))
-    return findings, _unchecked(plan, undecided, decodable)
+    return findings, _unchecked(plan, state.unchecked)
 
 
 def _isolated(model: GroupModel, found: list[Suspect]) -> list[Suspect]:
@@ -141,12 +139,11 @@ def _isolated(model: GroupModel, found: list[Suspect]) -> list[Suspect]:
     return []
 
 
-def _unchecked(plan: Plan, n: int, decodable: bool) -> list[str]:
+def _unchecked(plan: Plan, n: int) -> list[str]:
     if not n:
         return []
-    why = (f"gguf.quants cannot decode {plan.layout.name}" if not decodable else
-           f"more than {MAX_DOUBTFUL} blocks were in doubt")
-    return [f"anomalies: {n} block{'s' if n > 1 else ''} of {plan.name} left undecided ({why})"]
+    return [f"anomalies: {n} block{'s' if n > 1 else ''} of {plan.name} left undecided "
+            f"(more than {MAX_DOUBTFUL} blocks were in doubt)"]
 
 
 def _read_blocks(plan: Plan, units: list[int]) -> dict[int, np.ndarray]:
