@@ -67,6 +67,7 @@ class Field:
     residual: np.ndarray      # same shape
     blocks: np.ndarray        # (units, block bytes), a read-only view of the file
     tails: dict[bool, list[tuple[float, int]]]   # upward/downward: the most extreme (residual, unit) beyond the tail
+    columns: dict[bool, np.ndarray]   # upward/downward: (blocks per row, rows) |residual| beyond the tail, else 0
 
     @property
     def name(self) -> str:
@@ -105,7 +106,10 @@ def fields_of(path: Path) -> list[Field]:
             for j in range(len(group.names)):
                 residual = _residual(fitted, grid, j)
                 tails = _tails(residual, float(fitted.spreads[j]))      # type: ignore[index]
-                out.append(Field(path.name, plan, fitted, j, grid[j], residual, blocks, tails))
+                beyond = np.nan_to_num(residual) * (np.abs(np.nan_to_num(residual)) > A.TAIL_THRESHOLD
+                                                     * float(fitted.spreads[j]))   # type: ignore[index]
+                columns = {True: np.maximum(beyond, 0), False: np.maximum(-beyond, 0)}
+                out.append(Field(path.name, plan, fitted, j, grid[j], residual, blocks, tails, columns))
     return out
 
 
@@ -129,9 +133,23 @@ def _residual(model: A.GroupModel, grid: np.ndarray, j: int) -> np.ndarray:
     return g
 
 
+def lone_distance(f: Field, b: int, r: int, residual: float) -> float:
+    """How far (keys) block (b, r) with this residual stands beyond its row and its position, as the
+    scan's lone test measures it (the other blocks as they are in the clean file)."""
+    up = residual > 0
+    row = np.nan_to_num(f.residual[:, r].astype(np.float64))
+    row[b] = 0.0
+    row_reach = max(float(row.max() if up else -row.min()), 0.0)
+    others = np.delete(f.columns[up][b], r)
+    top = float(np.sort(others)[-A.COLUMN_RANK]) if others.size >= A.COLUMN_RANK else 0.0
+    column = max(top, float(f.group.column_reach[0 if up else 1, f.column, b]))      # type: ignore[index]
+    return abs(residual) - max(row_reach, column)
+
+
 def decide(f: Field, b: int, r: int, residual: float, block: np.ndarray) -> bool:
     """The scan's decision for block (b, r) of ``f`` with this residual and these bytes: centering for a
-    type with a minimum, and isolation among the field's most extreme blocks of that direction."""
+    type with a minimum, standing alone in its row and position for the others, and isolation among the
+    field's most extreme blocks of that direction."""
     spread = f.spread
     if abs(residual) <= A.CANDIDATE_THRESHOLD * spread:
         return False
@@ -139,6 +157,8 @@ def decide(f: Field, b: int, r: int, residual: float, block: np.ndarray) -> bool
         decoded = block_values(block, f.plan.layout.ggml_type)
         if A.centering(decoded)[0] > A.CENTERING_THRESHOLD:
             return True
+    elif f.group.rows_model and lone_distance(f, b, r, residual) > A.lone_gap(f.group, residual > 0):
+        return True
     up = residual > 0
     others = [(v, unit) for v, unit in f.tails[up] if unit != f.unit(b, r)]
     found = sorted([A.Suspect(unit=unit, field=f.name, residual=v, predicted=0.0) for v, unit in others]
@@ -158,9 +178,11 @@ def clean_pass(files: list[Path], fields: list[Field]) -> None:
                                                               else ""))
     print("  extremes of clean blocks (score = residual / spread), and the second tests on them: the highest "
           "centering of a candidate (types with a minimum), the largest step below a candidate in log2 units "
-          "(other types; flagged above GAP_UP / GAP_DOWN)")
+          "(other types; flagged above GAP_UP / GAP_DOWN) and the furthest a candidate stands beyond its row "
+          "and position (other types; flagged above LONE_UP / LONE_DOWN)")
     best: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     steps: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    lone: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for f in fields:
         s = f.residual / f.spread
         k = (f.model, f.type_key)
@@ -171,6 +193,11 @@ def clean_pass(files: list[Path], fields: list[Field]) -> None:
             units = [f.unit(int(b), int(r)) for b, r in cand]
             decoded = block_values(f.blocks[units], f.plan.layout.ggml_type)
             best[k][2] = max(best[k][2], float(A.centering(decoded).max()))
+        elif f.group.rows_model:
+            for b, r in cand:
+                v = float(f.residual[b, r])
+                far = lone_distance(f, int(b), int(r), v) / KEY_UNITS[Encoding.F16]
+                lone[k][0 if v > 0 else 1] = max(lone[k][0 if v > 0 else 1], far)
         for up, tail in f.tails.items():
             levels = [abs(v) for v, _ in tail[:A.EXTREMES]]
             if len(tail) < A.EXTREMES:      # as the scan: the tail's edge only after a list not full
@@ -184,6 +211,8 @@ def clean_pass(files: list[Path], fields: list[Field]) -> None:
         check = f"largest step up {steps[(model, key)][0]:.2f}, down {steps[(model, key)][1]:.2f}"
         if minimum:
             check = f"top centering {centred:.3f}; " + check
+        else:
+            check += f"; furthest alone up {lone[(model, key)][0]:.2f}, down {lone[(model, key)][1]:.2f}"
         print(f"  {model:44} {key:10} max {top:6.2f} min {bottom:6.2f}  candidates {n:6}  {check}")
 
 

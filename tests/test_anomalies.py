@@ -124,6 +124,18 @@ def test_every_read_path_gives_the_same_findings(model: Path, tmp_path: Path, mo
     flips = [("blk.0.ffn_up.weight", "d", 200, 9, 13), ("blk.0.attn_q.weight", "d", 10, 2, 13),
              ("blk.0.ffn_down.weight", "d", 77, 4, 14)]
     copy, offsets = _flipped(model, tmp_path, flips)
+    _same_on_every_read_path(copy, offsets, monkeypatch)
+
+
+def test_every_read_path_finds_the_same_lone_flips(quiet_model: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Row and position reaches come from pieces merged in any order: a lone flip (row 301) is found and
+    # one beside a real outlier (row 300) is not, however the tensor is cut.
+    copy, offsets = _flipped(quiet_model, tmp_path, [(QUIET[0], "d", 301, 2, 12), (QUIET[0], "d", 300, 2, 12)])
+    _same_on_every_read_path(copy, offsets[:1], monkeypatch)
+
+
+def _same_on_every_read_path(copy: Path, offsets: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan_run, "STREAM_CHUNK_BYTES", 4099)
     streamed = _anomalies(ggaudit.scan(str(copy), anomalies=True, workers=0))
     assert [f[5] for f in streamed] == offsets
@@ -244,6 +256,61 @@ def test_pieces_merged_in_any_order_keep_the_most_extreme() -> None:
     kept = [(s.residual, s.unit) for s in one.extremes[("d", True)]]
     assert kept == [(s.residual, s.unit) for s in other.extremes[("d", True)]]
     assert kept == [(6.0, 6), (6.0, 13), (6.0, 20), (6.0, 27), (6.0, 34), (5.0, 5), (5.0, 12), (5.0, 19)]
+
+
+def test_column_tails_merged_in_any_order_keep_each_position_s_most_extreme() -> None:
+    one, other = A.AnomalyAcc(per_row=3), A.AnomalyAcc(per_row=3)
+    pieces = [(np.array([0, 0, 2, 0]), np.array([5.0, 9.0, 1.0, 7.0])),
+              (np.array([0, 0, 1]), np.array([8.0, 6.0, 2.0]))]
+    for acc, order in ((one, pieces), (other, pieces[::-1])):
+        for positions, magnitudes in order:
+            part = A.AnomalyAcc(per_row=3)
+            part.column_tails("d", True, 3, positions, magnitudes)
+            acc.merge(part)
+    assert one.column_tops[("d", True)].tolist() == other.column_tops[("d", True)].tolist() == [
+        [9.0, 8.0, 7.0, 6.0], [2.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+#: A Q8_0 tensor whose real lower tail (position 5 of every fifth row quiet, /32) is longer than a flip
+#: by /16: the flip is not the most extreme of its direction, only alone in its row and position.
+QUIET = ("blk.0.attn_v.weight", 512, 256, 5)
+
+
+@pytest.fixture(scope="module")
+def quiet_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    name, rows, cols, position = QUIET
+    w = _weights(rows, cols, 7) * 2.5
+    w[::5, 32 * position:32 * position + 32] /= 32
+    path = tmp_path_factory.mktemp("quiet") / "model.gguf"
+    write_gguf(path, [TensorSpec(name, T.Q8_0, (cols, rows), quantize(w, GT.Q8_0).tobytes())],
+               {"general.architecture": "llama"})
+    return path
+
+
+def test_a_real_tail_supported_by_its_position_is_not_an_anomaly(quiet_model: Path) -> None:
+    report = ggaudit.scan(str(quiet_model), anomalies=True)
+    assert report.ok and report.counts["anomaly"] == 0
+
+
+def test_a_flip_inside_the_real_tail_is_found_alone_in_its_row_and_position(
+        quiet_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, _, _, position = QUIET
+    row, block = 301, 2                                    # a row without a quiet block
+    _, bits = _field(quiet_model, name, "d", row, block)
+    assert bits & (1 << 12) and block != position          # the flip divides the scale by 16
+    copy, (offset,) = _flipped(quiet_model, tmp_path, [(name, "d", row, block, 12)])
+    assert _anomalies(ggaudit.scan(str(copy), anomalies=True)) == [
+        (name, row, block, block * 32, "d", offset, f"0x{bits ^ (1 << 12):04x}")]
+    monkeypatch.setattr(A, "LONE_DOWN", 100.0)             # the isolation test alone misses it
+    assert _anomalies(ggaudit.scan(str(copy), anomalies=True)) == []
+
+
+def test_a_flip_in_a_row_that_holds_a_real_outlier_is_not_alone(quiet_model: Path, tmp_path: Path) -> None:
+    # Row 300 has a quiet block at position 5: a /16 block beside it is what real tails look like.
+    _, bits = _field(quiet_model, QUIET[0], "d", 300, 2)
+    assert bits & (1 << 12)
+    copy, _ = _flipped(quiet_model, tmp_path, [(QUIET[0], "d", 300, 2, 12)])
+    assert _anomalies(ggaudit.scan(str(copy), anomalies=True)) == []
 
 
 def test_centering_is_the_median_against_the_largest_magnitude() -> None:

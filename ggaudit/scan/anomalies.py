@@ -34,9 +34,16 @@ block scoring beyond CANDIDATE_THRESHOLD is decided by a second, independent tes
   direction, the first step of more than GAP_UP (upward) or GAP_DOWN log2 units to the next block (or to
   TAIL_THRESHOLD spreads, the tail's edge, after the last) flags the blocks above it. Up to EXTREMES
   flips of one field and direction are found this way, the same bit flipped in several blocks included.
+  And *standing alone* (:func:`lonely`), for a flip that lands inside a long real tail: real outlier
+  blocks come in rows or at positions that hold others like them (outlier features, massive-activation
+  channels), a flip lands anywhere. A candidate more than LONE_UP / LONE_DOWN log2 units beyond both
+  its row's other blocks and its position's (the COLUMN_RANK-th most extreme other block of the tensor
+  there, or about the 97th percentile of the fit's sampled rows) is flagged. This test is per block,
+  so its false alarms grow with a model's size; its upward step is wide for that reason.
 
 What this cannot find: a flip that stays inside the tensor's normal range (bits 10 and 11 of most
-scales, any mantissa bit, bit 12 upwards in a ``d*q`` tensor with a long real tail), a flipped quant (a
+scales, any mantissa bit, bit 12 of a block in a ``d*q`` tensor whose rows and positions already hold
+real blocks 16 times their typical scale), a flipped quant (a
 nibble or byte of ``qs``: one weight changes within the block's own range), and damage to float tensors:
 their elements have no per-block scale, and an element's magnitude varies too much from its neighbours
 (embeddings, attention weights) for a flipped exponent below bit 14 to stand out.
@@ -53,10 +60,10 @@ import numpy as np
 from ..format import affine
 from ..format.blocks import BlockLayout, Encoding
 
-__all__ = ["CANDIDATE_THRESHOLD", "CENTERING_THRESHOLD", "COLLECT_MAX_BLOCKS", "GAP_DOWN", "GAP_DOWN_MINIMUM",
-           "GAP_UP", "GAP_UP_MINIMUM", "KEY_UNITS",
+__all__ = ["CANDIDATE_THRESHOLD", "CENTERING_THRESHOLD", "COLLECT_MAX_BLOCKS", "COLUMN_RANK", "GAP_DOWN",
+           "GAP_DOWN_MINIMUM", "GAP_UP", "GAP_UP_MINIMUM", "KEY_UNITS", "LONE_DOWN", "LONE_UP",
            "MAX_DOUBTFUL", "SPREAD_FLOOR", "TAIL_THRESHOLD", "AnomalyAcc", "GroupModel", "Suspect", "centering",
-           "columns", "fit", "has_minimum", "score", "settle", "unfitted"]
+           "columns", "fit", "has_minimum", "lone_gap", "lonely", "score", "settle", "unfitted"]
 
 #: Keys per unit of log2 for each encoding a scale model applies to (2^mantissa bits). NVFP4's UE4M3
 #: sub-block scales are left out: their keys are ranks through a table (0x7F means zero), not log2.
@@ -81,6 +88,17 @@ GAP_DOWN = 1.0
 #: centering misses (a x256 or x65536 scale whose sub-block scales vary, Q4_K's).
 GAP_UP_MINIMUM = 5.0
 GAP_DOWN_MINIMUM = 2.0
+#: Types without a minimum: a candidate is also flagged when it stands more than LONE_UP / LONE_DOWN log2
+#: units beyond both its row (the most extreme of the row's other blocks) and its position (the
+#: COLUMN_RANK-th most extreme other block of the tensor there): a real outlier block sits in a row or at
+#: a position that holds others like it (an outlier feature, a massive-activation channel), a flip
+#: lands anywhere. The four real models of scripts/bench_anomalies.py: clean candidates stand at most
+#: 2.67 upward and 1.50 downward, and of their 37,423 clean candidates (24.8M blocks of these types)
+#: 115 stand beyond 1.0 upward, 38 beyond 1.5, 9 beyond 2.0 and 1 beyond 2.5; downward 3 beyond 1.0. The
+#: count grows with a model's blocks, so the upward step is wider than these models alone would need.
+LONE_UP = 3.5
+LONE_DOWN = 2.5
+COLUMN_RANK = 3
 #: A tensor of at most this many blocks has its keys kept as the scan reads them and is modelled whole
 #: at the end (2 bytes a block and field); a larger one is fitted on a sample of its rows before the scan
 #: and scored row by row as it is read, so memory stays bounded whatever the tensor's size.
@@ -117,7 +135,9 @@ class GroupModel:
     block position once each row's median is removed (``rows_model``), or the median key of each
     position (fewer than MIN_ROW_BLOCKS blocks per row); None until fitted (a tensor whose keys are kept
     and modelled whole at the end). ``spreads``: the robust spread of each field's residuals, in keys.
-    ``typical``: each field's 1st and 99th percentile of |scale|."""
+    ``typical``: each field's 1st and 99th percentile of |scale|. ``column_reach`` (directions, fields,
+    blocks per row): how far, in keys, the sampled rows reach above (0) and below (1) at each position
+    (about their 97th percentile), what a lone block is weighed against (:func:`lonely`)."""
 
     key: int
     names: tuple[str, ...]
@@ -129,6 +149,7 @@ class GroupModel:
     positions: np.ndarray | None = None
     spreads: np.ndarray | None = None
     typical: tuple[tuple[float, float], ...] = ()
+    column_reach: np.ndarray | None = None
 
     def reach(self, score: float) -> np.ndarray:
         """A score as a distance in keys, per field."""
@@ -176,9 +197,23 @@ def fit(models: Sequence[GroupModel], keys: np.ndarray, rows: int = 0) -> list[G
     spreads = 1.4826 * _medians(np.abs(values - center[..., None]), clean)
     spreads = np.maximum(np.nan_to_num(spreads), SPREAD_FLOOR * KEY_UNITS[model.encoding])
     typical = _typical(model, sample[..., ::step].reshape(*sample.shape[:2], -1), clean)
+    reach = _column_reach(residual)
     return [dataclasses.replace(m, positions=positions[t].astype(np.float32), spreads=spreads[t],
-                                typical=tuple((float(lo), float(hi)) for lo, hi in typical[t]))
+                                typical=tuple((float(lo), float(hi)) for lo, hi in typical[t]),
+                                column_reach=reach[:, t])
             for t, m in enumerate(models)]
+
+
+def _column_reach(residual: np.ndarray) -> np.ndarray:
+    """(directions, tensors, fields, blocks): how far each position's sampled rows reach above and below
+    (NaN counts as 0, the row's median; at least 0): their k-th most extreme residual, k one per 32 rows
+    (about the 97th percentile) and at least 2, so that a few damaged blocks in the sample cannot widen
+    their own position."""
+    ordered = np.sort(np.nan_to_num(residual), axis=-1)
+    n = ordered.shape[-1]
+    k = min(max(2, -(-n // 32)), n)
+    out: np.ndarray = np.maximum(np.stack([ordered[..., n - k], -ordered[..., k - 1]]), 0).astype(np.float32)
+    return out
 
 
 def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[int],
@@ -219,14 +254,63 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
             return Suspect(unit=first_units[t] + int(rows[i]) * keys.shape[2] + int(b[k]), field=model.names[jj],
                            residual=float(values[k]), predicted=float(centers[i, jj] + positions[t, jj, b[k]]))
 
+        candidates = mine[np.abs(values[mine]) > model.reach(CANDIDATE_THRESHOLD)[jj]]
         if model.minimum:
-            for k in mine[np.abs(values[mine]) > model.reach(CANDIDATE_THRESHOLD)[jj]]:
+            for k in candidates:
                 acc.add(suspect(int(k)))
+        elif model.rows_model and candidates.size:
+            row_reach = _row_reach(residual[pair[candidates], jj], b[candidates], values[candidates])
+            gaps = np.where(values[candidates] > 0, lone_gap(model, True), lone_gap(model, False))
+            beyond = np.abs(values[candidates]) - row_reach > gaps
+            for k, r in zip(candidates[beyond].tolist(), row_reach[beyond].tolist(), strict=True):
+                acc.add_lone(suspect(k), r)
         for up in (True, False):
             side = mine[values[mine] > 0] if up else mine[values[mine] < 0]
             order = side[np.argsort(-np.abs(values[side]), kind="stable")[:EXTREMES]]
             for k in order:
                 acc.offer(suspect(int(k)), up)
+            if not model.minimum and model.rows_model:
+                acc.column_tails(model.names[jj], up, keys.shape[2], b[side], np.abs(values[side]))
+
+
+def _row_reach(rows: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """How far each candidate's row reaches without it, in the candidate's direction (keys, at least 0):
+    ``rows`` (candidates, blocks per row) are their rows' residuals, ``blocks`` their positions."""
+    others = np.nan_to_num(rows.astype(np.float64))
+    others[np.arange(len(blocks)), blocks] = 0.0
+    reach: np.ndarray = np.maximum(np.where(values > 0, others.max(axis=1), -others.min(axis=1)), 0.0)
+    return reach
+
+
+def lone_gap(model: GroupModel, up: bool) -> float:
+    """How far (keys) a candidate of a ``d*q`` type stands beyond what its row and position reach to be
+    flagged as lone."""
+    return (LONE_UP if up else LONE_DOWN) * KEY_UNITS[model.encoding]
+
+
+def lonely(model: GroupModel, acc: AnomalyAcc, s: Suspect, row_reach: float) -> bool:
+    """Whether candidate ``s`` (kept by :meth:`AnomalyAcc.add_lone` with its row's reach) stands more than
+    :func:`lone_gap` beyond its row and its position: the position reaches as far as its COLUMN_RANK-th
+    most extreme other block of the tensor in that direction, or its sampled rows, whichever is further."""
+    assert model.column_reach is not None, "a model is fitted before it decides"
+    up, level = s.residual > 0, abs(s.residual)
+    position = s.unit % acc.per_row
+    tops: list[float] = acc.column_tops.get((s.field, up), np.zeros((acc.per_row, COLUMN_RANK + 1)))[position].tolist()
+    if level in tops:
+        tops.remove(level)
+    sampled = float(model.column_reach[0 if up else 1, model.names.index(s.field), position])
+    return level - max(row_reach, tops[COLUMN_RANK - 1], sampled) > lone_gap(model, up)
+
+
+def _top_per_position(per_row: int, positions: np.ndarray, magnitudes: np.ndarray) -> np.ndarray:
+    """(per_row, COLUMN_RANK + 1): the largest ``magnitudes`` at each position, largest first, 0 beyond."""
+    out = np.zeros((per_row, COLUMN_RANK + 1))
+    order = np.lexsort((-magnitudes, positions))
+    at = positions[order]
+    rank = np.arange(len(at)) - np.searchsorted(at, at, side="left")
+    keep = rank <= COLUMN_RANK
+    out[at[keep], rank[keep]] = magnitudes[order][keep]
+    return out
 
 
 def _positions(model: GroupModel) -> np.ndarray:
@@ -310,8 +394,10 @@ class AnomalyAcc:
     units: int = 0
     per_row: int = 1
     doubtful: list[Suspect] = field(default_factory=list)
-    unchecked: int = 0           # candidates beyond MAX_DOUBTFUL, not decoded
+    unchecked: int = 0           # candidates beyond MAX_DOUBTFUL, not decided
     extremes: dict[tuple[str, bool], list[Suspect]] = field(default_factory=dict)    # (field, upward)
+    lone: list[tuple[Suspect, float]] = field(default_factory=list)     # with their row's reach
+    column_tops: dict[tuple[str, bool], np.ndarray] = field(default_factory=dict)    # (field, upward)
     carry: dict[int, tuple[np.ndarray, int]] = field(default_factory=dict)
     kept: dict[int, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
     waiting: dict[int, GroupModel] = field(default_factory=dict)
@@ -325,6 +411,10 @@ class AnomalyAcc:
         for (_, up), found in other.extremes.items():
             for s in found:
                 self.offer(s, up)
+        for s, reach in other.lone:
+            self.add_lone(s, reach)
+        for (name, up), tops in other.column_tops.items():
+            self._merge_tops(name, up, tops)
         self.waiting.update(other.waiting)
         self.fitted.update(other.fitted)
         for key, pieces in other.kept.items():
@@ -336,6 +426,25 @@ class AnomalyAcc:
             self.doubtful.append(s)
         else:
             self.unchecked += 1
+
+    def add_lone(self, s: Suspect, row_reach: float) -> None:
+        """A candidate of a ``d*q`` type that stands beyond its row (decided by :func:`lonely` once the
+        tensor's positions are known)."""
+        if len(self.lone) < MAX_DOUBTFUL:
+            self.lone.append((s, row_reach))
+        else:
+            self.unchecked += 1
+
+    def column_tails(self, name: str, up: bool, per_row: int, positions: np.ndarray, magnitudes: np.ndarray) -> None:
+        """Tail blocks of field ``name`` in one direction: their positions and |residual|s."""
+        if positions.size:
+            self._merge_tops(name, up, _top_per_position(per_row, positions, magnitudes))
+
+    def _merge_tops(self, name: str, up: bool, tops: np.ndarray) -> None:
+        old = self.column_tops.get((name, up))
+        if old is not None:
+            tops = -np.sort(-np.concatenate([old, tops], axis=1), axis=1)[:, :COLUMN_RANK + 1]
+        self.column_tops[(name, up)] = tops
 
     def offer(self, s: Suspect, up: bool) -> None:
         """A tail block: kept when it is among the EXTREMES most extreme of its field and direction (ties

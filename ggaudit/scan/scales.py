@@ -23,7 +23,7 @@ from ..format.affine import block_values
 from ..format.blocks import Encoding, FloatField, decode_bits, field_bits
 from .anomalies import (CANDIDATE_THRESHOLD, CENTERING_THRESHOLD, COLLECT_MAX_BLOCKS, EXTREMES, GAP_DOWN,
                         GAP_DOWN_MINIMUM, GAP_UP, GAP_UP_MINIMUM, KEY_UNITS, MAX_DOUBTFUL, TAIL_THRESHOLD,
-                        GroupModel, Suspect, centering, columns, fit, has_minimum, magnitude, unfitted)
+                        GroupModel, Suspect, centering, columns, fit, has_minimum, lonely, magnitude, unfitted)
 from .kernel import Acc, Plan, groups
 from .kernel import _finding as kernel_finding, _keys as keys_of, _raw as raw_of
 from .report import CAUSE_STATISTIC, Finding, hex_bits
@@ -111,6 +111,7 @@ def anomaly_findings(plan: Plan, acc: Acc) -> tuple[list[Finding], list[str]]:
     models = {m.key: m for m in plan.anomaly if m.positions is not None} | state.fitted
     by_field = {name: m for m in models.values() for name in m.names}
     chosen = {s for (name, _), found in state.extremes.items() for s in _isolated(by_field[name], found)}
+    chosen.update(s for s, reach in state.lone if lonely(by_field[s.field], state, s, reach))
     blocks = _read_blocks(plan, sorted({s.unit for s in [*chosen, *state.doubtful]}))
     if state.doubtful:
         decoded = block_values(np.stack([blocks[s.unit] for s in state.doubtful]), plan.layout.ggml_type)
