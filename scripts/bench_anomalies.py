@@ -47,7 +47,7 @@ from ggaudit.format.affine import block_values
 from ggaudit.format.blocks import Encoding
 from ggaudit.scan.anomalies import KEY_UNITS
 from ggaudit.scan import anomalies as A
-from ggaudit.scan.kernel import Plan, _keys, _raw, groups
+from ggaudit.scan.kernel import Plan, groups, raw_units, unit_keys
 from ggaudit.scan.run import make_plans
 from ggaudit.scan.scales import _isolated as isolated, fit_plans
 from bench_open import _best  # the same best-of-N timer as the other benchmarks
@@ -100,7 +100,8 @@ def fields_of(path: Path) -> list[Field]:
         for group in plan.anomaly:
             if group.encoding is not Encoding.F16:
                 continue
-            keys, _ = _keys(by_key[group.key], _raw(by_key[group.key], blocks.reshape(-1), len(blocks), bb, False))
+            g = by_key[group.key]
+            keys, _ = unit_keys(g, raw_units(g, blocks.reshape(-1), len(blocks), bb, False))
             grid = A.columns(keys.copy(), plan.units_per_row)
             fitted = group if group.positions is not None else A.fit([group], grid[None])[0]
             for j in range(len(group.names)):

@@ -127,6 +127,36 @@ def test_fifo_manifest_or_sums_file(option: str, good: Path, tmp_path: Path) -> 
     assert_one_line_error(_run_guarded(args, unblock=fifo), str(fifo))
 
 
+def _input_file_args(option: str, good: Path, path: object) -> list[object]:
+    """A command that reads ``path`` through ``option`` (an input file other than the model)."""
+    return {"--ids-file": ["rows", good, "--ids-file", path], "--sums": ["verify", "--sums", path],
+            "--manifest": ["verify", good, "--manifest", path],
+            "--against": ["rows", good, "--ids", "0", "--modes", "buffered", "--against", path]}[option]
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero on this platform")
+@pytest.mark.parametrize("option", ["--ids-file", "--sums", "--manifest"])
+def test_an_endless_device_as_an_input_file_is_refused(option: str, good: Path) -> None:
+    assert_one_line_error(_run_guarded(_input_file_args(option, good, "/dev/zero")), "/dev/zero",
+                          "not a regular file")
+
+
+@needs_unix_socket
+@pytest.mark.parametrize("option", ["--ids-file", "--sums", "--manifest"])
+def test_a_socket_as_an_input_file_is_refused(option: str, good: Path, tmp_path: Path) -> None:
+    sock_path = tmp_path / "input.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(os.fspath(sock_path))
+        assert_one_line_error(_run_guarded(_input_file_args(option, good, sock_path)), str(sock_path))
+
+
+def test_an_ids_file_over_the_cap_is_refused_unread(good: Path, tmp_path: Path) -> None:
+    ids = tmp_path / "ids.txt"
+    with open(ids, "wb") as fh:                     # sparse: 64 MiB and one byte, nothing written
+        fh.truncate((64 << 20) + 1)
+    assert_one_line_error(run_cli(["rows", good, "--ids-file", ids]), str(ids), "larger than 64 MiB")
+
+
 @pytest.mark.parametrize("option", ["--sums", "--manifest"])
 def test_missing_manifest_or_sums_file(option: str, good: Path, tmp_path: Path) -> None:
     missing = tmp_path / "missing.txt"
@@ -204,6 +234,15 @@ def test_unreadable_sums_file_and_listed_file(tmp_path: Path) -> None:
     model.chmod(0o644)
     sums.chmod(0)
     _assert_denied(_run_unprivileged(["verify", "--sums", sums]), sums)
+
+
+@needs_drop
+@pytest.mark.parametrize("option", ["--manifest", "--ids-file", "--against"])
+def test_an_unreadable_input_file_is_named(option: str, good: Path, tmp_path: Path) -> None:
+    unreadable = tmp_path / "input"
+    shutil.copyfile(good, unreadable)               # a model for --against, junk for the others
+    unreadable.chmod(0)
+    _assert_denied(_run_unprivileged(_input_file_args(option, good, unreadable)), unreadable)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -112,7 +112,8 @@ def test_resized_file_and_changed_tensors(tmp_path: Path, model: tuple[Path, Pat
     by_kind = {m.kind: m for m in report.mismatches}
     assert set(by_kind) == {"size", "sha256", "tensor-layout", "tensor-missing", "tensor-extra"}
     assert (by_kind["tensor-layout"].expected, by_kind["tensor-layout"].actual) == (
-        "F32 [256], 1 rows of 1024 bytes", "F16 [256], 1 rows of 512 bytes")
+        "F32 [256], 1 rows of 1024 bytes (1024 in all), 2 per row group",
+        "F16 [256], 1 rows of 512 bytes (512 in all), 4 per row group")
     assert by_kind["tensor-missing"].tensor == "blk.0.attn_q.weight"
     assert by_kind["tensor-extra"].tensor == "blk.0.attn_k.weight"
 
@@ -153,6 +154,34 @@ def test_bad_inputs_exit_2(tmp_path: Path, model: tuple[Path, Path, dict[str, in
     res = runner.invoke(main, ["manifest", str(tmp_path / "not.gguf"), "-o", str(tmp_path / "x.json")])
     assert res.exit_code == 2 and "magic" in res.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_manifest_type_that_names_no_ggml_type_is_refused_in_one_line(
+        tmp_path: Path, model: tuple[Path, Path, dict[str, int]]) -> None:
+    path, manifest, _ = model
+    doc = json.loads(manifest.read_text())
+    doc["tensors"][1]["type"] = "Q" * (20 << 20)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["verify", str(path), "--manifest", str(bad)])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr == (f"ggaudit: error: {bad}: tensors[1].type: {'Q' * 40!r}... (20971520 chars) "
+                          "is not a GGML type name\n")
+
+
+def test_a_layout_that_differs_only_in_row_groups_says_how(model: tuple[Path, Path, dict[str, int]],
+                                                           tmp_path: Path) -> None:
+    path, manifest, _ = model
+    doc = json.loads(manifest.read_text())
+    entry = doc["tensors"][1]                        # output_norm.weight: one row, so one group either way
+    assert entry["n_rows"] == 1
+    entry["rows_per_group"] += 1
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    layout = [m for m in verify_tensor_manifest(path, edited).mismatches if m.kind == "tensor-layout"]
+    assert [(m.tensor, m.expected, m.actual) for m in layout] == [(
+        "output_norm.weight", f"F32 [256], 1 rows of 1024 bytes (1024 in all), {entry['rows_per_group']} per row group",
+        f"F32 [256], 1 rows of 1024 bytes (1024 in all), {entry['rows_per_group'] - 1} per row group")]
 
 
 def test_manifest_reads_each_byte_of_the_file_exactly_once(model: tuple[Path, Path, dict[str, int]],

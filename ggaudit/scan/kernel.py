@@ -284,7 +284,7 @@ def _scratch(role: str, dtype: str, size: int) -> np.ndarray:
 _WIDE = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 
 
-def _raw(group: Group, data: np.ndarray, n: int, bb: int, contiguous: bool) -> np.ndarray:
+def raw_units(group: Group, data: np.ndarray, n: int, bb: int, contiguous: bool) -> np.ndarray:
     """The group's stored units of ``n`` blocks as an (n, k) array.
 
     Float elements are viewed in place. Block fields are gathered through a strided view of ``data``
@@ -310,7 +310,7 @@ def _raw(group: Group, data: np.ndarray, n: int, bb: int, contiguous: bool) -> n
     return out
 
 
-def _keys(group: Group, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unit_keys(group: Group, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(keys, bits): keys order like |x|; bits are the stored values (IQ1_M: assembled), (n, fields)."""
     codec = group.codec
     if codec.encoding is Encoding.IQ1M_F16:
@@ -345,13 +345,13 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
     n = len(data) // bb
     slow: list[tuple[GroupPass, np.ndarray, np.ndarray]] = []
     for p in passes:
-        raw = _raw(p.group, data, n, bb, plan.layout.is_float_elements)
+        raw = raw_units(p.group, data, n, bb, plan.layout.is_float_elements)
         if opts.histograms:
             _count_scales(acc, p.group, raw)
         keyed: tuple[np.ndarray, np.ndarray] | None = None
         top = _top_key(p.group.codec, raw) if plan.layout.is_float_elements else -1
         if top < 0:
-            keyed = _keys(p.group, raw)
+            keyed = unit_keys(p.group, raw)
             top = int(keyed[0].max())
             if plan.anomaly is not None:
                 _score_scales(plan, acc, p.group, keyed[0], first_unit)
@@ -359,7 +359,7 @@ def _scan_slice(plan: Plan, opts: Options, acc: Acc, passes: list[GroupPass], da
             if top > p.max_key:
                 p.max_key = top
             continue
-        keys, bits = keyed or _keys(p.group, raw)
+        keys, bits = keyed or unit_keys(p.group, raw)
         finite = keys < p.group.codec.inf_key
         if finite.any():
             p.max_key = max(p.max_key, int(keys[finite].max()))
@@ -449,7 +449,7 @@ def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.
         offset = plan.offset + unit * plan.layout.block_bytes + f.offset
         cands.offsets.append(offset)
         cands.makers.append(functools.partial(
-            _finding, plan, unit, f, offset, hex_bits(int(raw[i]), bits_bytes),
+            finding_at, plan, unit, f, offset, hex_bits(int(raw[i]), bits_bytes),
             finite_or_none(float(values[i])), str(kinds[i]), str(causes[i])))
     nonfinite = keep[kinds[keep] != "outlier"]
     located: np.ndarray = first_unit + rows[nonfinite]
@@ -482,7 +482,7 @@ def _first_kind(values: np.ndarray) -> tuple[str, int]:
     return ("nan" if np.isnan(v) else "+inf" if v > 0 else "-inf"), int(bad[0])
 
 
-def _finding(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value: float | None, kind: str,
+def finding_at(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value: float | None, kind: str,
              cause: str) -> Finding:
     layout = plan.layout
     if layout.is_float_elements:

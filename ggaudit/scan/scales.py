@@ -24,8 +24,7 @@ from ..format.blocks import Encoding, FloatField, decode_bits, field_bits
 from .anomalies import (CANDIDATE_THRESHOLD, CENTERING_THRESHOLD, COLLECT_MAX_BLOCKS, EXTREMES, GAP_DOWN,
                         GAP_DOWN_MINIMUM, GAP_UP, GAP_UP_MINIMUM, KEY_UNITS, MAX_DOUBTFUL, TAIL_THRESHOLD,
                         GroupModel, Suspect, centering, columns, fit, has_minimum, lonely, magnitude, unfitted)
-from .kernel import Acc, Plan, groups
-from .kernel import _finding as kernel_finding, _keys as keys_of, _raw as raw_of
+from .kernel import Acc, Plan, finding_at, groups, raw_units, unit_keys
 from .report import CAUSE_STATISTIC, Finding, hex_bits
 
 __all__ = ["anomaly_findings", "fit_plans", "modelled"]
@@ -95,7 +94,7 @@ def _fit(plan: Plan, models: tuple[GroupModel, ...], fd: int) -> tuple[GroupMode
     by_key = {g.offset: g for g in groups(plan.layout)}
     fitted: list[GroupModel] = []
     for model in models:
-        keys, _ = keys_of(by_key[model.key], raw_of(by_key[model.key], data, n, bb, False))
+        keys, _ = unit_keys(by_key[model.key], raw_units(by_key[model.key], data, n, bb, False))
         fitted.extend(fit([model], columns(keys, per_row)[None], rows=MAX_SAMPLE_ROWS))
     return tuple(fitted)
 
@@ -170,7 +169,7 @@ def _finding(plan: Plan, s: Suspect, f: FloatField, model: GroupModel, block: np
     value = float(decode_bits(f.encoding, np.array([bits], np.uint64))[0])
     offset = plan.offset + s.unit * plan.layout.block_bytes + f.offset
     shown = hex_bits(bits, 2 if f.encoding is Encoding.IQ1M_F16 else f.size)     # IQ1_M: the assembled f16
-    located = kernel_finding(plan, s.unit, f, offset, shown, value, "anomaly", CAUSE_STATISTIC)
+    located = finding_at(plan, s.unit, f, offset, shown, value, "anomaly", CAUSE_STATISTIC)
     return dataclasses.replace(located, score=s.residual / model.spread(f.name),
                                expected=magnitude(model, s.predicted),
                                typical=model.typical[model.names.index(f.name)])

@@ -826,7 +826,8 @@ def _geometry(t: TensorDigest) -> tuple[Any, ...]:
 
 
 def _geometry_text(t: TensorDigest) -> str:
-    return f"{t.ggml_type} {list(t.shape)}, {t.n_rows} rows of {t.row_bytes} bytes"
+    return (f"{t.ggml_type} {list(t.shape)}, {t.n_rows} rows of {t.row_bytes} bytes ({t.nbytes} in all), "
+            f"{t.rows_per_group} per row group")
 
 
 def _whole_tensor_mismatch(want: TensorDigest, have: TensorDigest, path: str) -> Mismatch:

@@ -19,6 +19,7 @@ from ..._version import __version__
 from ... import io as fileio
 from ..digests import ChunkConsumer, Progress, Segment, SegmentDigests, Sha256, Tally, read_through
 from ...errors import ManifestError, UsageError
+from ...format.blocks import GGMLQuantizationType
 from ...format.layout import GGUFFile, Model, open_model
 from ...format.locate import Target, resolve_model
 from ...untrusted import quote, shorten
@@ -325,6 +326,10 @@ def _file_entry(check: _Checker, entry: object, field: str) -> FileDigest:
     return FileDigest(name, check.count(e, "size", where), check.hexdigest(e, "sha256", where, 64))
 
 
+#: What a tensor entry's ``type`` may be: the names ggaudit writes (``GGMLQuantizationType`` names).
+_TYPE_NAMES = frozenset(t.name for t in GGMLQuantizationType)
+
+
 def _tensor_entry(check: _Checker, entry: object, field: str) -> TensorDigest:
     e = check.obj(entry, field)
     w = f"{field}."
@@ -333,7 +338,9 @@ def _tensor_entry(check: _Checker, entry: object, field: str) -> TensorDigest:
                f"{w}shape", "is not a list of non-negative integers")
     groups = tuple(check.hexvalue(g, f"{w}row_groups[{i}]", 32)
                    for i, g in enumerate(check.list(e, "row_groups", w)))
-    digest = TensorDigest(check.text(e, "name", w), check.text(e, "file", w), check.text(e, "type", w),
+    ggml_type = check.text(e, "type", w)
+    check.that(ggml_type in _TYPE_NAMES, f"{w}type", f"{quote(ggml_type)} is not a GGML type name")
+    digest = TensorDigest(check.text(e, "name", w), check.text(e, "file", w), ggml_type,
                           tuple(shape), check.count(e, "offset", w), check.count(e, "nbytes", w),
                           check.count(e, "row_bytes", w), check.count(e, "n_rows", w),
                           check.count(e, "rows_per_group", w, positive=True),
