@@ -112,10 +112,14 @@ def test_device_given_as_model(command: str, manifest_file: Path, tmp_path: Path
 @pytest.mark.parametrize("command", ["info", "scan", "rows"])
 def test_socket_given_as_model(command: str, manifest_file: Path, tmp_path: Path) -> None:
     sock_path = tmp_path / "sock.gguf"
+    _refused_while_bound(sock_path, _commands(sock_path, manifest_file, tmp_path)[command])
+
+
+def _refused_while_bound(sock_path: Path, args: list[object]) -> None:
+    """``args`` name ``sock_path``, a listening Unix socket: one line naming it, exit 2, no hang."""
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(os.fspath(sock_path))
-        assert_one_line_error(_run_guarded(_commands(sock_path, manifest_file, tmp_path)[command]),
-                              str(sock_path))
+        assert_one_line_error(_run_guarded(args), str(sock_path))
 
 
 @needs_fifo
@@ -145,9 +149,7 @@ def test_an_endless_device_as_an_input_file_is_refused(option: str, good: Path) 
 @pytest.mark.parametrize("option", ["--ids-file", "--sums", "--manifest"])
 def test_a_socket_as_an_input_file_is_refused(option: str, good: Path, tmp_path: Path) -> None:
     sock_path = tmp_path / "input.sock"
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(os.fspath(sock_path))
-        assert_one_line_error(_run_guarded(_input_file_args(option, good, sock_path)), str(sock_path))
+    _refused_while_bound(sock_path, _input_file_args(option, good, sock_path))
 
 
 def test_an_ids_file_over_the_cap_is_refused_unread(good: Path, tmp_path: Path) -> None:
