@@ -298,3 +298,26 @@ def test_ctrl_c_that_escaped_an_exec_still_ends_in_130(tmp_path: Path) -> None:
     # found in the working folder, which -m puts first on sys.path.
     proc = subprocess.run([sys.executable, "-m", "entry_under_test"], capture_output=True, timeout=60, cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr.decode()) == (130, b"", "ggaudit: interrupted\n")
+
+
+@needs_posix_signals
+def test_a_ctrl_c_while_submitting_kills_the_workers_only_after_the_submit() -> None:
+    # The pool may be adding a worker to its table of processes while the submit runs, and its manager
+    # thread walks that table once a killed worker is seen: the kill waits for the submit to end.
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ggaudit.scan import workers
+
+    pool = ProcessPoolExecutor(1)
+    try:
+        pool.submit(time.sleep, 30)
+        (process,) = pool._processes.values()          # the executor's own table: no public one
+        with pytest.raises(KeyboardInterrupt), workers._StopOnSignals(pool) as guard:
+            with guard.submitting():
+                guard._on_signal(signal.SIGINT, None)
+                assert guard.interrupted and process.is_alive()
+            process.join(5)
+            assert not process.is_alive() and process.exitcode == -signal.SIGKILL
+            guard.check()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

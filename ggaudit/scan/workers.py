@@ -296,9 +296,7 @@ def _drive(pool: ProcessPoolExecutor, plans: Sequence[Plan], opts: Options, file
         while True:
             guard.check()
             running = sum(1 for _, f in pending if not f.done())
-            # A submit may start a worker: SIGINT is held back until the worker has set it aside, or a
-            # Ctrl-C in its first milliseconds would end it in a traceback.
-            with io.SigintBlocked():
+            with guard.submitting():
                 while (running < workers * _QUEUE_PER_WORKER
                        and len(pending) < workers * _MAX_UNMERGED_PER_WORKER
                        and (task := next(tasks, None)) is not None):
@@ -350,6 +348,8 @@ class _StopOnSignals:
         self._owner = os.getpid()
         self._saved: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self.interrupted = False
+        self._deferring = False
+        self._deferred: int | None = None
 
     def __enter__(self) -> _StopOnSignals:
         if threading.current_thread() is not threading.main_thread():
@@ -372,12 +372,36 @@ class _StopOnSignals:
         if self.interrupted:
             raise KeyboardInterrupt
 
+    @contextlib.contextmanager
+    def submitting(self) -> Iterator[None]:
+        """For submitting tasks, which may start a worker. SIGINT is held back from this thread so
+        that a new worker inherits it blocked (a Ctrl-C in its first milliseconds would end it in a
+        traceback before it has set SIGINT aside). A signal still arrives, through another thread, and
+        its handler runs here: it then only takes note, and kills the workers when the submit is done,
+        because the pool adds a worker to its table of processes while its manager thread, once a
+        killed worker is seen, walks that table (CPython 3.11: "dictionary changed size during
+        iteration", a traceback on stderr)."""
+        self._deferring = True
+        try:
+            with io.SigintBlocked():
+                yield
+        finally:
+            self._deferring = False
+            deferred, self._deferred = self._deferred, None
+            if deferred is not None:
+                self._on_signal(deferred, None)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._owner:
             # A worker forked before its initializer replaced this inherited handler: act as the
             # default would, and never touch the parent's pool.
             if signum != signal.SIGINT:
                 _die_by(signum)
+            return
+        if self._deferring:
+            if self._deferred in (None, signal.SIGINT):   # a termination signal outranks Ctrl-C
+                self._deferred = signum
+            self.interrupted = self.interrupted or signum == signal.SIGINT
             return
         _kill_workers(self._pool)
         if signum == signal.SIGINT:
