@@ -135,16 +135,18 @@ def _residual(model: A.GroupModel, grid: np.ndarray, j: int) -> np.ndarray:
 
 
 def lone_distance(f: Field, b: int, r: int, residual: float) -> float:
-    """How far (keys) block (b, r) with this residual stands beyond its row and its position, as the
-    scan's lone test measures it (the other blocks as they are in the clean file)."""
-    up = residual > 0
-    row = np.nan_to_num(f.residual[:, r].astype(np.float64))
-    row[b] = 0.0
-    row_reach = max(float(row.max() if up else -row.min()), 0.0)
-    others = np.delete(f.columns[up][b], r)
-    top = float(np.sort(others)[-A.COLUMN_RANK]) if others.size >= A.COLUMN_RANK else 0.0
-    column = max(top, float(f.group.column_reach[0 if up else 1, f.column, b]))      # type: ignore[index]
-    return abs(residual) - max(row_reach, column)
+    """How far (keys) block (b, r) with this residual stands beyond its row and its position, measured by
+    the scan's own :func:`ggaudit.scan.anomalies.lone_distance` (the other blocks as they are in the clean
+    file, the block itself among its position's tail blocks with this residual, as the scan has it)."""
+    up, per_row = residual > 0, f.keys.shape[0]
+    column = f.columns[up][b].copy()
+    column[r] = abs(residual)
+    held = np.flatnonzero(column)
+    acc = A.AnomalyAcc(per_row=per_row)
+    acc.column_tails(f.name, up, per_row, np.full(held.size, b), column[held])
+    reach = float(A.row_reach(f.residual[:, r][None], np.array([b]), np.array([residual]))[0])
+    return A.lone_distance(f.group, acc, A.Suspect(unit=f.unit(b, r), field=f.name, residual=residual,
+                                                   predicted=0.0), reach)
 
 
 def decide(f: Field, b: int, r: int, residual: float, block: np.ndarray) -> bool:

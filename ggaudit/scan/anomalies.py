@@ -63,7 +63,8 @@ from ..format.blocks import BlockLayout, Encoding
 __all__ = ["CANDIDATE_THRESHOLD", "CENTERING_THRESHOLD", "COLLECT_MAX_BLOCKS", "COLUMN_RANK", "GAP_DOWN",
            "GAP_DOWN_MINIMUM", "GAP_UP", "GAP_UP_MINIMUM", "KEY_UNITS", "LONE_DOWN", "LONE_UP",
            "MAX_DOUBTFUL", "SPREAD_FLOOR", "TAIL_THRESHOLD", "AnomalyAcc", "GroupModel", "Suspect", "centering",
-           "columns", "fit", "has_minimum", "lone_gap", "lonely", "score", "settle", "unfitted"]
+           "columns", "fit", "has_minimum", "lone_distance", "lone_gap", "lonely", "row_reach", "score", "settle",
+           "unfitted"]
 
 #: Keys per unit of log2 for each encoding a scale model applies to (2^mantissa bits). NVFP4's UE4M3
 #: sub-block scales are left out: their keys are ranks through a table (0x7F means zero), not log2.
@@ -259,10 +260,10 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
             for k in candidates:
                 acc.add(suspect(int(k)))
         elif model.rows_model and candidates.size:
-            row_reach = _row_reach(residual[pair[candidates], jj], b[candidates], values[candidates])
+            reaches = row_reach(residual[pair[candidates], jj], b[candidates], values[candidates])
             gaps = np.where(values[candidates] > 0, lone_gap(model, True), lone_gap(model, False))
-            beyond = np.abs(values[candidates]) - row_reach > gaps
-            for k, r in zip(candidates[beyond].tolist(), row_reach[beyond].tolist(), strict=True):
+            beyond = np.abs(values[candidates]) - reaches > gaps
+            for k, r in zip(candidates[beyond].tolist(), reaches[beyond].tolist(), strict=True):
                 acc.add_lone(suspect(k), r)
         for up in (True, False):
             side = mine[values[mine] > 0] if up else mine[values[mine] < 0]
@@ -273,7 +274,7 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
                 acc.column_tails(model.names[jj], up, keys.shape[2], b[side], np.abs(values[side]))
 
 
-def _row_reach(rows: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> np.ndarray:
+def row_reach(rows: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> np.ndarray:
     """How far each candidate's row reaches without it, in the candidate's direction (keys, at least 0):
     ``rows`` (candidates, blocks per row) are their rows' residuals, ``blocks`` their positions."""
     others = np.nan_to_num(rows.astype(np.float64))
@@ -288,18 +289,26 @@ def lone_gap(model: GroupModel, up: bool) -> float:
     return (LONE_UP if up else LONE_DOWN) * KEY_UNITS[model.encoding]
 
 
-def lonely(model: GroupModel, acc: AnomalyAcc, s: Suspect, row_reach: float) -> bool:
-    """Whether candidate ``s`` (kept by :meth:`AnomalyAcc.add_lone` with its row's reach) stands more than
-    :func:`lone_gap` beyond its row and its position: the position reaches as far as its COLUMN_RANK-th
-    most extreme other block of the tensor in that direction, or its sampled rows, whichever is further."""
+def lone_distance(model: GroupModel, acc: AnomalyAcc, s: Suspect, row_reach: float) -> float:
+    """How far (keys) candidate ``s`` stands beyond both its row (``row_reach``, kept with it by
+    :meth:`AnomalyAcc.add_lone`) and its position, which reaches as far as its COLUMN_RANK-th most extreme
+    other block of the tensor in that direction, or its sampled rows, whichever is further."""
     assert model.column_reach is not None, "a model is fitted before it decides"
     up, level = s.residual > 0, abs(s.residual)
     position = s.unit % acc.per_row
-    tops: list[float] = acc.column_tops.get((s.field, up), np.zeros((acc.per_row, COLUMN_RANK + 1)))[position].tolist()
-    if level in tops:
-        tops.remove(level)
+    tops = acc.column_tops.get((s.field, up))
+    others: list[float] = [] if tops is None else tops[position].tolist()
+    if level in others:
+        others.remove(level)
+    column = others[COLUMN_RANK - 1] if len(others) >= COLUMN_RANK else 0.0
     sampled = float(model.column_reach[0 if up else 1, model.names.index(s.field), position])
-    return level - max(row_reach, tops[COLUMN_RANK - 1], sampled) > lone_gap(model, up)
+    return level - max(row_reach, column, sampled)
+
+
+def lonely(model: GroupModel, acc: AnomalyAcc, s: Suspect, row_reach: float) -> bool:
+    """Whether candidate ``s`` stands more than :func:`lone_gap` beyond its row and its position
+    (:func:`lone_distance`)."""
+    return lone_distance(model, acc, s, row_reach) > lone_gap(model, s.residual > 0)
 
 
 def _top_per_position(per_row: int, positions: np.ndarray, magnitudes: np.ndarray) -> np.ndarray:

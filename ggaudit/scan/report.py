@@ -24,6 +24,7 @@ SCHEMA = "ggaudit/scan-report/1"
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
 
+
 def counted_kinds(anomalies: bool) -> tuple[str, ...]:
     """The kinds of finding a scan counts: ``anomaly`` only when it modelled block scales, so that a plain
     scan's counts (and JSON) are what they were before anomalies existed."""
