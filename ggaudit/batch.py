@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from .errors import GGAuditError, ReadError, UsageError
+from .errors import GGAuditError, ReadError, UsageError, check_arg, one_or_many
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _one(model: str, audit: Callable[[str], R]) -> Outcome[R]:
         return Outcome(model, error=as_error(model, err))
 
 
-def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 1) -> list[Outcome[R]]:
+def run_models(models: str | Sequence[str], audit: Callable[[str], R], *, jobs: int = 1) -> list[Outcome[R]]:
     """Apply ``audit`` to every model, ``jobs`` at a time (threads), and return outcomes in order.
 
     ``audit`` should do its own reading in this thread (pass ``workers=0`` to ``scan`` when
@@ -93,6 +93,8 @@ def run_models(models: Sequence[str], audit: Callable[[str], R], *, jobs: int = 
     the job threads start no further model. A model already being audited is not waited for: its
     thread is a daemon, which ends with the process.
     """
+    models = one_or_many("models", models)     # one model's name is that model, not its letters
+    check_arg("jobs", jobs, int, "an integer")
     if jobs < 1:
         raise UsageError(None, f"must be at least 1, not {jobs}", field="jobs")
     if jobs == 1 or len(models) <= 1:

@@ -13,6 +13,7 @@ backslashes alone and changes nothing twice, yet lets no control, invisible or b
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any, Union
 
 from .text import escape, escape_message, escape_path
@@ -67,6 +68,12 @@ class UsageError(GGAuditError):
     """The caller asked for something that cannot be done (unknown tensor, bad row IDs, ...)."""
 
 
+class NothingChecked(UsageError):
+    """A check found nothing to check: no file, tensor, row or byte was compared with anything (an empty
+    store or snapshot, a manifest naming nothing of the model). Never a clean result: a UsageError (exit 2),
+    as a ``rows`` selection of no row is; the message ends "nothing was checked"."""
+
+
 def check_arg(name: str, value: object, kinds: type | tuple[type, ...], wanted: str) -> None:
     """UsageError naming the argument *name* unless *value* is one of *kinds*: a library call given the wrong
     type of argument says so, instead of failing later with AttributeError or TypeError. A bool is never
@@ -77,6 +84,33 @@ def check_arg(name: str, value: object, kinds: type | tuple[type, ...], wanted: 
 
 def _accepts_bool(kinds: type | tuple[type, ...]) -> bool:
     return bool in (kinds if isinstance(kinds, tuple) else (kinds,))
+
+
+def check_count(name: str, value: object, least: int = 0) -> int:
+    """*value* as an int of at least *least*, else a UsageError naming the argument *name* (2.5, "3" and
+    True are not counts)."""
+    check_arg(name, value, int, "an integer")
+    assert isinstance(value, int)
+    if value < least:
+        shown = value if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+        raise UsageError(None, f"must be >= {least}, not {shown}", field=name)
+    return value
+
+
+def one_or_many(name: str, value: object, kinds: tuple[type, ...] = (str,),
+                wanted: str = "a string") -> tuple[Any, ...]:
+    """*value*, an argument that takes several names, patterns or paths (``tensors=``, ``hashes=``,
+    ``models=``), as a tuple of them: one of *kinds* (a str) is one item, never its characters; any other
+    iterable gives its items, each one of *kinds*; anything else is a UsageError naming *name*."""
+    if isinstance(value, kinds):
+        return (value,)
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise UsageError(None, f"must be {wanted} or a collection of them, not {type(value).__name__}", field=name)
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, kinds):
+            raise UsageError(None, f"each item must be {wanted}, not {type(item).__name__}", field=name)
+    return items
 
 
 def caused_by_ctrl_c(err: BaseException) -> bool:

@@ -237,3 +237,67 @@ def test_diff_takes_paths_and_models(tmp_path: Path) -> None:
     data[-1] ^= 0x10
     b.write_bytes(bytes(data))
     assert not ggaudit.diff(str(a), str(b)).ok
+
+
+# --- arguments: a str is one name, and counts are ints (issue 23, item 7) -------------------------------
+
+ALL_TYPES = Path(__file__).resolve().parent.parent / "fixtures" / "all_types.gguf"
+
+
+def test_one_string_is_one_pattern_or_name_never_its_letters(tmp_path: Path) -> None:
+    one = ggaudit.scan(ALL_TYPES, tensors="types.f*")
+    assert [t.name for t in one.tensors] == ["types.f32.weight", "types.f16.weight", "types.f64.weight"]
+    assert one.tensors == ggaudit.scan(ALL_TYPES, tensors=["types.f*"]).tensors
+    assert ggaudit.scan(ALL_TYPES, tensors=iter(["types.f16*", "types.bf16*"])).tensors == \
+        ggaudit.scan(ALL_TYPES, tensors=("types.f16*", "types.bf16*")).tensors
+    as_fp8 = ggaudit.scan(ALL_TYPES, tensors="types.i8*", as_fp8="types.i8.weight")
+    assert as_fp8.tensors == ggaudit.scan(ALL_TYPES, tensors="types.i8*", as_fp8=["types.i8.weight"]).tensors
+    hashed = ggaudit.scan(ALL_TYPES, tensors="types.q8_0*", hashes="sha256")
+    assert (hashed.hashes, [d.digests for d in hashed.digests]) == (
+        ("sha256",), [{"sha256": hashlib.sha256(ALL_TYPES.read_bytes()).hexdigest()}])
+
+
+def test_run_models_takes_one_model_name_as_one_model() -> None:
+    from ggaudit.batch import run_models
+
+    assert [(o.model, o.result) for o in run_models("a.gguf", len)] == [("a.gguf", 6)]
+    with pytest.raises(ggaudit.UsageError) as caught:
+        run_models(["a", "b"], len, jobs=2.5)  # type: ignore[arg-type]
+    assert str(caught.value) == "jobs: must be an integer, not float"
+
+
+def test_write_manifest_refuses_one_input_given_as_a_string(tmp_path: Path) -> None:
+    # Taken letter by letter, inputs="m.gguf" protected nothing: the manifest replaced the model.
+    model = write_small_model(tmp_path / "m.gguf")
+    before = model.read_bytes()
+    with pytest.raises(ggaudit.UsageError) as caught:
+        ggaudit.write_manifest(ggaudit.build_manifest(model), model, replace=True, inputs=str(model))
+    assert str(caught.value) == f"{model}: is an input of this run (m.gguf); an output never replaces an input"
+    assert model.read_bytes() == before
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"limit": 2.5}, "limit: must be an integer, not float"),
+    ({"limit": True}, "limit: must be an integer, not bool"),
+    ({"limit": "3"}, "limit: must be an integer, not str"),
+    ({"limit": -1}, "limit: must be >= 0, not -1"),
+    ({"workers": 1.5}, "workers: must be an integer, not float"),
+    ({"workers": True}, "workers: must be an integer, not bool"),
+    ({"workers": -1}, "workers: must be >= 0, not -1"),
+    ({"max_abs": "1"}, "max_abs: must be a number or None, not str"),
+    ({"max_abs": True}, "max_abs: must be a number or None, not bool"),
+    ({"deep": 1}, "deep: must be True or False, not int"),
+    ({"fail_fast": "yes"}, "fail_fast: must be True or False, not str"),
+    ({"histograms": None}, "histograms: must be True or False, not NoneType"),
+    ({"anomalies": 0}, "anomalies: must be True or False, not int"),
+    ({"progress": 3}, "progress: must be callable or None, not int"),
+    ({"tensors": 5}, "tensors: must be a string or a collection of them, not int"),
+    ({"tensors": b"types.*"}, "tensors: must be a string or a collection of them, not bytes"),
+    ({"tensors": ["types.*", 1]}, "tensors: each item must be a string, not int"),
+    ({"as_fp8": [b"types.i8.weight"]}, "as_fp8: each item must be a string, not bytes"),
+    ({"hashes": 256}, "hashes: must be a string or a collection of them, not int"),
+])
+def test_scan_refuses_arguments_of_the_wrong_type_naming_them(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ggaudit.UsageError) as caught:
+        ggaudit.scan(ALL_TYPES, **kwargs)
+    assert str(caught.value).removeprefix(f"{ALL_TYPES}: ") == message

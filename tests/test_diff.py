@@ -95,13 +95,13 @@ def test_rows_longer_than_a_chunk_are_counted_once(pair: tuple[Path, Path, dict,
 
 def test_only_in_one_and_layout_changes(tmp_path: Path) -> None:
     specs = _specs()
-    write_gguf(tmp_path / "a.gguf", specs)
+    offs_a = write_gguf(tmp_path / "a.gguf", specs)
     changed = [
         TensorSpec("token_embd.weight", T.Q8_0, (512, 30), bytes(30 * 16 * 34)),
         TensorSpec("blk.0.attn_norm.weight", T.F32, (32,), bytes(128)),
         TensorSpec("blk.1.new.weight", T.F32, (4,), bytes(16)),
     ]
-    write_gguf(tmp_path / "b.gguf", changed)
+    offs_b = write_gguf(tmp_path / "b.gguf", changed)
     report = diff_paths(tmp_path / "a.gguf", tmp_path / "b.gguf")
     assert report.only_in_a == ("blk.0.ffn_up.weight",) and report.only_in_b == ("blk.1.new.weight",)
     assert [(c.name, c.what, c.type_a, c.type_b, c.shape_a, c.shape_b) for c in report.layout_changes] == [
@@ -114,7 +114,13 @@ def test_only_in_one_and_layout_changes(tmp_path: Path) -> None:
         "ONLY-IN-B tensor blk.1.new.weight",
         "CHANGED tensor token_embd.weight: type: Q4_K [512, 30] -> Q8_0 [512, 30]",
         "CHANGED tensor blk.0.attn_norm.weight: shape: F32 [64] -> F32 [32]",
-        "summary: 0 identical, 0 differ, 2 changed type or shape, 1 only in a, 1 only in b, 0 metadata keys differ",
+        # Other tensors make another header and another data section: said, not hidden.
+        f"CHANGED structure file: data offset {offs_a['token_embd.weight']} -> {offs_b['token_embd.weight']}, "
+        f"size {(tmp_path / 'a.gguf').stat().st_size} -> {(tmp_path / 'b.gguf').stat().st_size}",
+        f"  a: file {tmp_path / 'a.gguf'}",
+        f"  b: file {tmp_path / 'b.gguf'}",
+        "summary: 0 identical, 0 differ, 2 changed type or shape, 1 only in a, 1 only in b, 0 metadata keys differ, "
+        "1 structure difference",
     ]
 
 
@@ -122,7 +128,9 @@ def test_cli_text_json_and_exit_codes(pair: tuple[Path, Path, dict, dict]) -> No
     a, b, offs_a, offs_b = pair
     runner = CliRunner()
     same = runner.invoke(main, ["diff", str(a), str(b)])
-    assert same.exit_code == 0 and same.output.splitlines()[-1].startswith("summary: 3 identical, 0 differ")
+    assert same.exit_code == 0 and same.output.splitlines()[-1] == (
+        "summary: 3 identical, 0 differ, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ, "
+        "0 structure differences")
     off_b = offs_b["blk.0.attn_norm.weight"] + 4 * 9 + 3
     before, after = _flip(b, off_b, 0xFF)
     res = runner.invoke(main, ["diff", str(a), str(b)])
@@ -139,7 +147,8 @@ def test_cli_text_json_and_exit_codes(pair: tuple[Path, Path, dict, dict]) -> No
         f"  actual   (b) +0: {raw_b.hex(' ')}",
         "                            ^^",
         "  value at column 9 (f32): -0.34152195 -> 21.857405",
-        "summary: 2 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ",
+        "summary: 2 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ, "
+        "0 structure differences",
     ]
     # The values shown are the stored float32s, each the shortest text that reads back as it.
     assert (np.frombuffer(raw_a, "<f4")[0], np.frombuffer(raw_b, "<f4")[0]) == (np.float32("-0.34152195"),
@@ -246,7 +255,7 @@ def test_metadata_differences_key_by_key_with_the_first_differing_element(tmp_pa
         "CHANGED metadata retyped: type: uint32 -> int32",
         "ONLY-IN-B metadata only.b (bool) = True",
     ]
-    assert res.output.splitlines()[-1].endswith(", 6 metadata keys differ")
+    assert res.output.splitlines()[-1].endswith(", 6 metadata keys differ, 0 structure differences")
     doc = json.loads(CliRunner().invoke(main, ["diff", str(a), str(b), "--json"]).output)["models"][0]
     assert doc["metadata"][2]["element"] == 1234 and doc["metadata"][2]["value_a"]["count"] == 5000
     assert (doc["metadata"][3]["element_a"], doc["metadata"][3]["element_b"]) == (77.0, -1.5)

@@ -33,6 +33,7 @@ from ggaudit.rows.readers import open_reader
 from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 from ggaudit.verify.run import verify_sums, verify_tensor_manifest
 
+from platforms import needs_linux
 from reliability_support import REPO, assert_one_line_error, run_cli
 
 FIXTURE = REPO / "fixtures" / "all_types.gguf"
@@ -319,3 +320,44 @@ def test_a_wrapped_ctrl_c_is_130_and_other_errors_are_3(call: Any) -> None:
     with pytest.raises(SystemExit) as ended:
         guarded(call)
     assert ended.value.code == (130 if call is _set_name_interrupted else 3)
+
+
+# --- exit 4: the result could not be written ----------------------------------------------------------
+
+def _run_writing_to(stdout: Any, *args: str | Path, limit_file_size: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m ggaudit ARGS`` with stdout on ``stdout``; with ``limit_file_size``, no file it writes may
+    pass 256 bytes (RLIMIT_FSIZE: the write fails with EFBIG, as on a full disk; CPython ignores SIGXFSZ)."""
+    def limit() -> None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))
+
+    return subprocess.run([sys.executable, "-m", "ggaudit", *map(str, args)], cwd=REPO, stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=limit if limit_file_size else None)
+
+
+@needs_linux        # /dev/full: a device whose every write fails with ENOSPC
+@pytest.mark.parametrize("args", [["scan", FIXTURE], ["scan", "--json", FIXTURE], ["info", FIXTURE],
+                                  ["diff", FIXTURE, FIXTURE], ["manifest", FIXTURE, "-o", "-"], ["--help"]],
+                         ids=["scan", "scan-json", "info", "diff", "manifest", "help"])
+def test_a_full_stdout_is_exit_4_naming_stdout(args: list[str | Path]) -> None:
+    # Not exit 2, which says the input is bad, nor 0: the check ran, but nobody can read its verdict.
+    with open("/dev/full", "w") as full:
+        proc = _run_writing_to(full, *args)
+    assert (proc.returncode, proc.stderr) == (
+        4, "ggaudit: error: cannot write the output to stdout: No space left on device\n")
+
+
+@needs_linux
+@pytest.mark.parametrize("args, what", [(["scan", "--json", FIXTURE, "-o"], "the report"),
+                                        (["manifest", FIXTURE, "-o"], "the manifest")], ids=["report", "manifest"])
+def test_an_output_file_that_cannot_be_written_is_exit_4_naming_it(tmp_path: Path, args: list[str | Path],
+                                                                   what: str) -> None:
+    out = tmp_path / "out.json"
+    out.write_text("the previous run's\n")
+    proc = _run_writing_to(subprocess.PIPE, *args, out, *(["--force"] if what == "the manifest" else []),
+                           limit_file_size=True)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (
+        4, f"ggaudit: error: cannot write {what} to {out}: File too large\n", "")
+    # Replaced atomically or not at all: the old file is whole, and no temporary file is left beside it.
+    assert (os.listdir(tmp_path), out.read_text()) == (["out.json"], "the previous run's\n")

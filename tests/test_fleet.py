@@ -111,6 +111,15 @@ def test_findings_in_several_tasks_of_one_file_merge_in_file_order(client: Any, 
                          ("types.f64.weight", 4, 10, "-inf"), ("types.q8_0.weight", 1, 32, "nan")]
 
 
+def test_one_string_is_one_model_pattern_or_name_on_the_cluster(client: Any, poisoned: str) -> None:
+    # As for ggaudit.scan (issue 23, item 7): a str is one item, never its letters.
+    assert_same(scan_on(client, poisoned, tensors="types.f*", hashes="sha256"),
+                local_scans([poisoned], tensors=["types.f*"], hashes=["sha256"]))
+    assert_same(scan_on(client, poisoned, tensors="types.i8*", as_fp8="types.i8.weight"),
+                local_scans([poisoned], tensors=["types.i8*"], as_fp8=["types.i8.weight"]))
+    assert [o.model for o in manifest_on(client, poisoned)] == [poisoned]
+
+
 def test_manifests_are_byte_identical_and_a_bad_file_is_its_own_error(client: Any, tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)

@@ -222,6 +222,28 @@ def test_bad_alignment_value(tmp_path: Path, alignment: Any) -> None:
     fails(write(tmp_path, data), kv_value_at("general.alignment"), "general.alignment")
 
 
+@pytest.mark.parametrize("alignment, stored", [
+    (Typed(V.UINT64, 64), "uint64"), (Typed(V.INT32, 32), "int32"), (Typed(V.UINT16, 32), "uint16"),
+    (Typed(V.UINT8, 32), "uint8"), (Typed(V.INT64, 32), "int64"), (Typed(V.FLOAT32, 32.0), "float32"),
+    (True, "bool"), ("32", "string"), ([32], "array")])
+def test_an_alignment_stored_as_another_type_than_u32_is_refused_naming_that_type(tmp_path: Path, alignment: Any,
+                                                                                  stored: str) -> None:
+    # ggml's ggml/src/gguf.cpp (gguf_init_from_reader) refuses the file, not the value, whatever the value:
+    # "key 'general.alignment' must be of type u32 but is u64". A power of two stored as u64 is no
+    # "not a power of two (u32)".
+    data, _ = tensor_file([encode_tensor_info("w", T.F32, (8,), 0)], [encode_kv("general.alignment", alignment)])
+    err = fails(write(tmp_path, data), kv_value_at("general.alignment"), "general.alignment")
+    assert err.message == f"alignment is stored as {stored}; GGUF requires uint32"
+
+
+@pytest.mark.parametrize("value", [0, 48, 2**32 - 1])
+def test_a_u32_alignment_that_is_not_a_power_of_two_says_so(tmp_path: Path, value: int) -> None:
+    kv = encode_kv("general.alignment", Typed(V.UINT32, value))
+    data, _ = tensor_file([encode_tensor_info("w", T.F32, (8,), 0)], [kv])
+    err = fails(write(tmp_path, data), kv_value_at("general.alignment"), "general.alignment")
+    assert err.message == f"alignment {value} is not a power of two"
+
+
 # ---------------------------------------------------------------- tensor infos
 
 def test_tensor_name_length_past_eof(tmp_path: Path) -> None:

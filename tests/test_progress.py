@@ -236,7 +236,8 @@ def test_verify_tells_bytes_hashed_and_a_cached_file_at_once(tmp_path: Path) -> 
     assert report.ok and report.stats.cached == 0
     assert calls == [(0, size), (8 * MiB, size), (16 * MiB, size), (size, size)]
     calls.clear()
-    again = ggaudit.verify(tmp_path / "m.gguf", sha256=sha, cache=tmp_path / "cache", progress=progress)
+    again = ggaudit.verify(tmp_path / "m.gguf", sha256=sha, cache=tmp_path / "cache", trust_cache=True,
+                           progress=progress)
     assert again.stats.cached == 1 and calls == [(0, size), (size, size)]
     assert ggaudit.verify(tmp_path / "m.gguf", sha256=sha).checked == report.checked   # the same without
 

@@ -228,8 +228,8 @@ def test_model_not_named_in_a_multi_file_manifest_is_a_usage_error(tmp_path: Pat
     write_tensor_manifest(build_tensor_manifest(open_model(shards[0]), group_bytes=GROUP), tmp_path / "set.json")
     res = CliRunner().invoke(main, ["verify", str(tmp_path / "other.gguf"), "--manifest", str(tmp_path / "set.json")])
     assert res.exit_code == 2
-    assert res.stderr == (f"ggaudit: error: {tmp_path / 'other.gguf'}: not one of the manifest's files "
-                          "(m-00001-of-00002.gguf, m-00002-of-00002.gguf)\n")
+    assert res.stderr == (f"ggaudit: error: {tmp_path / 'set.json'}: names no file of {tmp_path / 'other.gguf'} "
+                          "(the manifest's files: m-00001-of-00002.gguf, m-00002-of-00002.gguf); nothing was checked\n")
 
 
 def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,

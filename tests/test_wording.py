@@ -112,7 +112,8 @@ def test_q6k_scale_change_is_marked_and_decoded(tmp_path: Path) -> None:
         "  actual   (b) +208: 00 40",
         "                        ^^",
         "  field d (scales columns 0..255, f16): 1 -> 2",
-        "summary: 0 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ"]
+        "summary: 0 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ, "
+        "0 structure differences"]
     (change,) = diff_paths(a, b).data_diffs[0].first.changes
     assert (change.what, change.name, change.column, change.columns, change.encoding, change.a, change.b) == (
         "field", "d", 0, 256, "f16", 1.0, 2.0)
@@ -134,7 +135,8 @@ def test_q6k_quant_bytes_show_the_dequantized_elements(tmp_path: Path) -> None:
         "  dequantized: 2 of 256 columns differ",
         "    column 0: -32 -> -31",
         "    column 228: -32 -> -30",
-        "summary: 0 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ"]
+        "summary: 0 identical, 1 differs, 0 changed type or shape, 0 only in a, 0 only in b, 0 metadata keys differ, "
+        "0 structure differences"]
     first = diff_paths(a, b).data_diffs[0].first
     assert first.decoded_differing == 2
     assert [(c.what, c.column, c.encoding, c.a, c.b) for c in first.changes] == [

@@ -86,7 +86,7 @@ def main(debug: bool) -> None:
     """Audit GGUF model files: is the data intact, and does every read path deliver the same bytes?
 
     Exit status: 0 clean, 1 findings, 2 bad input or an unreadable file, 3 internal error (a bug: please
-    report it), 130 interrupted.
+    report it), 4 the result could not be written (stdout or -o FILE), 130 interrupted.
     """
     _never_fail_on_encoding()
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:   # imported where used: `ggaudit --help` loads no job (tests/
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
 #: A bug in ggaudit (an exception that is not a report about the input): never mistaken for findings.
 EXIT_INTERNAL = 3
+#: The result could not be written (stdout or ``-o FILE``: a full disk, a failing device): the check ran,
+#: but its verdict never reached the reader, so it is neither a verdict (0, 1) nor a word on the input (2).
+EXIT_OUTPUT = 4
 #: Ctrl-C, as a shell reports a process that SIGINT ended (128 + 2).
 EXIT_INTERRUPTED = 130
 
@@ -40,14 +43,34 @@ R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
+class OutputError(Exception):
+    """Writing the run's result to ``where`` (``stdout``, or the ``-o`` file's path) failed: exit
+    :data:`EXIT_OUTPUT`. Not an OSError, so that nothing takes it for an unreadable input."""
+
+    def __init__(self, where: str, err: OSError, what: str = "the output") -> None:
+        super().__init__(f"cannot write {what} to {where}: {escape_message(str(err.strerror or err))}")
+
+
+@contextlib.contextmanager
+def writing_to(path: str, what: str) -> Iterator[None]:
+    """Within the block, an OSError (raised while ``what`` is written to the file ``path``: a full disk,
+    EIO) is an :class:`OutputError` naming it; the checks of ``path`` before it raise UsageErrors."""
+    try:
+        yield
+    except OSError as err:
+        raise OutputError(escape_path(path), err, what) from err
+
+
 class OneLineErrorsGroup(click.Group):
     """A command group whose commands report bad arguments (a MODEL that is a directory, an unreadable
     --sums file, a missing option) as one line on stderr with exit 2, like every other error."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
-        # Ctrl-C while the arguments are parsed ends in exit 130 too, not click's "Aborted!" and exit 1.
-        return guarded(lambda: super(OneLineErrorsGroup, self).make_context(info_name, args, parent, **extra))
+        # Ctrl-C while the arguments are parsed ends in exit 130 too, not click's "Aborted!" and exit 1;
+        # --help and --version write here, as the commands do later.
+        with _quiet_broken_pipes():
+            return guarded(lambda: super(OneLineErrorsGroup, self).make_context(info_name, args, parent, **extra))
 
     def invoke(self, ctx: click.Context) -> Any:
         with _quiet_broken_pipes():
@@ -102,6 +125,8 @@ def guarded(call: Callable[[], R]) -> R:
         return call()
     except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         raise
+    except OutputError as err:
+        output_failed(err)
     except GGAuditError as err:
         fail(str(as_flags(err)))
     except OSError as err:
@@ -114,6 +139,18 @@ def guarded(call: Callable[[], R]) -> R:
         if caused_by_ctrl_c(err):
             interrupted()
         internal_error(err)
+
+
+def output_failed(err: OutputError) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _QuietOnBrokenPipe) and stream.failed is not None:
+            # What it could not write is still buffered: the flush at exit would fail on it again
+            # ("Exception ignored ... OSError", exit 120). The run says it once, here.
+            with contextlib.suppress(OSError, ValueError):
+                stream.to_null_device()
+    with contextlib.suppress(OutputError, OSError):     # stderr may be on the full disk too: the status says it
+        click.echo(f"ggaudit: error: {err}", err=True)
+    sys.exit(EXIT_OUTPUT)
 
 
 def interrupted() -> NoReturn:
@@ -171,12 +208,17 @@ class _QuietOnBrokenPipe:
     """A standard stream that, once the reader of its pipe has gone (``ggaudit ... | head -1``), sends the
     rest of the output to the null device: the run ends as it would have, with its own exit status, and
     neither "Broken pipe" nor a failed flush at exit is reported (the Python docs' recipe, applied at
-    the first write that fails rather than by ending the run)."""
+    the first write that fails rather than by ending the run). Any other failed write (a full disk) is
+    an :class:`OutputError` naming the stream, raised again by every later write: a caller that swallows
+    one (click probes a stream with ``write("")``) cannot make the run end as if it had been written."""
 
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
+    def __init__(self, stream: Any, name: str) -> None:
+        self._stream, self._name = stream, name
+        self.failed: OutputError | None = None
 
     def write(self, text: Any) -> int:
+        if self.failed is not None:
+            raise self.failed
         try:
             return int(self._stream.write(text))
         except OSError as err:
@@ -184,6 +226,8 @@ class _QuietOnBrokenPipe:
             return len(text)
 
     def flush(self) -> None:
+        if self.failed is not None:
+            raise self.failed
         try:
             self._stream.flush()
         except OSError as err:
@@ -192,15 +236,19 @@ class _QuietOnBrokenPipe:
     def _silence_or_raise(self, err: OSError) -> None:
         # Windows reports a write to a pipe whose reader closed as EINVAL as well as EPIPE.
         if not (isinstance(err, BrokenPipeError) or (os.name == "nt" and err.errno == errno.EINVAL)):
-            raise err
+            self.failed = OutputError(self._name, err)
+            raise self.failed from err
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self._stream.fileno())
-            finally:
-                os.close(devnull)
+            self.to_null_device()
         except (OSError, ValueError):
             raise err from None   # no descriptor to redirect (a test's captured stream): say so
+
+    def to_null_device(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -209,7 +257,8 @@ class _QuietOnBrokenPipe:
 @contextlib.contextmanager
 def _quiet_broken_pipes() -> Iterator[None]:
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = (stream if stream is None else _QuietOnBrokenPipe(stream) for stream in saved)
+    sys.stdout, sys.stderr = (stream if stream is None else _QuietOnBrokenPipe(stream, name)
+                              for stream, name in zip(saved, ("stdout", "stderr"), strict=True))
     try:
         yield
     finally:

@@ -1,4 +1,4 @@
-"""``ggaudit diff``: compare two models tensor by tensor; exit 0 same, 1 different, 2 unreadable."""
+"""``ggaudit diff``: compare two models tensor by tensor and file by file; exit 0 same, 1 different, 2 unreadable."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 def diff(a: str, b: str, store: str | None, rendering: Rendering, fail_fast: bool) -> None:
     """Compare models A and B (files, split sets, or ollama:NAME): metadata keys only in one or with
     another type or value (for arrays, the first differing element), tensors only in one, type or shape
-    changes, and for differing data the first differing byte and the number of differing rows."""
+    changes, and for differing data the first differing byte and the number of differing rows. Then,
+    file by file, the bytes no tensor owns (padding, gaps, data after the last tensor), the alignment,
+    the data offset and the size."""
     # Imported here, not above: `ggaudit diff --help` loads neither numpy nor the comparison.
     from ..format.locate import resolve_model
     from ..verify.diff import diff_paths

@@ -17,7 +17,7 @@ from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
                                        write_tensor_manifest)
-from .common import STDOUT, ManifestWritten, PathParam, handle_errors, model_inputs
+from .common import STDOUT, ManifestWritten, PathParam, handle_errors, model_inputs, writing_to
 from .progress import run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options_also
 
@@ -82,12 +82,14 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
         if llama:
             built_lines = build_llama_hash(models, types, progress=progress)
             if output != STDOUT:
-                write_llama_hash(built_lines, output, replace=force, inputs=inputs)
+                with writing_to(output, "the manifest"):
+                    write_llama_hash(built_lines, output, replace=force, inputs=inputs)
             return ManifestWritten(output=output, manifest=built_lines)
         built = build_tensor_manifest(models, group_bytes=group_bytes or DEFAULT_GROUP_BYTES, progress=progress) \
             if dask is None else _on_dask(dask, model, group_bytes or DEFAULT_GROUP_BYTES, store)
         if output != STDOUT:
-            write_tensor_manifest(built, output, replace=force, inputs=inputs)
+            with writing_to(output, "the manifest"):
+                write_tensor_manifest(built, output, replace=force, inputs=inputs)
         return ManifestWritten(output=output, manifest=built)
 
     # --report names neither a file the run reads nor the manifest it writes: refused before any read.

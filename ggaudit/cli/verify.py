@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     from ..batch import Outcome
     from ..verify.digests import Progress
     from ..verify.run import VerifyReport
+
+
+class _CacheUse(TypedDict):
+    """How a run uses the digest cache: :func:`ggaudit.verify`'s arguments of that name."""
+
+    cache: bool
+    trust_cache: bool
+    quick: bool
 
 
 @click.command()
@@ -46,16 +54,20 @@ if TYPE_CHECKING:
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
               help="Mismatches listed per TARGET in the text report; 0 lists none (all are counted, and "
                    "--format json lists all).")
-@click.option("--no-cache", is_flag=True, help="Hash every file; neither use nor fill the digest cache.")
-@click.option("--quick", is_flag=True, help="Check sizes and names and take digests from the digest cache only: "
-              "hash nothing, and count a file without a cached digest as unchecked.")
+@click.option("--no-cache", is_flag=True, help="Do not fill the digest cache (every file is read either way).")
+@click.option("--trust-cache", is_flag=True, help="Take a file's digest from the digest cache when its device, "
+              "inode, size, mtime and ctime are unchanged, without reading it: damage below the filesystem "
+              "(media, a lost write) keeps every stamp and is not seen. Each such file is reported as not read.")
+@click.option("--quick", is_flag=True, help="Check sizes and names and take digests from the digest cache only "
+              "(as --trust-cache): hash nothing, and count a file without a cached digest as unchecked.")
 @click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
               help="Verify each TARGET in a task on a Dask cluster (pip install 'ggaudit[dask]'), its workers "
                    "reading the files at the same paths; the digest cache is not used there.")
 @handle_errors
 def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None, sums: str | None,
            ignore_missing: bool, base: str | None, sha256: str | None, manifest_file: str | None, jobs: int,
-           rendering: Rendering, fail_fast: bool, limit: int, no_cache: bool, quick: bool, dask: str | None) -> None:
+           rendering: Rendering, fail_fast: bool, limit: int, no_cache: bool, trust_cache: bool, quick: bool,
+           dask: str | None) -> None:
     """Check the bytes of each TARGET against the digests they should have.
 
     \b
@@ -75,18 +87,24 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     expectations say should exist (an Ollama layer, a shard, a sums entry, TARGET itself with
     --manifest or as a blob) and that is absent is a "missing" mismatch: exit 1.
 
-    Whole-file digests are kept in a cache (ggaudit's folder in the user's cache folder, or
-    $GGAUDIT_CACHE_DIR) and a file unchanged since (device, inode, size, mtime, ctime) is not read
-    again; --no-cache hashes everything. --quick hashes nothing: a file the cache has no digest for
-    is left unchecked (a warning, counted in the summary), and exit 0 says nothing wrong was found.
+    Every byte is read. Whole-file digests are kept in a cache (ggaudit's folder in the user's cache
+    folder, or $GGAUDIT_CACHE_DIR; used only if private to the user); --no-cache keeps none. With
+    --trust-cache a file unchanged since (device, inode, size, mtime, ctime) is not read again, and is
+    reported as "digest from the cache of DATE, not read again". --quick hashes nothing: a file the cache
+    has no digest for is left unchecked (a warning, counted in the summary), and exit 0 says nothing
+    wrong was found.
     """
     # Imported here, not above: `ggaudit verify --help` loads none of the checks.
     from ..verify.dispatch import verify as check
 
     if quick and no_cache:
         raise UsageError(None, "--quick takes its digests from the cache: not with --no-cache")
+    if trust_cache and no_cache:
+        raise UsageError(None, "--trust-cache takes digests from the cache: not with --no-cache")
+    if trust_cache and dask is not None:
+        raise UsageError(None, "--dask workers use no digest cache: not with --trust-cache")
     rendering = dataclasses.replace(rendering, limit=limit)
-    cache = not no_cache
+    use = _CacheUse(cache=not no_cache, trust_cache=trust_cache, quick=quick)
     items = list(targets) + ([OLLAMA_PREFIX + ollama_name] if ollama_name is not None else [])
     audits: dict[str, Callable[..., VerifyReport]]
     if sums is None and (ignore_missing or base is not None):
@@ -97,20 +115,20 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
         if items or manifest_file is not None or sha256 is not None:
             raise UsageError(None, "--sums FILE takes no TARGET, no --manifest and no --sha256")
         names, audits = [sums], {sums: functools.partial(check, sums=sums, ignore_missing=ignore_missing, base=base,
-                                                         fail_fast=fail_fast, cache=cache, quick=quick)}
+                                                         fail_fast=fail_fast, **use)}
     elif not items:
         raise UsageError(None, "give a TARGET, --ollama NAME or --sums FILE")
     elif sha256 is not None:
         if len(items) != 1 or manifest_file is not None:
             raise UsageError(None, "--sha256 HEX checks one FILE and takes no --manifest")
-        names, audits = items, {items[0]: functools.partial(check, items[0], sha256=sha256, cache=cache, quick=quick)}
+        names, audits = items, {items[0]: functools.partial(check, items[0], sha256=sha256, **use)}
     elif dask is not None:
         if jobs > 1 or quick or OLLAMA_PREFIX + "*" in items:
             raise UsageError(None, "--dask verifies each TARGET in a task: not with --jobs, --quick or ollama:*")
         names, audits = items, {}
     else:
         # Keyed by the target's text: a target given twice is the same check, reported twice.
-        names, audits = _audits(items, store, manifest_file, fail_fast, cache, quick)
+        names, audits = _audits(items, store, manifest_file, fail_fast, use)
     # -o FILE is refused before anything is hashed when it is a file this run reads.
     inputs = _inputs(items, store, manifest_file, sums, base) if rendering.to_file else []
     check_report_file(rendering, inputs)
@@ -199,9 +217,10 @@ def _on_dask(address: str, targets: list[str], manifest: str | None, store: str 
         return verify_on(client, targets, manifest=manifest, store=store, fail_fast=fail_fast)
 
 
-def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool, cache: bool,
-            quick: bool) -> tuple[list[str], dict[str, Callable[..., VerifyReport]]]:
-    """The targets, in order, and each one's check (called with ``progress=``); ``ollama:*`` (without
+def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool,
+            use: _CacheUse) -> tuple[list[str], dict[str, Callable[..., VerifyReport]]]:
+    """The targets, in order, and each one's check (called with ``progress=``; ``use``: the digest cache's
+    ``cache``, ``trust_cache`` and ``quick``, as :func:`ggaudit.verify` takes them); ``ollama:*`` (without
     --manifest) becomes one target per model of the store, then the store itself (its orphan blobs and
     stray partial downloads)."""
     from ..verify.dispatch import OLLAMA_ALL
@@ -216,22 +235,23 @@ def _audits(items: list[str], store: str | None, manifest_file: str | None, fail
             listing = list_ollama_models(store)
             for name in listing.names:
                 targets.append(OLLAMA_PREFIX + str(name))
-                audits[targets[-1]] = functools.partial(_ollama_model, cache, quick, str(name), store, fail_fast)
+                audits[targets[-1]] = functools.partial(_ollama_model, use, str(name), store, fail_fast)
             targets.append(os.fspath(listing.store))
             audits[targets[-1]] = functools.partial(verify_ollama_store, store, layers=False, fail_fast=fail_fast)
         else:
             targets.append(item)
             audits[item] = functools.partial(check, item, manifest=manifest_file, store=store, fail_fast=fail_fast,
-                                             cache=cache, quick=quick)
+                                             **use)
     return targets, audits
 
 
-def _ollama_model(cache: bool, quick: bool, name: str, store: str | None, fail_fast: bool, *,
+def _ollama_model(use: _CacheUse, name: str, store: str | None, fail_fast: bool, *,
                   progress: Progress | None) -> VerifyReport:
     """One model of ``ollama:*``; partials=False: the store's report says the stray partial downloads
     once, not each model's."""
     from ..verify.cache import in_session
     from ..verify.run import verify_ollama
 
-    return in_session(cache, quick, functools.partial(verify_ollama, name, store, fail_fast=fail_fast,
-                                                      partials=False, progress=progress))
+    return in_session(use["cache"], functools.partial(verify_ollama, name, store, fail_fast=fail_fast,
+                                                      partials=False, progress=progress),
+                      trust=use["trust_cache"], quick=use["quick"])

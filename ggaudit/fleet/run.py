@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._version import __version__
 from ..batch import Outcome, as_error
-from ..errors import GGAuditError, ReadError, UsageError
+from ..errors import GGAuditError, ReadError, UsageError, one_or_many
 from ..scan.kernel import Acc
 from ..scan.report import ScanReport, ScanStats
 from ..scan.run import build_report
@@ -193,10 +193,11 @@ class _ScanJob(_Job[ScanReport]):
         return dataclasses.replace(report, structure=p.structure)
 
 
-def scan_on(client: Client, models: Sequence[str], *, tensors: Collection[str] | None = None, deep: bool = False,
-            max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
-            hashes: Sequence[str] = (), histograms: bool = False, store: str | None = None,
-            task_bytes: int = TASK_BYTES, retries: int = DEFAULT_RETRIES) -> list[Outcome[ScanReport]]:
+def scan_on(client: Client, models: str | Sequence[str], *, tensors: str | Collection[str] | None = None,
+            deep: bool = False, max_abs: float | None = None, as_fp8: str | Collection[str] = (), limit: int = 16,
+            fail_fast: bool = False, hashes: str | Sequence[str] = (), histograms: bool = False,
+            store: str | None = None, task_bytes: int = TASK_BYTES,
+            retries: int = DEFAULT_RETRIES) -> list[Outcome[ScanReport]]:
     """Scan ``models`` (paths, or store names such as ``ollama:NAME``, as the workers see them) on the Dask
     cluster of ``client``: one outcome per model, in order, each the report :func:`ggaudit.scan` gives on
     one machine (``stats`` aside) or the error that stopped that model.
@@ -207,10 +208,12 @@ def scan_on(client: Client, models: Sequence[str], *, tensors: Collection[str] |
     """
     _check_count(task_bytes, "task_bytes")
     _check_count(retries, "retries", minimum=0)
-    spec = ScanSpec(tensors=tensors, deep=deep, max_abs=max_abs, as_fp8=tuple(as_fp8), limit=limit,
-                    fail_fast=fail_fast, hashes=tuple(hashes), histograms=histograms, store=store)
+    # A str is one model, pattern or name, as for ggaudit.scan: never its letters.
+    spec = ScanSpec(tensors=None if tensors is None else one_or_many("tensors", tensors), deep=deep,
+                    max_abs=max_abs, as_fp8=one_or_many("as_fp8", as_fp8), limit=limit, fail_fast=fail_fast,
+                    hashes=one_or_many("hashes", hashes), histograms=histograms, store=store)
     threads = sum(client.nthreads().values())
-    jobs = [_ScanJob(model, spec, task_bytes, threads) for model in models]
+    jobs = [_ScanJob(model, spec, task_bytes, threads) for model in one_or_many("models", models)]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 
@@ -239,14 +242,14 @@ class _ManifestJob(_Job[TensorManifest]):
                               f"ggaudit {__version__}")
 
 
-def manifest_on(client: Client, models: Sequence[str], *, group_bytes: int = DEFAULT_GROUP_BYTES,
+def manifest_on(client: Client, models: str | Sequence[str], *, group_bytes: int = DEFAULT_GROUP_BYTES,
                 store: str | None = None, retries: int = DEFAULT_RETRIES) -> list[Outcome[TensorManifest]]:
     """The tensor manifest of each model (a file, a split set, ``ollama:NAME``), built on the Dask cluster
     of ``client`` one task per file (a file's sha256 is one sequential read): byte for byte the manifest
     :func:`ggaudit.build_manifest` writes on one machine, or the error that stopped that model."""
     _check_count(group_bytes, "group_bytes", minimum=1)
     _check_count(retries, "retries", minimum=0)
-    jobs = [_ManifestJob(model, group_bytes, store) for model in models]
+    jobs = [_ManifestJob(model, group_bytes, store) for model in one_or_many("models", models)]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 
@@ -268,7 +271,7 @@ class _VerifyJob(_Job[VerifyReport]):
         return self.report
 
 
-def verify_on(client: Client, targets: Sequence[str], *, manifest: str | None = None, store: str | None = None,
+def verify_on(client: Client, targets: str | Sequence[str], *, manifest: str | None = None, store: str | None = None,
               fail_fast: bool = False, cache: bool = False, quick: bool = False,
               retries: int = DEFAULT_RETRIES) -> list[Outcome[VerifyReport]]:
     """:func:`ggaudit.verify` of each target (a file, a blob, ``ollama:NAME``, ``hf:ORG/NAME``; with
@@ -278,7 +281,7 @@ def verify_on(client: Client, targets: Sequence[str], *, manifest: str | None = 
     _check_count(retries, "retries", minimum=0)
     options: dict[str, Any] = {"manifest": manifest, "store": store, "fail_fast": fail_fast, "cache": cache,
                                "quick": quick}
-    jobs = [_VerifyJob(target, options) for target in targets]
+    jobs = [_VerifyJob(target, options) for target in one_or_many("targets", targets)]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 

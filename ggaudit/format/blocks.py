@@ -4,14 +4,17 @@ The GGML type ids, the GGUF value type ids and each type's block size and byte c
 with gguf-py's names (``GGMLQuantizationType``, ``GGUFValueType``, ``GGML_QUANT_SIZES``), so that reading
 a header does not import gguf (and with it numpy and yaml); tests/test_startup_cost.py checks they equal
 gguf's. This module adds what gguf does not say: the byte position and encoding of each float field
-inside a block (ggml's struct order). A block
+inside a block (ggml's struct order), and how large a value each can decode to (its ``factor``). A block
 of a quantized type decodes to ``scale x small integer (+ min)``, so it decodes non-finite exactly when
-one of these fields is non-finite; reading only them is what makes the fast scan fast.
+one of these fields is non-finite, or when the product passes FLT_MAX: the factors bound that product, so
+only the rare blocks whose fields pass a type's overflow floor need decoding. Reading only the fields is
+what makes the fast scan fast.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from collections.abc import Mapping
@@ -112,15 +115,39 @@ ENCODING_SIZE: Mapping[Encoding, int] = MappingProxyType({
 })
 
 
+#: The largest finite float32. ggml dequantizes every block type into float32, so a decoded value whose
+#: magnitude passes it (rounded) is +-Inf, however finite the block's fields are.
+FLT_MAX = 3.4028234663852886e38
+
+#: The largest finite |value| of each encoding (E8M0: 0xFE = 2^127, 0xFF being NaN; UE4M3: 0xFF, whose
+#: bit 7 is ignored, = 480, as ggml and gguf decode it).
+ENCODING_MAX: Mapping[Encoding, float] = MappingProxyType({
+    Encoding.F16: 65504.0, Encoding.IQ1M_F16: 65504.0, Encoding.BF16: 3.3895313892515355e38,
+    Encoding.F32: FLT_MAX, Encoding.F64: 1.7976931348623157e308, Encoding.E8M0: 2.0 ** 127,
+    Encoding.UE4M3: 480.0, Encoding.E4M3: 448.0,
+})
+
+#: ggml decodes in float32 steps (``d * sub-scale``, then ``* quant``), each rounding by up to 2^-24:
+#: a block is treated as able to overflow from a bound this much below FLT_MAX, so rounding cannot
+#: carry a value past FLT_MAX unseen.
+ROUNDING_MARGIN = 1 + 2.0 ** -20
+
+
 @dataclass(frozen=True)
 class FloatField:
-    """One float field inside a block: its name, byte offset, encoding and the columns it scales."""
+    """One float field inside a block: its name, byte offset, encoding and the columns it scales.
+
+    ``factor`` bounds what the field contributes to a decoded value: at most ``factor x |field|`` (the
+    largest quant or grid value times the largest sub-scale it is multiplied by, as ggml decodes the
+    type); 0 for a field no decoded value is multiplied by. A float element is its own value: factor 1.
+    """
 
     name: str
     offset: int
     encoding: Encoding
     first_col: int
     width: int
+    factor: float = 1.0
 
     @property
     def size(self) -> int:
@@ -142,11 +169,38 @@ class BlockLayout:
     def name(self) -> str:
         return self.ggml_type.name
 
+    def sharing(self, f: FloatField) -> tuple[FloatField, ...]:
+        """The fields that scale a column ``f`` scales too (``f`` among them): Q4_K's ``d`` and ``dmin``."""
+        return tuple(g for g in self.fields
+                     if g.first_col < f.first_col + f.width and f.first_col < g.first_col + g.width)
 
-def _quant(t: T, *fields: tuple[str, int, Encoding]) -> BlockLayout:
+    def magnitude_bound(self, values: Mapping[str, float]) -> float:
+        """The largest |decoded value| a block whose fields hold ``values`` (by name) can have: per column,
+        the sum of ``factor x |field|`` over the fields that scale it (``d x sub-scale x quant - dmin x
+        min``). A float element is its own value."""
+        return max((sum(g.factor * abs(values[g.name]) for g in self.sharing(f)) for f in self.fields),
+                   default=0.0)
+
+    def overflow_floor(self, f: FloatField) -> float:
+        """The smallest |f| from which the block may decode past FLT_MAX: below it every decoded value is
+        finite whatever the other fields and quants hold (when the sum of n terms passes FLT_MAX, one of
+        them passes FLT_MAX / n). Inf for float elements (nothing multiplies them) and factor-0 fields."""
+        if self.is_float_elements or f.factor == 0:
+            return math.inf
+        terms = sum(1 for g in self.sharing(f) if g.factor)
+        return FLT_MAX / (f.factor * terms * ROUNDING_MARGIN)
+
+    @property
+    def can_overflow(self) -> bool:
+        """Whether some block of finite fields can decode to +-Inf: a field's largest finite value
+        reaches its overflow floor (Q8_K and Q8_1's f32 ``d``, MXFP4's E8M0 ``e``); no f16 scale can."""
+        return any(ENCODING_MAX[f.encoding] >= self.overflow_floor(f) for f in self.fields)
+
+
+def _quant(t: T, *fields: tuple[str, int, Encoding, float]) -> BlockLayout:
     block_size, block_bytes = GGML_QUANT_SIZES[t]
     return BlockLayout(t, block_size, block_bytes,
-                       tuple(FloatField(n, o, e, 0, block_size) for n, o, e in fields))
+                       tuple(FloatField(n, o, e, 0, block_size, factor) for n, o, e, factor in fields))
 
 
 def _elements(t: T, encoding: Encoding) -> BlockLayout:
@@ -160,50 +214,55 @@ def _integer(t: T) -> BlockLayout:
 
 
 def _nvfp4() -> BlockLayout:
-    # Four unsigned-E4M3 scales, one per 16-element sub-block, then 32 bytes of packed E2M1 values.
+    # Four unsigned-E4M3 scales, one per 16-element sub-block, then 32 bytes of packed E2M1 values
+    # (|value| <= 6 per unit of scale; ggml and gguf store them doubled and halve the scale).
     block_size, block_bytes = GGML_QUANT_SIZES[T.NVFP4]
     sub = block_size // 4
-    fields = tuple(FloatField(f"d[{i}]", i, Encoding.UE4M3, i * sub, sub) for i in range(4))
+    fields = tuple(FloatField(f"d[{i}]", i, Encoding.UE4M3, i * sub, sub, 6.0) for i in range(4))
     return BlockLayout(T.NVFP4, block_size, block_bytes, fields)
 
 
 _H, _F, _E8 = Encoding.F16, Encoding.F32, Encoding.E8M0
 
+# The last number of each field is its factor: the largest |decoded value| per unit of the field, as
+# ggml's dequantize_row_<type> (ggml/src/ggml-quants.c) and gguf.quants compute it; tests/test_blocks.py
+# proves each against the decoders. "sub x q" is the largest sub-scale times the largest |quant|.
 _TABLE: tuple[BlockLayout, ...] = (
     _elements(T.F32, Encoding.F32),
     _elements(T.F16, Encoding.F16),
     _elements(T.BF16, Encoding.BF16),
     _elements(T.F64, Encoding.F64),
     _integer(T.I8), _integer(T.I16), _integer(T.I32), _integer(T.I64),
-    _quant(T.Q4_0, ("d", 0, _H)),
-    _quant(T.Q4_1, ("d", 0, _H), ("m", 2, _H)),
-    _quant(T.Q5_0, ("d", 0, _H)),
-    _quant(T.Q5_1, ("d", 0, _H), ("m", 2, _H)),
-    _quant(T.Q8_0, ("d", 0, _H)),
+    _quant(T.Q4_0, ("d", 0, _H, 8)),                            # d x (q - 8), q 0..15
+    _quant(T.Q4_1, ("d", 0, _H, 15), ("m", 2, _H, 1)),          # d x q + m
+    _quant(T.Q5_0, ("d", 0, _H, 16)),                           # d x (q - 16), q 0..31
+    _quant(T.Q5_1, ("d", 0, _H, 31), ("m", 2, _H, 1)),
+    _quant(T.Q8_0, ("d", 0, _H, 128)),                          # d x q, q int8
     # gguf-py sizes Q8_1 at 40 bytes: f32 d and f32 s (d * sum(qs)). It is an intermediate type
     # ggml never writes to files; we follow gguf's size so a file that holds one is still readable.
-    _quant(T.Q8_1, ("d", 0, _F), ("s", 4, _F)),
-    _quant(T.Q2_K, ("d", 80, _H), ("dmin", 82, _H)),
-    _quant(T.Q3_K, ("d", 108, _H)),
-    _quant(T.Q4_K, ("d", 0, _H), ("dmin", 2, _H)),
-    _quant(T.Q5_K, ("d", 0, _H), ("dmin", 2, _H)),
-    _quant(T.Q6_K, ("d", 208, _H)),
-    _quant(T.Q8_K, ("d", 0, _F)),
-    _quant(T.IQ2_XXS, ("d", 0, _H)),
-    _quant(T.IQ2_XS, ("d", 0, _H)),
-    _quant(T.IQ3_XXS, ("d", 0, _H)),
-    _quant(T.IQ1_S, ("d", 0, _H)),
-    _quant(T.IQ4_NL, ("d", 0, _H)),
-    _quant(T.IQ3_S, ("d", 0, _H)),
-    _quant(T.IQ2_S, ("d", 0, _H)),
-    _quant(T.IQ4_XS, ("d", 0, _H)),
-    _quant(T.IQ1_M, ("d", 48, Encoding.IQ1M_F16)),
-    _quant(T.TQ1_0, ("d", 52, _H)),
-    _quant(T.TQ2_0, ("d", 64, _H)),
-    _quant(T.MXFP4, ("e", 0, _E8)),
+    # Its values are d x qs (int8); s only feeds dot products, so no decoded value is a multiple of it.
+    _quant(T.Q8_1, ("d", 0, _F, 128), ("s", 4, _F, 0)),
+    _quant(T.Q2_K, ("d", 80, _H, 15 * 3), ("dmin", 82, _H, 15)),       # d x sub4 x q2 - dmin x min4
+    _quant(T.Q3_K, ("d", 108, _H, 32 * 4)),                              # d x (sub6 - 32) x (q3 - 4)
+    _quant(T.Q4_K, ("d", 0, _H, 63 * 15), ("dmin", 2, _H, 63)),         # d x sub6 x q4 - dmin x min6
+    _quant(T.Q5_K, ("d", 0, _H, 63 * 31), ("dmin", 2, _H, 63)),         # d x sub6 x q5 - dmin x min6
+    _quant(T.Q6_K, ("d", 208, _H, 128 * 32)),                            # d x sub int8 x (q6 - 32)
+    _quant(T.Q8_K, ("d", 0, _F, 128)),                                   # dequantize_row_q8_K: d x qs int8
+    _quant(T.IQ2_XXS, ("d", 0, _H, 0.25 * 15.5 * 43)),     # d x (0.5 + sub4) / 4 x grid (8, 25, 43)
+    _quant(T.IQ2_XS, ("d", 0, _H, 0.25 * 15.5 * 43)),
+    _quant(T.IQ3_XXS, ("d", 0, _H, 0.5 * 15.5 * 62)),      # d x (0.5 + sub4) / 2 x grid (4 .. 62)
+    _quant(T.IQ1_S, ("d", 0, _H, 15 * 1.125)),             # d x (2 sub3 + 1) x (grid -1..1 + delta 1/8)
+    _quant(T.IQ4_NL, ("d", 0, _H, 127)),                   # d x kvalues_iq4nl (-127 .. 113)
+    _quant(T.IQ3_S, ("d", 0, _H, 31 * 15)),                # d x (2 sub4 + 1) x grid (1 .. 15)
+    _quant(T.IQ2_S, ("d", 0, _H, 0.25 * 15.5 * 43)),
+    _quant(T.IQ4_XS, ("d", 0, _H, 32 * 127)),              # d x (sub6 - 32) x kvalues_iq4nl
+    _quant(T.IQ1_M, ("d", 48, Encoding.IQ1M_F16, 15 * 1.125)),
+    _quant(T.TQ1_0, ("d", 52, _H, 1)),                     # d x (q - 1), q 0..2
+    _quant(T.TQ2_0, ("d", 64, _H, 2)),                     # d x (q - 1), q 0..3
+    _quant(T.MXFP4, ("e", 0, _E8, 6)),                     # 2^(e-127) x E2M1 (|value| <= 6)
     _nvfp4(),
     # Q1_0: f16 d then 16 bytes of sign bits; every element is +d or -d.
-    _quant(T.Q1_0, ("d", 0, _H)),
+    _quant(T.Q1_0, ("d", 0, _H, 1)),
 )
 
 LAYOUTS: Mapping[T, BlockLayout] = MappingProxyType({b.ggml_type: b for b in _TABLE})
@@ -316,4 +375,22 @@ def dequantize(blocks: np.ndarray, ggml_type: T) -> np.ndarray:
     import gguf.quants
 
     decoded: np.ndarray = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(ggml_type))
+    return decoded
+
+
+def dequantize_exact(blocks: np.ndarray, ggml_type: T) -> np.ndarray:
+    """Whole blocks decoded as ggml decodes them, in float32: by gguf.quants, or for the types that can
+    overflow and that it cannot decode (Q8_K, Q8_1) by ggml's formula, ``d x qs`` in float32
+    (ggml/src/ggml-quants.c dequantize_row_q8_K; Q8_1 as quantize_row_q8_1_ref fills it). What decides
+    whether a block past its overflow floor really decodes to +-Inf."""
+    import numpy as np
+
+    if ggml_type not in (T.Q8_K, T.Q8_1):
+        return dequantize(blocks, ggml_type)
+    layout = LAYOUTS[ggml_type]
+    raw = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, layout.block_bytes)
+    d = raw[:, :4].copy().view("<f4").astype(np.float32)
+    first = 4 if ggml_type is T.Q8_K else 8         # Q8_K: d, qs, bsums; Q8_1: d, s, qs
+    qs = raw[:, first:first + layout.block_size].view(np.int8).astype(np.float32)
+    decoded: np.ndarray = (d * qs).reshape(-1)
     return decoded

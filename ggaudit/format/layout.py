@@ -446,10 +446,15 @@ def _alignment(cur: _Cursor, metadata: Mapping[str, MetaValue]) -> int:
     entry = metadata.get("general.alignment")
     if entry is None:
         return DEFAULT_ALIGNMENT
-    value = entry.value
-    if entry.type is not GGUFValueType.UINT32 or value <= 0 or value & (value - 1):
-        raise cur.error("general.alignment", f"alignment {value!r} is not a power of two (u32)", entry.offset)
-    return int(value)
+    if entry.type is not GGUFValueType.UINT32:
+        # As ggml's gguf.cpp (gguf_init_from_reader: "key 'general.alignment' must be of type u32"): any other
+        # type is refused, not converted, since llama.cpp will not load such a file at all.
+        raise cur.error("general.alignment", f"alignment is stored as {entry.type.name.lower()}; GGUF requires "
+                                             "uint32", entry.offset)
+    value = int(entry.value)
+    if value <= 0 or value & (value - 1):
+        raise cur.error("general.alignment", f"alignment {value} is not a power of two", entry.offset)
+    return value
 
 
 def _check_version(cur: _Cursor) -> int:

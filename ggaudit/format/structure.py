@@ -173,6 +173,24 @@ def _spans(f: GGUFFile) -> list[_Span]:
     return spans
 
 
+@dataclass(frozen=True, kw_only=True)
+class Region:
+    """A region of a file outside the header and the tensors: ``kind`` (padding, gap, trailing), its bytes
+    ``[start, end)`` and the tensors on either side (``after`` None: the header; ``before`` None: the end)."""
+
+    kind: str
+    start: int
+    end: int
+    after: str | None
+    before: str | None
+
+
+def regions(f: GGUFFile) -> tuple[Region, ...]:
+    """Every region of ``f`` no tensor owns, in file order, whatever its bytes (``trailing``: all of them
+    after the last tensor, its zero padding included); :func:`check_structure` says which are findings."""
+    return tuple(Region(kind=s.kind, start=s.start, end=s.end, after=s.after, before=s.before) for s in _spans(f))
+
+
 class StructureConsumer:
     """Checks the structure of one file from its bytes, fed in order (``update(offset, data)``).
 

@@ -3,8 +3,8 @@
 Every read path can deliver a row's bytes faithfully while the row itself holds a NaN scale: the replay's
 byte comparison is then clean, yet an engine gathering that row gets NaN. So the selected rows are read
 once more through the reference and tested with the scan's kernel (the float fields of ``blocks.py``,
-MXFP4's overflowing scales included), rows gathered into one buffer so scattered rows cost one kernel
-call per megabyte, not one per row.
+and the blocks whose finite scales decode past FLT_MAX, as ``scan`` finds them), rows gathered into one
+buffer so scattered rows cost one kernel call per megabyte, not one per row.
 """
 
 from __future__ import annotations

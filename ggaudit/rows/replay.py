@@ -104,7 +104,9 @@ class RowTable:
             return raw.view({GGMLQuantizationType.I16: "<i2", GGMLQuantizationType.I32: "<i4"}
                             .get(t, "<i8")).astype(np.float64)
         try:
-            return np.asarray(dequantize(raw, t), dtype=np.float64).reshape(-1)
+            # A delivered row is untrusted: Inf x 0 in gguf.quants is a NaN to report, not a RuntimeWarning.
+            with np.errstate(all="ignore"):
+                return np.asarray(dequantize(raw, t), dtype=np.float64).reshape(-1)
         except (NotImplementedError, ValueError, KeyError):
             return None
 

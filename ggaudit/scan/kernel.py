@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from ..format.blocks import BlockLayout, Encoding, FloatField, GGMLQuantizationType as T, decode_bits, dequantize
-from ..format.blocks import iq1m_assemble, layout_of
+from ..format.blocks import LAYOUTS, dequantize_exact, iq1m_assemble, layout_of
 from .report import (CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, counted_kinds,
                      finite_or_none, hex_bits)
 from ..arrays import distinct
@@ -60,10 +60,6 @@ CODECS: dict[Encoding, Codec] = {
     Encoding.UE4M3: Codec(Encoding.UE4M3, "u1", 0xFF, 0x100),
 }
 
-#: MXFP4: E8M0 keys from here up (2^126 and 2^127 as scales) can overflow float32 when decoded.
-OVERFLOW_KEY: dict[T, int] = {T.MXFP4: 0xFD}
-
-
 @functools.cache
 def _ue4m3_ranks() -> tuple[np.ndarray, np.ndarray]:
     """(byte -> rank of its value, rank -> value) for UE4M3, so ranks order like values."""
@@ -93,6 +89,24 @@ def _threshold_key(codec: Codec, limit: float) -> int:
     top = len(_ue4m3_ranks()[1]) if codec.encoding is Encoding.UE4M3 else codec.inf_key
     values = _key_values(codec, np.arange(top))
     return int(np.searchsorted(values, limit, side="right")) - 1
+
+
+def _floor_key(codec: Codec, floor: float) -> int:
+    """The smallest key whose |x| >= floor; past every finite key when no finite value reaches it."""
+    return min(codec.inf_key, _threshold_key(codec, float(np.nextafter(floor, 0.0))) + 1)
+
+
+def _overflow_keys(layout: BlockLayout) -> dict[str, int]:
+    """Per field of a type whose finite fields can decode past FLT_MAX, the smallest key from which its
+    block may (the table's overflow floor): such blocks are decoded exactly."""
+    return {f.name: _floor_key(CODECS[f.encoding], layout.overflow_floor(f)) for f in layout.fields}
+
+
+#: The types whose blocks can overflow float32 with finite fields (Q8_K and Q8_1's f32 ``d``, MXFP4's
+#: E8M0 ``e`` from 0xFD), and per field the key from which a block is decoded to find out. Every other
+#: field's keys need a look only when non-finite.
+OVERFLOW_KEY: dict[T, dict[str, int]] = {
+    lay.ggml_type: _overflow_keys(lay) for lay in LAYOUTS.values() if lay.can_overflow}
 
 
 # ----- per-tensor plans ---------------------------------------------------------------------------
@@ -245,9 +259,18 @@ class GroupPass:
     """One field group during a scan of one stretch of a tensor: its limits and the largest finite key."""
 
     group: Group
-    trigger: int          # keys >= trigger need a closer look (non-finite, or may overflow)
+    triggers: np.ndarray  # per field: its keys >= this need a closer look (non-finite, or may overflow)
+    trigger: int          # the lowest of them: a slice whose largest key is below it needs no look
     threshold: int        # keys above it (finite) are outliers
     max_key: int = -1
+
+
+def _group_pass(layout: BlockLayout, group: Group, opts: Options) -> GroupPass:
+    overflow = OVERFLOW_KEY.get(layout.ggml_type, {})
+    inf_key = group.codec.inf_key
+    triggers = np.array([overflow.get(f.name, inf_key) for f in group.fields], dtype=np.int64)
+    threshold = inf_key if opts.max_abs is None else _threshold_key(group.codec, opts.max_abs)
+    return GroupPass(group, triggers, int(triggers.min()), threshold)
 
 
 def scan_units(plan: Plan, opts: Options, acc: Acc, data: np.ndarray, first_unit: int) -> None:
@@ -255,9 +278,7 @@ def scan_units(plan: Plan, opts: Options, acc: Acc, data: np.ndarray, first_unit
     layout = plan.layout
     bb = layout.block_bytes
     per_slice = max(1, (SLICE_BYTES if layout.is_float_elements else BLOCK_SLICE_BYTES) // bb)
-    passes = [GroupPass(g, OVERFLOW_KEY.get(layout.ggml_type, g.codec.inf_key),
-                         g.codec.inf_key if opts.max_abs is None else _threshold_key(g.codec, opts.max_abs))
-              for g in groups(layout)]
+    passes = [_group_pass(layout, g, opts) for g in groups(layout)]
     n_units = len(data) // bb
     for u0 in range(0, n_units, per_slice):
         if acc.stopped:
@@ -416,8 +437,8 @@ def _report_slice(plan: Plan, opts: Options, acc: Acc, slow: list[tuple[GroupPas
 def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.ndarray, bits: np.ndarray,
             first_unit: int, counts: dict[str, int], cands: _Candidates, room: int) -> np.ndarray:
     """Classify the keys of one slice worth a look; returns the block indices that are non-finite."""
-    group, codec, trigger = p.group, p.group.codec, p.trigger
-    interesting = keys >= trigger
+    group, codec = p.group, p.group.codec
+    interesting = keys >= p.triggers
     if opts.max_abs is not None:
         interesting |= (keys < codec.inf_key) & (keys > p.threshold)
     flat = np.flatnonzero(interesting)
@@ -430,7 +451,7 @@ def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.
     kinds[np.isnan(values)] = "nan"
     kinds[np.isposinf(values)] = "+inf"
     kinds[np.isneginf(values)] = "-inf"
-    suspect = np.flatnonzero((kinds == "") & (keys[rows, cols] >= trigger))
+    suspect = np.flatnonzero((kinds == "") & (keys[rows, cols] >= p.triggers[cols]))
     if len(suspect):
         overflow = _overflow_kinds(plan.layout.ggml_type, data, rows[suspect], plan.layout.block_bytes)
         kinds[suspect] = overflow
@@ -466,10 +487,10 @@ def _count_experts(plan: Plan, experts: dict[int, dict[str, int]], units: np.nda
 
 
 def _overflow_kinds(ggml_type: T, data: np.ndarray, rows: np.ndarray, bb: int) -> np.ndarray:
-    """Decode the few blocks with a huge finite scale; the kind of the first non-finite value, or ''."""
+    """Decode the few blocks past their overflow floor exactly; the kind of the first non-finite value, or ''."""
     blocks = np.stack([data[r * bb:(r + 1) * bb] for r in rows]).reshape(-1)
     with np.errstate(all="ignore"):     # overflow is what we are looking for
-        decoded = dequantize(blocks, ggml_type).reshape(len(rows), -1)
+        decoded = dequantize_exact(blocks, ggml_type).reshape(len(rows), -1)
     return np.array([_first_kind(row)[0] for row in decoded], dtype=object)
 
 

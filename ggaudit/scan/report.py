@@ -40,8 +40,9 @@ CHECK_FIELDS = "block fields"
 CHECK_NONE = "not applicable"
 
 #: Why a finding exists: the stored field itself is non-finite or too large; a finite field whose
-#: decoded product overflows float32 (MXFP4 E8M0 0xFD/0xFE); or a decoded value that --deep found
-#: non-finite in a block whose fields are all finite.
+#: block decodes past FLT_MAX to +-Inf (Q8_K and Q8_1's f32 ``d``, MXFP4's E8M0 0xFD/0xFE: the types the
+#: block table says can overflow); or a decoded value that --deep found non-finite in a block whose
+#: fields are all finite.
 CAUSE_FIELD = "field"
 CAUSE_OVERFLOW = "overflow"
 CAUSE_DECODED = "decoded"

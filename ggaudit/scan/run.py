@@ -5,9 +5,9 @@ What is read (facts in :mod:`ggaudit.format.blocks`):
 * float tensors (F32, F16, BF16, F64): every element;
 * block-quantized tensors: only the float fields of each block (scales and mins), through a strided
   view, because a block decodes to ``scale x small integer (+ min)`` and so is non-finite exactly when
-  one of its fields is. The one exception is MXFP4, whose finite E8M0 scales 0xFD and 0xFE (2^126,
-  2^127) overflow float32 when multiplied by the larger E2M1 values: those rare blocks are decoded
-  with ``gguf.quants`` and reported as ``overflow`` when they decode to Inf;
+  one of its fields is, or its product passes FLT_MAX: the table bounds that product, so only the rare
+  blocks past their type's overflow floor (Q8_K and Q8_1's f32 ``d``, MXFP4's E8M0 0xFD and 0xFE) are
+  decoded, as ggml decodes them, and reported as ``overflow`` when they decode to Inf;
 * integer tensors: nothing, unless the caller says an I8 tensor holds FP8 E4M3 bytes.
 
 The core that finds and locates values is :mod:`ggaudit.scan.kernel`. Two ways to get the bytes
@@ -30,6 +30,7 @@ import fnmatch
 import itertools
 import logging
 import math
+import numbers
 import os
 import re
 import time
@@ -41,7 +42,7 @@ import numpy as np
 from .. import io
 from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
 from ..verify.digests import ALGORITHMS, read_through
-from ..errors import ReadError, UsageError
+from ..errors import ReadError, UsageError, check_arg, check_count, one_or_many
 from ..format.layout import GGUFFile, Model, Tensor
 from ..format.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
@@ -225,8 +226,10 @@ def _runs(plans: Sequence[Plan]) -> Iterator[tuple[int, int]]:
 
 # ----- the entry point ------------------------------------------------------------------------------
 
-def select_tensors(model: Model, patterns: Collection[str] | None) -> list[Tensor]:
-    """The tensors a scan covers: all, or those matching ``patterns`` (each must match one)."""
+def select_tensors(model: Model, patterns: str | Collection[str] | None) -> list[Tensor]:
+    """The tensors a scan covers: all, or those matching ``patterns`` (one pattern, or several: each must
+    match one)."""
+    patterns = one_or_many("tensors", patterns) if patterns is not None else ()
     if not patterns:
         return list(model.tensors)
     for pattern in patterns:
@@ -235,8 +238,9 @@ def select_tensors(model: Model, patterns: Collection[str] | None) -> list[Tenso
     return [t for t in model.tensors if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)]
 
 
-def fp8_names(model: Model, names: Collection[str]) -> set[str]:
-    """``names`` checked to be I8 tensors of ``model`` (whose bytes are FP8 E4M3)."""
+def fp8_names(model: Model, names: str | Collection[str]) -> set[str]:
+    """``names`` (one name, or several) checked to be I8 tensors of ``model`` (whose bytes are FP8 E4M3)."""
+    names = one_or_many("as_fp8", names)
     for name in names:
         t = model.tensor(name)
         if t.ggml_type is not T.I8:
@@ -251,8 +255,8 @@ def check_reads(source: str, hashes: Sequence[str], workers: int | None) -> None
     if unknown:
         raise UsageError(source, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})",
                          field="hashes")
-    if workers is not None and workers < 0:
-        raise UsageError(source, f"must be >= 0, not {workers}", field="workers")
+    if workers is not None:
+        check_count("workers", workers)
     if hashes and workers:
         # The digests need every byte in order, in this process: the mapped workers never copy them.
         raise UsageError(source, "hashes are computed by the one streamed read: workers must be 0 or None",
@@ -261,21 +265,31 @@ def check_reads(source: str, hashes: Sequence[str], workers: int | None) -> None
 
 def check_options(source: str, max_abs: float | None, limit: int) -> None:
     """UsageError for a ``max_abs`` or ``limit`` a scan cannot take."""
-    if max_abs is not None and not (math.isfinite(max_abs) and max_abs >= 0):
-        raise UsageError(source, f"must be a finite number >= 0, not {max_abs!r}", field="max_abs")
-    if limit < 0:
-        raise UsageError(source, f"must be >= 0, not {limit}", field="limit")
+    if max_abs is not None:
+        check_arg("max_abs", max_abs, numbers.Real, "a number or None")
+        if not (math.isfinite(max_abs) and max_abs >= 0):
+            raise UsageError(source, f"must be a finite number >= 0, not {max_abs!r}", field="max_abs")
+    check_count("limit", limit)
 
 
-def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
-         max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
+def check_switches(progress: object, **switches: object) -> None:
+    """UsageError unless each of ``switches`` is True or False and ``progress`` a callable or None."""
+    for name, value in switches.items():
+        check_arg(name, value, bool, "True or False")
+    if progress is not None and not callable(progress):
+        raise UsageError(None, f"must be callable or None, not {type(progress).__name__}", field="progress")
+
+
+def scan(model: Model | str | os.PathLike[str], *, tensors: str | Collection[str] | None = None, deep: bool = False,
+         max_abs: float | None = None, as_fp8: str | Collection[str] = (), limit: int = 16, fail_fast: bool = False,
          progress: ProgressCallback | None = None, workers: int | None = None,
-         hashes: Sequence[str] = (), histograms: bool = False, anomalies: bool = False) -> ScanReport:
+         hashes: str | Sequence[str] = (), histograms: bool = False, anomalies: bool = False) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
 
-    ``tensors``: glob patterns selecting tensors by name (each must match one). ``deep``: also decode
-    block-quantized tensors with gguf.quants and check the decoded values. ``as_fp8``: names of I8
-    tensors that hold FP8 E4M3 bytes. ``limit``: findings listed per tensor (all are counted).
+    ``tensors``: glob patterns selecting tensors by name (each must match one; a str is one pattern).
+    ``deep``: also decode block-quantized tensors with gguf.quants and check the decoded values.
+    ``as_fp8``: names of I8 tensors that hold FP8 E4M3 bytes (a str is one name). ``limit``: findings
+    listed per tensor (all are counted; an int >= 0).
     ``fail_fast``: stop at the first finding. ``progress(done_bytes, total_bytes)`` is called as the
     scan advances. ``workers``: reader processes (0 reads in this process; None picks: 0 for models
     under 256 MiB of tensor data or a process with one core available, else 2; within a
@@ -295,8 +309,9 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | No
     bounded prefix of anything else, a few KiB for a real model.
     """
     m = model if isinstance(model, Model) else open_model(model)
-    hashes = tuple(hashes)
+    hashes = one_or_many("hashes", hashes)
     check_options(m.source, max_abs, limit)
+    check_switches(progress, deep=deep, fail_fast=fail_fast, histograms=histograms, anomalies=anomalies)
     check_reads(m.source, hashes, workers)
     fp8 = fp8_names(m, as_fp8)
     selected = select_tensors(m, tensors)

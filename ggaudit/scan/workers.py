@@ -407,7 +407,27 @@ class _StopOnSignals:
         if signum == signal.SIGINT:
             self.interrupted = True
             return
+        _release_semaphores(self._pool)
         _die_by(signum)
+
+
+def _release_semaphores(pool: ProcessPoolExecutor) -> None:
+    """Unlink the named semaphores of the pool's queues and tell the resource tracker, as their finalizers
+    would at a normal exit. A process ended by a signal runs no finalizer, and the tracker (spawn and
+    forkserver pools; fork unlinks them at once) would then print "resource_tracker: There appear to be N
+    leaked semaphore objects" on stderr after the process is gone.
+
+    ``_call_queue`` and ``_result_queue`` are the executor's own (there is no public way to its queues); the
+    locks are found among each queue's attributes, whatever their names. Nothing here may stop the process
+    from ending by its signal: a failure leaves the warning, no more."""
+    from multiprocessing.synchronize import SemLock     # the pool imported it already: no import in a handler
+
+    for queue in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None)):
+        for lock in vars(queue).values() if queue is not None else ():
+            name = getattr(getattr(lock, "_semlock", None), "name", None)
+            if isinstance(lock, SemLock) and name is not None:
+                with contextlib.suppress(Exception):
+                    SemLock._cleanup(name)     # type: ignore[attr-defined]  # what its finalizer calls
 
 
 def _die_by(signum: int) -> None:

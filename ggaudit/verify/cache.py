@@ -8,24 +8,41 @@ ctime is the creation time, so a same-size rewrite whose mtime is then set back 
 file written within the filesystem's timestamp granularity of when it was hashed could keep both stamps,
 so such a "racy" file is not stored (``_racy``), as git does for its index.
 
+What no stamp can see: bytes changed below the filesystem (media damage, a controller or firmware bug, a
+write lost in a crash) leave every stamp as it was. So a verify reads every byte unless its caller asks
+for the cache's digests (``trust``: ``--trust-cache``; ``quick``: ``--quick``, which hashes nothing), and
+a digest taken from here is reported as such, with the date it was computed (:class:`Cached`). Hashing
+still fills the cache, for a later run that asks.
+
 The cache is a sqlite database in the user's cache folder (:func:`cache_folder`), never next to the files
-it describes, created private to the user. It is an optimisation and nothing more: a cache that is
-corrupt, locked, foreign or unwritable becomes a warning in the report and the files are hashed.
+it describes. It must be private, since a digest in it stands in for reading a file: on POSIX the folder
+and the database must belong to the user and be writable by no one else, and every folder above them
+must belong to root or the user and be writable by no one else unless it has the sticky bit (``/tmp``),
+or another user could replace them (:func:`_not_private`); otherwise it is not used, with a warning that
+names it and why, as ssh refuses a loose key file. What it makes it makes private: folders 0700, the
+database 0600. Windows has no such mode bits (its ACLs decide) and is not checked. It is an optimisation
+and nothing more: a cache that is corrupt, locked, foreign, unwritable or not private becomes a warning
+in the report and the files are hashed.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sqlite3
+import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from ..errors import UsageError
+from ..io import WINDOWS
 
 #: The database's name inside the cache folder.
 FILE_NAME = "digests.sqlite3"
@@ -50,6 +67,8 @@ CacheChoice = bool | str | os.PathLike[str]
 
 R = TypeVar("R")
 
+_HEX = re.compile(r"[0-9a-f]+")
+
 
 def cache_folder() -> Path:
     """Where the cache lives: ``$GGAUDIT_CACHE_DIR``, else the platform's per-user cache folder
@@ -72,6 +91,28 @@ def _stamp(st: os.stat_result) -> tuple[str, str, int, int, int]:
     return str(st.st_dev), str(st.st_ino), st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
+@dataclass(frozen=True)
+class Cached:
+    """A digest the cache holds for a file unchanged since, and when it was computed (UTC, ISO 8601)."""
+
+    digest: str
+    computed: str
+
+
+def _utc(seconds: object) -> str | None:
+    """``seconds`` since the epoch as ``2025-06-01T12:34:56Z``; None for what is not such a time."""
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return None
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _is_hex(digest: object) -> bool:
+    return isinstance(digest, str) and _HEX.fullmatch(digest) is not None
+
+
 def _racy(st: os.stat_result, started_ns: int) -> bool:
     """Whether a write after hashing began could have left both stamps as they are: the file changed
     within the timestamp granularity (2 s where stamps are whole seconds, as FAT's; else a clock tick,
@@ -84,12 +125,14 @@ def _racy(st: os.stat_result, started_ns: int) -> bool:
 class DigestCache:
     """One run's use of the cache: lookups, digests to store, and the warnings its troubles gave.
 
-    The database opens on first use, in the thread that uses it. ``quick``: the run hashes nothing and
-    takes digests from here only.
+    The database opens on first use, in the thread that uses it. Files are hashed and their digests
+    stored; ``trust``: a file unchanged since it was hashed is not read, its digest is taken from here;
+    ``quick`` (trust, and more): the run hashes nothing and takes digests from here only.
     """
 
-    def __init__(self, folder: str | os.PathLike[str] | None = None, *, quick: bool = False,
+    def __init__(self, folder: str | os.PathLike[str] | None = None, *, trust: bool = False, quick: bool = False,
                  max_entries: int = MAX_ENTRIES) -> None:
+        self.trust = trust or quick
         self.quick = quick
         self.max_entries = max_entries
         self._db: sqlite3.Connection | None = None
@@ -115,20 +158,22 @@ class DigestCache:
     def path(self) -> Path:
         return self.folder / FILE_NAME
 
-    def lookup(self, path: str | os.PathLike[str], algorithm: str, st: os.stat_result) -> str | None:
+    def lookup(self, path: str | os.PathLike[str], algorithm: str, st: os.stat_result) -> Cached | None:
         """The digest stored for ``path`` if the file is unchanged since it was hashed, else None."""
         db = self._open()
         if db is None:
             return None
         try:
-            row = db.execute("SELECT device, inode, size, mtime_ns, ctime_ns, digest FROM digests "
+            row = db.execute("SELECT device, inode, size, mtime_ns, ctime_ns, digest, computed FROM digests "
                              "WHERE path = ? AND algorithm = ?", (_key_path(path), algorithm)).fetchone()
         except sqlite3.Error as err:
             self._give_up("could not be read", err)
             return None
-        if row is None or tuple(row[:5]) != _stamp(st):
+        # An entry altered into something that is not a digest or a time is no entry: the file is read.
+        computed = None if row is None else _utc(row[6])
+        if row is None or tuple(row[:5]) != _stamp(st) or computed is None or not _is_hex(row[5]):
             return None
-        return str(row[5])
+        return Cached(row[5], computed)
 
     def store(self, path: str | os.PathLike[str], algorithm: str, before: os.stat_result, digest: str,
               started_ns: int) -> None:
@@ -194,8 +239,18 @@ class DigestCache:
 
     def _connect(self) -> sqlite3.Connection | None:
         """The database, made if need be; a file that is not a database (a crash mid-write, a disk error)
-        is replaced by an empty one, since all it held can be hashed again."""
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        is replaced by an empty one, since all it held can be hashed again. None (a warning) if the folder
+        or the database is not private to the user."""
+        folder = Path(os.path.realpath(self.folder))
+        problem = _not_private(folder.parents, _ancestor_problem)
+        if problem is None:
+            _make_folders(folder)
+            problem = _not_private([folder, folder / FILE_NAME], _own_problem)
+        if problem is not None:
+            self._warnings.append(f"digest cache {os.fspath(self.path)} not used: {problem}, so another user "
+                                  "could alter its digests: hashing without it")
+            self._broken = True
+            return None
         # Created here, before sqlite does, so it is the user's alone (sqlite's journal copies its mode).
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600))
         try:
@@ -245,6 +300,69 @@ class DigestCache:
             self._give_up("could not be pruned", err)
 
 
+def _make_folders(folder: Path) -> None:
+    """``folder`` and each missing folder above it, made 0700 (the XDG spec's mode for a cache folder it
+    must make; ``Path.mkdir(parents=True)`` would make the parents with the umask's mode)."""
+    missing = []
+    while not os.path.lexists(folder) and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        try:
+            os.mkdir(made, 0o700)
+        except FileExistsError:             # another run made it meanwhile
+            if not made.is_dir():
+                raise
+
+
+def _not_private(paths: Iterable[Path], problem: Callable[[Path, os.stat_result], str | None]) -> str | None:
+    """The first of ``problem``'s answers for the existing ``paths`` (top-most first), or None. Always
+    None on Windows: mode bits and uids do not say who may write there (its ACLs do)."""
+    if WINDOWS:
+        return None
+    for path in sorted(paths, key=lambda p: len(p.parts)):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        found = problem(path, st)
+        if found is not None:
+            return found
+    return None
+
+
+def _writers(st: os.stat_result) -> str | None:
+    """Who besides the owner may write where ``st`` describes, in words, or None."""
+    who = [name for bit, name in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others")) if st.st_mode & bit]
+    return " and ".join(who) or None
+
+
+def _own_problem(path: Path, st: os.stat_result) -> str | None:
+    """Why the cache folder or database at ``path`` is not private: not the user's, or writable by others."""
+    me = os.geteuid()
+    if st.st_uid != me:
+        return f"{os.fspath(path)} is owned by uid {st.st_uid}, not by this user (uid {me})"
+    who = _writers(st)
+    if who is not None:
+        return f"{os.fspath(path)} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _ancestor_problem(path: Path, st: os.stat_result) -> str | None:
+    """Why a folder above the cache lets another user replace what is below it: owned by someone who is
+    neither root nor the user, or writable by others without the sticky bit (which keeps them to their
+    own entries, as in ``/tmp``)."""
+    me = os.geteuid()
+    if st.st_uid not in (0, me):
+        return f"{os.fspath(path)}, a folder above it, is owned by uid {st.st_uid}, neither root nor this user " \
+               f"(uid {me})"
+    who = _writers(st)
+    if who is not None and not st.st_mode & stat.S_ISVTX:
+        return f"{os.fspath(path)}, a folder above it, is writable by {who} without the sticky bit " \
+               f"(mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # Autocommit: transactions are explicit and short (_transaction), never open while a file is hashed.
     return sqlite3.connect(path, timeout=LOCK_TIMEOUT_SECONDS, isolation_level=None)
@@ -283,16 +401,19 @@ def active_cache() -> DigestCache | None:
 
 
 @contextmanager
-def using_cache(cache: CacheChoice, *, quick: bool = False) -> Iterator[DigestCache | None]:
+def using_cache(cache: CacheChoice, *, trust: bool = False, quick: bool = False) -> Iterator[DigestCache | None]:
     """Let the checks run inside use the digest cache (``cache``: True for the user's cache folder, a
-    folder of its own, or False for none); with ``quick``, hash nothing and take digests from it only."""
+    folder of its own, or False for none): every file is read and its digest stored; with ``trust``, a
+    file unchanged since it was hashed is not read again, its digest taken from the cache; with
+    ``quick``, hash nothing and take digests from it only."""
     if not isinstance(cache, (bool, str, os.PathLike)):
         raise UsageError(None, f"must be True, False or a folder, not {type(cache).__name__}", field="cache")
-    if not isinstance(quick, bool):
-        raise UsageError(None, f"must be True or False, not {type(quick).__name__}", field="quick")
-    if quick and cache is False:
-        raise UsageError(None, "takes its digests from the cache: not with the cache off", field="quick")
-    session = None if cache is False else DigestCache(None if cache is True else cache, quick=quick)
+    for name, value in (("trust_cache", trust), ("quick", quick)):
+        if not isinstance(value, bool):
+            raise UsageError(None, f"must be True or False, not {type(value).__name__}", field=name)
+        if value and cache is False:
+            raise UsageError(None, "takes its digests from the cache: not with the cache off", field=name)
+    session = None if cache is False else DigestCache(None if cache is True else cache, trust=trust, quick=quick)
     token = _ACTIVE.set(session)
     try:
         yield session
@@ -302,7 +423,7 @@ def using_cache(cache: CacheChoice, *, quick: bool = False) -> Iterator[DigestCa
             session.close()
 
 
-def in_session(cache: CacheChoice, quick: bool, audit: Callable[[], R]) -> R:
+def in_session(cache: CacheChoice, audit: Callable[[], R], *, trust: bool = False, quick: bool = False) -> R:
     """``audit()`` run inside :func:`using_cache`."""
-    with using_cache(cache, quick=quick):
+    with using_cache(cache, trust=trust, quick=quick):
         return audit()

@@ -1,7 +1,7 @@
 """Compare two models: their metadata key by key (see diff_meta), then tensor by tensor: which tensors
 exist in one only, which changed type or shape, and for those whose bytes differ, the first differing
-byte (tensor, row, block, column, file offsets, the raw block on both sides) and how many rows differ.
-Both files are streamed in chunks.
+byte (tensor, row, block, column, file offsets, the raw block on both sides) and how many rows differ;
+then file by file, the bytes no tensor owns (see diff_structure). Both files are streamed in chunks.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from .. import io
 from .._version import __version__
 from .diff_meta import MetadataChange, diff_metadata
+from .diff_structure import StructureDiff, diff_structures
 from .digests import Progress, Tally
 from ..format.blocks import BlockLayout, Encoding, decode_bits, dequantize, field_bits, layout_of
 from ..format.layout import Model, Tensor
@@ -139,7 +140,8 @@ class DiffStats:
 
 @dataclass(frozen=True, kw_only=True)
 class DiffReport:
-    """The result of :func:`diff_models`; ``ok`` when the two models hold the same metadata and tensors."""
+    """The result of :func:`diff_models`; ``ok`` when the two models hold the same metadata and tensors,
+    and each file the same bytes outside its tensors (``structure``: file by file)."""
 
     a: str
     b: str
@@ -151,10 +153,16 @@ class DiffReport:
     stats: DiffStats
     stopped_early: bool = False
     metadata: tuple[MetadataChange, ...] = ()   # keys of the first file (of a split set) that differ
+    structure: tuple[StructureDiff, ...] = ()
+
+    @property
+    def structure_differences(self) -> int:
+        return sum(s.differences for s in self.structure)
 
     @property
     def ok(self) -> bool:
-        return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs or self.metadata)
+        return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs or self.metadata
+                    or self.structure_differences)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "a": self.a, "b": self.b,
@@ -162,7 +170,7 @@ class DiffReport:
                 "only_in_a": list(self.only_in_a), "only_in_b": list(self.only_in_b),
                 "layout_changes": [c.to_json() for c in self.layout_changes],
                 "data_diffs": [d.to_json() for d in self.data_diffs], "identical": list(self.identical),
-                "stats": self.stats.to_json()}
+                "structure": [s.to_json() for s in self.structure], "stats": self.stats.to_json()}
 
 
 def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES,
@@ -193,6 +201,7 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
             (data_diffs.append(result) if result else identical.append(ta.name))
             if fail_fast and result:
                 break
+        structure = diff_structures(a.files, b.files, files.read, chunk_bytes)
     # Differences in bytes that are no longer there would be wrong answers.
     for gguf_file in (*a.files, *b.files):
         gguf_file.check_unchanged("while it was being read")
@@ -202,7 +211,7 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
                       only_in_b=tuple(t.name for t in b.tensors if t.name not in names_a),
                       layout_changes=tuple(layout_changes), data_diffs=tuple(data_diffs), identical=tuple(identical),
                       stats=stats,
-                      stopped_early=fail_fast and bool(data_diffs), metadata=metadata)
+                      stopped_early=fail_fast and bool(data_diffs), metadata=metadata, structure=structure)
 
 
 def diff_paths(path_a: Target, path_b: Target, *, fail_fast: bool = False,

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 import xxhash
 
 from .. import io
-from ..errors import ReadError, UsageError
+from ..errors import ReadError, UsageError, one_or_many
 
 log = logging.getLogger(__name__)
 
@@ -250,9 +250,10 @@ def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer
         os.close(fd)
 
 
-def hash_file(path: str | os.PathLike[str], algorithms: Sequence[str] = ("sha256",), *,
+def hash_file(path: str | os.PathLike[str], algorithms: str | Sequence[str] = ("sha256",), *,
               chunk_size: int = DEFAULT_CHUNK_SIZE, progress: Progress | None = None) -> dict[str, str]:
-    """Hex digests of a whole file for each named algorithm (``sha256``, ``xxh3-128``), one read."""
+    """Hex digests of a whole file for each named algorithm (``sha256``, ``xxh3-128``; a str is one), one read."""
+    algorithms = one_or_many("algorithms", algorithms)
     unknown = [name for name in algorithms if name not in ALGORITHMS]
     if unknown:
         raise UsageError(path, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})")

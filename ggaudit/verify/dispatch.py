@@ -26,7 +26,7 @@ def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | N
            sums: str | os.PathLike[str] | None = None, store: str | os.PathLike[str] | None = None,
            hf_cache: str | os.PathLike[str] | None = None, fail_fast: bool = False, sha256: str | None = None,
            ignore_missing: bool = False, base: str | os.PathLike[str] | None = None, cache: CacheChoice = False,
-           quick: bool = False, progress: Progress | None = None) -> VerifyReport:
+           trust_cache: bool = False, quick: bool = False, progress: Progress | None = None) -> VerifyReport:
     """Check bytes against the digests they should have, and say where they differ.
 
     - ``verify(model, manifest=F)``: a model (path, ``ollama:NAME``, ``hf:ORG/NAME``, or a Model)
@@ -44,13 +44,20 @@ def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | N
     - ``verify(path, sha256=HEX)``: one file against a sha256.
     - ``verify(path)``: a content-addressed blob (``sha256-<hex>``) against the digest in its name.
 
-    A file the expectations name that is absent is a "missing" mismatch, not an error.
+    A file the expectations name that is absent is a "missing" mismatch, not an error; a file of the
+    model that a manifest does not name (a shard, a projector) is a "file-extra" mismatch. A check that
+    checks nothing (an empty store, folder or snapshot, an Ollama manifest listing no layers, a manifest
+    naming nothing of the model, every sums entry skipped) raises NothingChecked, a UsageError: the
+    report it would give could only be mistaken for a clean one.
 
-    ``cache``: keep whole-file digests in the digest cache (True: the user's cache folder, see
-    :mod:`ggaudit.verify.cache`; or a folder) and take them from it for files unchanged since (same
-    device, inode, size, mtime and ctime); ``stats.cached`` counts them. ``quick`` (needs ``cache``):
-    check sizes and names, hash nothing, and leave a file without a cached digest unchecked
-    (``stats.unchecked``, and a warning naming it); not with ``manifest``, whose check reads every tensor.
+    ``cache``: keep the whole-file digests computed in the digest cache (True: the user's cache folder,
+    see :mod:`ggaudit.verify.cache`; or a folder). Every file is still read: no stamp sees bytes changed
+    below the filesystem. ``trust_cache`` (needs ``cache``): take the cache's digest for a file unchanged
+    since it was hashed (same device, inode, size, mtime and ctime) instead of reading it; such a file is
+    ``Checked(source="cache", cached_at=...)`` and ``stats.cached`` counts them. ``quick`` (needs
+    ``cache``; trusts it): check sizes and names, hash nothing, and leave a file without a cached digest
+    unchecked (``stats.unchecked``, and a warning naming it); not with ``manifest``, whose check reads
+    every tensor. A cache that is not private to the user is not used (a warning says why).
 
     ``progress(done, total)``: bytes hashed of the bytes to hash, told once per chunk read; a digest taken
     from the cache counts its file's bytes done at once.
@@ -58,7 +65,7 @@ def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | N
     if quick and manifest is not None:
         raise UsageError(None, "checks whole files' cached digests; a manifest's check reads every tensor",
                          field="quick")
-    with using_cache(cache, quick=quick):
+    with using_cache(cache, trust=trust_cache, quick=quick):
         return _verify(target, manifest=manifest, sums=sums, store=store, hf_cache=hf_cache, fail_fast=fail_fast,
                        sha256=sha256, ignore_missing=ignore_missing, base=base, progress=progress)
 

@@ -21,13 +21,13 @@ from typing import Any
 from .._version import __version__
 from .cache import DigestCache, active_cache
 from .digests import GitBlobSha1, Progress, Sha256, Tally, read_through
-from ..errors import FormatError, ManifestError, ReadError, UsageError
-from ..format.layout import GGUFFile, Model, open_gguf, open_model
+from ..errors import FormatError, GGAuditError, ManifestError, NothingChecked, ReadError, UsageError
+from ..format.layout import GGUFFile, Model, named_shards, open_gguf, open_model
 from ..format.structure import check_structure
 from ..io import FileIdentity
 from .stores.gpt4all import read_gpt4all
 from .stores.hf_cache import read_hf_snapshot
-from .stores.hf_local import read_hf_local
+from .stores.hf_local import LocalDownload, read_hf_local
 from .stores.lmstudio import GGUFFolder, read_lmstudio
 from .stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_path, ollama_blobs,
                             ollama_partial_files, read_ollama_manifest)
@@ -36,7 +36,7 @@ from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_g
 from .manifests.llama_hash import FORMAT as LLAMA_HASH
 from .manifests.llama_hash import (FilePlan, hash_gguf_file, manifest_format, plan_llama_check, read_llama_hash,
                                    tensor_data_span)
-from ..untrusted import OUTSIDE, confine, quote, sibling_roots
+from ..untrusted import OUTSIDE, confine, quote, shorten, sibling_roots
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,13 @@ ANOTHER_MODEL_MIN_TENSORS = 8
 class Mismatch:
     """One thing that is not as expected. Where, then what was expected and what was found.
 
-    ``kind`` is one of: missing, not-a-file, size, sha256, git-sha1, md5, link, header, orphan, tensor-data,
-    tensor-missing, tensor-extra, tensor-layout, model-data. ``expected``/``actual`` hold hex digests (or
-    sizes, types, shapes as text). For tensor-data, ``offset``/``length`` give the absolute span of the
-    differing row groups and ``rows`` the first and last row (inclusive). model-data is a llama-gguf-hash
-    model line: the digest of all of a file's tensor data, spanning its first to its last tensor.
+    ``kind`` is one of: missing, not-a-file, size, sha256, git-sha1, md5, link, header, orphan, file-extra,
+    tensor-data, tensor-missing, tensor-extra, tensor-layout, model-data, structure. file-extra: a file of
+    the model that the manifest does not name (not read: ``offset``/``length`` span the whole file).
+    ``expected``/``actual`` hold hex digests (or sizes, types, shapes as text). For tensor-data,
+    ``offset``/``length`` give the absolute span of the differing row groups and ``rows`` the first and
+    last row (inclusive). model-data is a llama-gguf-hash model line: the digest of all of a file's tensor
+    data, spanning its first to its last tensor.
     """
 
     kind: str
@@ -77,9 +79,15 @@ class Mismatch:
                 "rows": None if self.rows is None else list(self.rows), "detail": self.detail}
 
 
+#: Where a Checked file's digest came from: its bytes, read now, or the digest cache (not read again).
+READ, CACHE = "read", "cache"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Checked:
-    """A file whose digest was computed; ``ok`` says whether it matched."""
+    """A file checked; ``ok`` says whether its digest matched. ``source``: READ (its bytes were read now)
+    or CACHE (the digest cache's digest, computed at ``cached_at``, UTC ISO 8601: the file was not read
+    again, so damage below the filesystem since then is not seen)."""
 
     path: str
     subject: str
@@ -87,15 +95,18 @@ class Checked:
     digest: str
     size: int
     ok: bool
+    source: str = READ
+    cached_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "subject": self.subject, "algorithm": self.algorithm, "digest": self.digest,
-                "size": self.size, "ok": self.ok}
+                "size": self.size, "ok": self.ok, "source": self.source, "cached_at": self.cached_at}
 
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyStats:
-    """``files`` checked (``cached``: of these, how many by a digest from the digest cache, not read);
+    """``files`` checked (``cached``: of these, how many by a digest from the digest cache, not read again:
+    only when the caller trusts the cache, ``trust_cache`` or ``quick``);
     ``unchecked``: files ``quick`` left unhashed for want of a cached digest, neither passed nor failed;
     against a manifest of tensors, ``tensors`` it names that were checked (in the files that opened) and
     of these, ``tensors_differing``: missing, re-shaped or with other data."""
@@ -155,11 +166,13 @@ class _Collector:
     warnings: list[str] = field(default_factory=list)
     bytes_hashed: int = 0
     started: float = field(default_factory=time.perf_counter)
-    #: Digests already computed, per file and algorithm: a file named by many lines (or layers) is read once.
-    digests: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    #: Digests already computed (and the cache's date, for one taken from it), per file and algorithm: a
+    #: file named by many lines (or layers) is read once.
+    digests: dict[tuple[Any, ...], tuple[str, str | None]] = field(default_factory=dict)
     #: stat (or its error) per path: 200k layers naming one blob stat it once (a stat costs ~1 ms in Wine).
     stats: dict[str, os.stat_result | OSError] = field(default_factory=dict)
-    #: The persistent digest cache of this run (verify(cache=...)), and what it saved or left unchecked.
+    #: The persistent digest cache of this run (verify(cache=...)), and what it saved (trusted) or left
+    #: unchecked (quick).
     cache: DigestCache | None = field(default_factory=active_cache)
     cached: int = 0
     unchecked: int = 0
@@ -202,6 +215,22 @@ class _Collector:
                             warnings=tuple(self.warnings), stats=stats, stopped_early=self.full)
 
 
+def _report(out: _Collector, source: str, kind: str, *, empty: str, looked_at: int = 0) -> VerifyReport:
+    """``out``'s report; NothingChecked when it checked nothing (the one rule of every verify_*): no file
+    hashed or opened, no tensor compared, no size checked (``quick``), no mismatch found, and nothing else
+    ``looked_at`` (the blobs and models of a store searched for orphans). ``empty`` says, in words, what
+    the target held; the warnings (a file without metadata, say) are counted in the message, which is
+    all the caller sees."""
+    report = out.report(source, kind)
+    if report.checked or report.mismatches or report.stats.tensors or report.stats.unchecked or looked_at:
+        return report
+    said = ""
+    if report.warnings:
+        said = (f" ({len(report.warnings)} warning{'s' if len(report.warnings) > 1 else ''}, the first: "
+                f"{shorten(report.warnings[0], 200)})")
+    raise NothingChecked(source, f"{empty}{said}; nothing was checked")
+
+
 def _identity(path: Path, subject: str, expected: str, out: _Collector) -> FileIdentity | None:
     """Identity (size included) of a regular file, or None after recording why it cannot be checked."""
     key = os.fspath(path)
@@ -239,9 +268,9 @@ def _size_mismatch(path: str, subject: str, expected: int, actual: int) -> Misma
 
 
 def _digest_mismatch(algorithm: str, path: str, subject: str, expected: str, actual: str,
-                     size: int) -> Mismatch:
+                     size: int, note: str = "") -> Mismatch:
     return Mismatch(kind=algorithm, path=path, subject=subject, expected=expected, actual=actual, offset=0,
-                    length=size, detail=f"{algorithm} differs")
+                    length=size, detail=f"{algorithm} differs{note}")
 
 
 def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
@@ -258,30 +287,40 @@ def _check_digest(path: Path, subject: str, expected: str, out: _Collector, *,
     # The same file (device and inode, or its path where the OS gives no inode) unchanged since.
     where = (identity.device, identity.inode) if identity.inode else os.fspath(path)
     key = (where, identity.size, identity.mtime_ns, algorithm)
-    actual = out.digests.get(key)
-    if actual is None:
-        actual = _cached_or_hashed(path, algorithm, identity, out)
-        if actual is None:
+    found = out.digests.get(key)
+    if found is None:
+        found = _cached_or_hashed(path, algorithm, identity, out)
+        if found is None:
             return
-        out.digests[key] = actual
+        out.digests[key] = found
+    actual, cached_at = found
     out.checked.append(Checked(path=os.fspath(path), subject=subject, algorithm=algorithm, digest=actual, size=size,
-                               ok=actual == expected))
+                               ok=actual == expected, source=READ if cached_at is None else CACHE,
+                               cached_at=cached_at))
     if actual != expected:
-        out.mismatches.append(_digest_mismatch(algorithm, os.fspath(path), subject, expected, actual, size))
+        out.mismatches.append(_digest_mismatch(algorithm, os.fspath(path), subject, expected, actual, size,
+                                               "" if cached_at is None else f" ({not_read_again(cached_at)})"))
 
 
-def _cached_or_hashed(path: Path, algorithm: str, identity: FileIdentity, out: _Collector) -> str | None:
-    """The file's digest: the digest cache's when it holds one for the file unchanged, else hashed (and
-    given to the cache); None, counted unchecked, when ``quick`` finds none in the cache."""
+def not_read_again(cached_at: str) -> str:
+    """What every report says of a file whose digest came from the digest cache."""
+    return f"digest from the cache of {cached_at}, not read again"
+
+
+def _cached_or_hashed(path: Path, algorithm: str, identity: FileIdentity,
+                      out: _Collector) -> tuple[str, str | None] | None:
+    """The file's digest and, when it is the digest cache's, when that was computed: the cache's only when
+    the caller trusts it (``trust_cache``, ``quick``) and it holds one for the file unchanged, else hashed
+    (and given to the cache); None, counted unchecked, when ``quick`` finds none in the cache."""
     before = out.stats[os.fspath(path)]
     assert isinstance(before, os.stat_result)       # _identity has stat'ed it
     cache = out.cache
-    if cache is not None:
-        found = cache.lookup(path, algorithm, before)
+    found = None if cache is None else cache.lookup(path, algorithm, before)
+    if cache is not None and cache.trust:
         if found is not None:
             out.cached += 1
             out.tally.skip(identity.size)
-            return found
+            return found.digest, found.computed
         if cache.quick:
             out.unchecked += 1
             out.tally.skip(identity.size)
@@ -291,8 +330,14 @@ def _cached_or_hashed(path: Path, algorithm: str, identity: FileIdentity, out: _
     actual = _hash(path, _hasher(algorithm, identity.size), identity, out.tally.part())
     out.bytes_hashed += identity.size
     if cache is not None:
+        if found is not None and found.digest != actual:
+            # The very damage the cache cannot see: bytes changed and every stamp kept.
+            out.warnings.append(f"{os.fspath(path)}: its {algorithm} read now differs from the one the digest "
+                                f"cache kept on {found.computed} for the same device, inode, size, mtime and "
+                                "ctime: its bytes changed with no write the filesystem saw (media damage, a lost "
+                                "write), or the cache was altered")
         cache.store(path, algorithm, before, actual, started)
-    return actual
+    return actual, None
 
 
 def _hasher(algorithm: str, size: int) -> Sha256 | GitBlobSha1 | _Md5:
@@ -307,14 +352,21 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
     """Check every layer (of any kind: model, projector, tensor, draft, ...) and the config of an Ollama
     model: present, right size, right sha256. A model without an ``image.model`` layer is checked by the
     layers it has. ``partials``: warn about the store's stray ``-partial`` downloads. ``progress(done,
-    total)``: bytes hashed (or found in the digest cache) of the bytes to hash, as in every verify_*."""
+    total)``: bytes hashed (or found in the digest cache) of the bytes to hash, as in every verify_*.
+    A manifest listing no layer is NothingChecked: its config alone is no model."""
     manifest = read_ollama_manifest(name, store)
+    if not manifest.layers:
+        raise NothingChecked(manifest.path, f"{_NO_LAYERS.format(name=manifest.name)}; nothing was checked")
     out = _Collector(fail_fast, progress=progress)
     out.plan(_blob_paths([manifest]))
     _check_ollama_layers(manifest, out)
     if partials:
         _warn_partials(manifest.store, {layer.digest for layer in manifest.blobs}, out)
-    return out.report(str(manifest.name), "ollama")
+    return _report(out, str(manifest.name), "ollama", empty="its manifest names no blob")
+
+
+#: An Ollama manifest whose ``layers`` is empty: what verify says of it.
+_NO_LAYERS = "model {name} lists no layers"
 
 
 def _check_ollama_layers(manifest: OllamaManifest, out: _Collector, prefix: str = "") -> None:
@@ -359,13 +411,16 @@ def verify_ollama_store(store: str | os.PathLike[str] | None = None, *, layers: 
                         fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
     """The whole Ollama store (``ollama:*``): every layer of every model (``layers``; subjects begin with
     the model's name), and each blob no manifest names, as an ``orphan`` mismatch. A manifest that cannot
-    be read is a warning (its blobs may then be listed as orphans); stray partial downloads too."""
+    be read is a warning (its blobs may then be listed as orphans); stray partial downloads too; and a
+    manifest listing no layer. A store in which no model lists layers (and, with ``layers`` False, that
+    holds no blob to search for orphans) is NothingChecked."""
     listing = list_ollama_models(store)
     out = _Collector(fail_fast, progress=progress)
     out.warnings.extend(listing.skipped)
     if layers and out.tally.active:
         out.plan(_blob_paths(_readable_manifests(listing.names, listing.store)))
     referenced: set[str] = set()
+    models = 0      # with layers: each is checked (here, or as its own target of ollama:*)
     for name in listing.names:
         try:
             manifest = read_ollama_manifest(name, listing.store)
@@ -373,13 +428,23 @@ def verify_ollama_store(store: str | os.PathLike[str] | None = None, *, layers: 
             out.warnings.append(f"manifest of {name} unreadable, its blobs may show as orphans: {err}")
             continue
         referenced.update(layer.digest for layer in manifest.blobs)
+        if not manifest.layers:     # without layers, the model's own target says so
+            if layers:
+                out.warnings.append(f"{_NO_LAYERS.format(name=name)}: nothing of it checked")
+            continue
+        models += 1
         if layers and not out.full:
             _check_ollama_layers(manifest, out, prefix=f"{name}: ")
-    for digest, path in ollama_blobs(listing.store).items():
+    blobs = ollama_blobs(listing.store)
+    for digest, path in blobs.items():
         if digest not in referenced and not out.full:
             out.mismatches.append(_orphan(path, out))
     _warn_partials(listing.store, referenced, out, "a model")
-    return out.report(os.fspath(listing.store), "ollama-store")
+    # Without layers (ollama:* on the command line: each model is its own target) the store's own check
+    # is the search for orphans; with them, that search alone is no check of a model.
+    empty = "no model of the store lists layers" if listing.names or blobs else "the store holds no model and no blob"
+    return _report(out, os.fspath(listing.store), "ollama-store", empty=empty,
+                   looked_at=models + (0 if layers else len(blobs)))
 
 
 def _readable_manifests(names: Iterable[object], store: Path) -> Iterator[OllamaManifest]:
@@ -417,7 +482,7 @@ def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
             done.add(entry.blob)
             _check_digest(entry.blob, entry.name, entry.expected, out, algorithm=entry.algorithm or "")
     out.warnings.extend(f"leftover of an interrupted download: {os.fspath(p)}" for p in snapshot.incomplete)
-    return out.report(f"{snapshot.spec.repo_id}@{snapshot.commit}", "hf")
+    return _report(out, f"{snapshot.spec.repo_id}@{snapshot.commit}", "hf", empty="the snapshot holds no file")
 
 
 def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
@@ -427,7 +492,7 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
 
     Names resolve under ``base`` (default: the checksum file's folder) and never leave it. With
     ``ignore_missing`` (``sha256sum -c --ignore-missing``) an absent file is skipped, not a mismatch;
-    a file naming only absent files is then a ManifestError: nothing was verified.
+    a file naming only absent files is then NothingChecked.
     """
     out = _Collector(fail_fast, progress=progress)
     entries = read_sums(sums, base)
@@ -444,11 +509,11 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
         else:
             _check_digest(entry.path, entry.name, entry.sha256, out)
     if skipped and skipped == len(entries):
-        raise ManifestError(sums, "no file it names is present (--ignore-missing): no file was verified",
-                            field="ignore_missing")
+        raise NothingChecked(sums, "no file it names is present (--ignore-missing): no file was verified",
+                             field="ignore_missing")
     if skipped:
         out.warnings.append(f"{skipped} of {len(entries)} files named are absent, skipped (--ignore-missing)")
-    return out.report(os.fspath(sums), "sums")
+    return _report(out, os.fspath(sums), "sums", empty="no file it names was checked")
 
 
 def blob_name_digest(path: str | os.PathLike[str]) -> str | None:
@@ -466,7 +531,7 @@ def verify_blob(path: str | os.PathLike[str], *, progress: Progress | None = Non
     out = _Collector(False, progress=progress)
     out.plan([path])
     _check_digest(Path(path), "blob name", expected, out)
-    return out.report(os.fspath(path), "blob")
+    return _report(out, os.fspath(path), "blob", empty="the blob was not checked")
 
 
 def verify_sha256(path: str | os.PathLike[str], sha256: str, *, progress: Progress | None = None) -> VerifyReport:
@@ -477,7 +542,7 @@ def verify_sha256(path: str | os.PathLike[str], sha256: str, *, progress: Progre
     out = _Collector(False, progress=progress)
     out.plan([path])
     _check_digest(Path(path), "--sha256", sha256.lower(), out)
-    return out.report(os.fspath(path), "file")
+    return _report(out, os.fspath(path), "file", empty="the file was not checked")
 
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
@@ -509,7 +574,15 @@ def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False,
                                     "than its download metadata)")
             _check_digest(entry.path, entry.name, entry.expected, out, algorithm=entry.algorithm or "sha256")
     out.warnings.extend(f"leftover of an interrupted download: {os.fspath(p)}" for p in download.incomplete)
-    return out.report(os.fspath(folder), "hf-local")
+    return _report(out, os.fspath(folder), "hf-local", empty=_local_empty(download))
+
+
+def _local_empty(download: LocalDownload) -> str:
+    """Why a ``--local-dir`` folder checked nothing, in words."""
+    if not download.files:
+        return "the folder holds no downloaded file"
+    count = len(download.files)
+    return f"none of its {count} file{'s' if count > 1 else ''} has download metadata giving a digest"
 
 
 def verify_lmstudio(spec: str = "", store: str | os.PathLike[str] | None = None, *,
@@ -520,7 +593,8 @@ def verify_lmstudio(spec: str = "", store: str | os.PathLike[str] | None = None,
     folder = read_lmstudio(spec, store)
     out = _Collector(fail_fast, progress=progress)
     _check_folder(folder, out, {})
-    return out.report(os.fspath(folder.root) + (f" {spec}" if spec else ""), "lmstudio")
+    return _report(out, os.fspath(folder.root) + (f" {spec}" if spec else ""), "lmstudio",
+                   empty="the folder holds no GGUF file")
 
 
 def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bool = False,
@@ -534,7 +608,7 @@ def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bo
     if found.listing is None:
         out.warnings.append(f"no model list ({', '.join(('models3.json', 'models2.json', 'models.json'))}) in "
                             f"{os.fspath(found.folder.root)}: structure checked, no digests")
-    return out.report(os.fspath(found.folder.root), "gpt4all")
+    return _report(out, os.fspath(found.folder.root), "gpt4all", empty="the folder holds no GGUF file")
 
 
 def _check_folder(folder: GGUFFolder, out: _Collector, md5s: dict[str, tuple[str, int | None]]) -> None:
@@ -592,22 +666,28 @@ class _Md5:
 
 
 def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: str | os.PathLike[str],
-                           *, fail_fast: bool = False, progress: Progress | None = None) -> VerifyReport:
+                           *, also: Sequence[str | os.PathLike[str]] = (), fail_fast: bool = False,
+                           progress: Progress | None = None) -> VerifyReport:
     """Check a model (file or split set) against a tensor manifest, one read per file.
 
-    The files are the manifest's, looked up next to ``model_path`` (any shard of a set will do; a
-    single-file manifest also accepts a renamed copy). Reports files missing, resized, with another
+    The files are the manifest's, looked up among the model's (``model_path``, any shard of a set, and
+    ``also``: more files of the model, an Ollama model's projector), else next to ``model_path``; a
+    single-file manifest also accepts a renamed copy. Reports files missing, resized, with another
     sha256 or with a header that no longer parses; tensors missing, added or re-shaped; and for
-    tensors whose bytes changed, each run of differing row groups with its rows and file span.
+    tensors whose bytes changed, each run of differing row groups with its rows and file span. Every
+    file of the model the manifest does not name is a ``file-extra`` mismatch (a shard its split set's
+    names say exists and that is absent, ``missing``); a manifest that names none of the model's files
+    (nor, checking a renamed copy, any of its tensors) is NothingChecked.
     """
     manifest = read_tensor_manifest(manifest_path)
     out = _Collector(fail_fast, progress=progress)
-    located = _locate_files(manifest, os.fspath(model_path), out)
-    out.plan(path for _, path in located if _leaves_folder(path, os.fspath(model_path)) is None)
+    given = os.fspath(model_path)
+    located = _locate_files(manifest, os.fspath(manifest_path), given, [os.fspath(p) for p in also], out)
+    out.plan(path for _, path in located if _leaves_folder(path, given) is None)
     for file_digest, path in located:
         if out.full:
             break
-        problem = _leaves_folder(path, os.fspath(model_path))
+        problem = _leaves_folder(path, given)
         if problem is not None:
             out.mismatches.append(Mismatch(kind="link", path=path, subject=file_digest.name,
                                            expected=file_digest.sha256, detail=problem))
@@ -616,7 +696,7 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
                                            expected=file_digest.sha256, detail="file of the manifest not found"))
         else:
             _check_model_file(manifest, file_digest, path, out)
-    return out.report(os.fspath(model_path), "manifest")
+    return _report(out, given, "manifest", empty="no file of the manifest was checked")
 
 
 def verify_manifest(model: str | os.PathLike[str] | Model, manifest_path: str | os.PathLike[str], *,
@@ -624,11 +704,15 @@ def verify_manifest(model: str | os.PathLike[str] | Model, manifest_path: str | 
                     progress: Progress | None = None) -> VerifyReport:
     """Check a model against a manifest in either format, told apart by its content: ggaudit's tensor
     manifest (JSON) or llama.cpp's ``llama-gguf-hash`` lines. ``also``: more files of the model (an Ollama
-    model's projector), which the llama format matches by tensor name; the tensor manifest names its own."""
+    model's projector), matched by file name (tensor manifest) or by tensor name (llama format). Either
+    way, what of the model the manifest does not name is a mismatch, and a manifest naming nothing of it
+    is NothingChecked."""
     if manifest_format(manifest_path) == LLAMA_HASH:
         return verify_llama_hash([model, *also], manifest_path, fail_fast=fail_fast, progress=progress)
-    return verify_tensor_manifest(model.source if isinstance(model, Model) else model, manifest_path,
-                                  fail_fast=fail_fast, progress=progress)
+    if isinstance(model, Model):
+        return verify_tensor_manifest(model.source, manifest_path, also=[*(f.path for f in model.files), *also],
+                                      fail_fast=fail_fast, progress=progress)
+    return verify_tensor_manifest(model, manifest_path, also=also, fail_fast=fail_fast, progress=progress)
 
 
 def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest_path: str | os.PathLike[str],
@@ -639,7 +723,9 @@ def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest
     tensor name, whatever path the manifest was made with (see :func:`plan_llama_check`); for each tensor
     and each model line the strongest type given is checked. Reports each tensor whose digest differs
     (its file span), a model line's digest of all tensor data that differs, tensors the manifest names
-    that the model lacks and the reverse, and a model file absent or no longer GGUF.
+    that the model lacks and the reverse, a file of the model no line names (``file-extra``), and a model
+    file absent or no longer GGUF. A manifest no line of which names a tensor or a file of the model is
+    NothingChecked.
     """
     entries = read_llama_hash(manifest_path)
     out = _Collector(fail_fast, progress=progress)
@@ -647,9 +733,12 @@ def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest
     source = first.source if isinstance(first, Model) else os.fspath(first)
     files = _open_llama_targets(models, out)
     if files is None:
-        return out.report(source, "llama-gguf-hash")
+        return _report(out, source, "llama-gguf-hash", empty="no file of the model opened")
     plan = plan_llama_check(entries, files, manifest_path)
-    out.tally.plan(sum(tensor_data_span(p.file) for p in plan.files))
+    if not any(p.named for p in plan.files):
+        raise NothingChecked(manifest_path, f"names nothing of {source}: no line names a tensor or a file of it; "
+                             "nothing was checked")
+    out.tally.plan(sum(tensor_data_span(p.file) for p in plan.files if p.named))
     out.mismatches.extend(
         Mismatch(kind="tensor-missing", path=source if home is None else home.path, subject=tensor, expected=e.hex,
                  tensor=tensor, detail=f"tensor in the manifest (line {e.line}), not in the model")
@@ -663,7 +752,7 @@ def verify_llama_hash(models: Sequence[str | os.PathLike[str] | Model], manifest
         if out.full:
             break
         _check_llama_file(file_plan, out)
-    return out.report(source, "llama-gguf-hash")
+    return _report(out, source, "llama-gguf-hash", empty="no line of the manifest was checked")
 
 
 def _open_llama_targets(models: Sequence[str | os.PathLike[str] | Model], out: _Collector) -> list[GGUFFile] | None:
@@ -697,6 +786,11 @@ def _structure_mismatches(f: GGUFFile, subject: str) -> list[Mismatch]:
 
 def _check_llama_file(plan: FilePlan, out: _Collector) -> None:
     f = plan.file
+    if not plan.named:
+        out.mismatches.append(Mismatch(kind="file-extra", path=f.path, subject=os.path.basename(f.path), offset=0,
+                                       length=f.size, detail="file of the model, no line of the manifest names it "
+                                       "or its tensors: not checked"))
+        return
     out.mismatches.extend(_structure_mismatches(f, f.path))
     hashes = hash_gguf_file(f, {name: (e.type,) for name, e in plan.tensors.items()},
                             () if plan.model is None else (plan.model.type,), progress=out.tally.part())
@@ -751,17 +845,66 @@ def _absent(path: str) -> bool:
     return False
 
 
-def _locate_files(manifest: TensorManifest, model_path: str, out: _Collector) -> list[tuple[FileDigest, str]]:
-    folder, given = os.path.split(model_path)
+def _locate_files(manifest: TensorManifest, manifest_path: str, given: str, also: Sequence[str],
+                  out: _Collector) -> list[tuple[FileDigest, str]]:
+    """Where each file of the manifest is: the model's file of that name, else next to ``given``. The
+    model's files the manifest does not name are mismatches, recorded here (before anything is read);
+    NothingChecked when it names none of them."""
+    files: dict[str, str] = {}
+    for path in _model_files(given, also):
+        files.setdefault(os.path.basename(path), path)
     names = [f.name for f in manifest.files]
-    if given not in names and len(names) == 1:
-        # A single file renamed (say, a copy of an Ollama blob) is still the same model.
-        out.warnings.append(f"manifest describes {names[0]}, checking {given} in its place")
-        return [(manifest.files[0], model_path)]
-    if given not in names:
-        raise UsageError(model_path, f"not one of the manifest's files ({', '.join(names[:3])}"
-                         f"{', ...' if len(names) > 3 else ''})")
-    return [(f, os.path.join(folder, f.name)) for f in manifest.files]
+    if len(names) == 1 and names[0] not in files and named_shards(given) is None:
+        # A single file renamed (say, a copy of an Ollama blob) is still the same model, if its tensors are.
+        if _no_tensor_in_common(manifest, given):
+            raise NothingChecked(manifest_path, f"names no tensor of {given}, which would be checked in place "
+                                 f"of {names[0]}; nothing was checked")
+        out.warnings.append(f"manifest describes {names[0]}, checking {os.path.basename(given)} in its place")
+        located, listed = [(manifest.files[0], given)], {os.path.basename(given)}
+    elif not files.keys() & set(names):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") if names else "none"
+        raise NothingChecked(manifest_path, f"names no file of {given} (the manifest's files: {shown}); "
+                             "nothing was checked")
+    else:
+        folder = os.path.dirname(given)
+        located, listed = [(f, files.get(f.name, os.path.join(folder, f.name))) for f in manifest.files], set(names)
+    out.mismatches.extend(_unlisted_file(path, given) for name, path in files.items() if name not in listed)
+    return located
+
+
+def _model_files(given: str, also: Sequence[str]) -> list[str]:
+    """The files of the model checked against a manifest: each path given and, for a shard of a split set,
+    every shard its name says the set has (found by name, as opening the set finds them), each once."""
+    return list(dict.fromkeys(shard for path in (given, *also) for shard in named_shards(path) or [path]))
+
+
+def _unlisted_file(path: str, given: str) -> Mismatch:
+    """A file of the model that the manifest does not name: ``file-extra`` (never opened: nothing says what
+    it should hold), or why it is not there to be one."""
+    name = os.path.basename(path)
+    problem = _leaves_folder(path, given)
+    if problem is not None:
+        return Mismatch(kind="link", path=path, subject=name, detail=problem)
+    try:
+        size: int | None = os.stat(path).st_size
+    except FileNotFoundError:
+        return Mismatch(kind="missing", path=path, subject=name, detail="shard of the model's split set not found "
+                        "(and not in the manifest)")
+    except OSError:
+        size = None
+    return Mismatch(kind="file-extra", path=path, subject=name, offset=None if size is None else 0, length=size,
+                    detail="file of the model, not in the manifest: not checked")
+
+
+def _no_tensor_in_common(manifest: TensorManifest, path: str) -> bool:
+    """Whether the manifest's tensors and the file's (both some) share no name: the manifest is another
+    model's. False when the header does not parse, for the check to report it."""
+    try:
+        have = {t.name for t in open_gguf(path).tensors}
+    except (GGAuditError, OSError):
+        return False
+    wanted = {t.name for t in manifest.tensors}
+    return bool(have) and bool(wanted) and not have & wanted
 
 
 def _check_model_file(manifest: TensorManifest, expected: FileDigest, path: str, out: _Collector) -> None:

@@ -23,7 +23,7 @@ import click
 
 from ...batch import Outcome, Report, overall_status
 from ...text import escape_message
-from ..common import STDOUT, as_flags, hint
+from ..common import STDOUT, as_flags, hint, writing_to
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +126,8 @@ def _write_report(text: str, path: str, inputs: Iterable[str]) -> None:
 
     files = _files(inputs)
     _check_report_file(path, files)
-    write_manifest_text(text, path, replace=True, inputs=files, what="the report")
+    with writing_to(path, "the report"):
+        write_manifest_text(text, path, replace=True, inputs=files, what="the report")
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -360,7 +360,7 @@ def _checked_ranges(r: RowsReport) -> list[tuple[int, int]] | None:
 def _verify(r: VerifyReport, rendering: Rendering) -> list[str]:
     s = r.stats
     facts = [("kind", html.escape(r.kind)), ("source", _p(r.source)), ("files checked", str(s.files)),
-             ("from the digest cache", str(s.cached)), ("bytes hashed", str(s.bytes_hashed)),
+             ("from the digest cache (not read again)", str(s.cached)), ("bytes hashed", str(s.bytes_hashed)),
              ("mismatches", str(len(r.mismatches)) + (" (stopped at the first)" if r.stopped_early else "")),
              ("time", f"{s.seconds:.3f} s")]
     limit = MAX_ROWS if rendering.limit is None else min(rendering.limit, MAX_ROWS)
@@ -373,9 +373,10 @@ def _verify(r: VerifyReport, rendering: Rendering) -> list[str]:
         out += ["<h3>Mismatches</h3>", _table(["kind", "file", "offset", "length", "tensor", "rows", "detail",
                                                "expected", "actual"], rows, len(r.mismatches), "mismatches")]
     out += ["<h3>Checked</h3>", _table(
-        ["file", "what", "algorithm", "bytes", "ok"],
+        ["file", "what", "algorithm", "bytes", "ok", "digest"],
         ([_td(_p(c.path), "mono"), _td(_p(c.subject)), _td(html.escape(c.algorithm)), _num(c.size),
-          _td("yes" if c.ok else "no")] for c in r.checked), len(r.checked), "files")]
+          _td("yes" if c.ok else "no"), _td(html.escape(plain.digest_source(c) or "read now"))]
+         for c in r.checked), len(r.checked), "files")]
     return out
 
 
@@ -383,7 +384,8 @@ def _diff(r: DiffReport, rendering: Rendering) -> list[str]:
     facts = [("a", _p(r.a)), ("b", _p(r.b)), ("identical tensors", str(len(r.identical))),
              ("tensors whose data differ", str(len(r.data_diffs))),
              ("changed type or shape", str(len(r.layout_changes))), ("only in a", str(len(r.only_in_a))),
-             ("only in b", str(len(r.only_in_b))), ("metadata keys that differ", str(len(r.metadata)))]
+             ("only in b", str(len(r.only_in_b))), ("metadata keys that differ", str(len(r.metadata))),
+             ("structure differences", str(r.structure_differences))]
     out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts")]
     if r.data_diffs:
         out += ["<h3>Differences</h3>", _table(
@@ -399,6 +401,13 @@ def _diff(r: DiffReport, rendering: Rendering) -> list[str]:
               _td(f"{html.escape(c.type_a)} {shape_text(c.shape_a)}"),
               _td(f"{html.escape(c.type_b)} {shape_text(c.shape_b)}")] for c in r.layout_changes),
             len(r.layout_changes), "changes")]
+    # The text report's lines (escaped for a terminal already): each names both files' offsets and lengths.
+    found = [lines for s in r.structure for lines in plain.describe_structure_diff(s)]
+    if found:
+        out += ["<h3>Structure</h3>", _table(
+            ["bytes no tensor owns, and the file facts, that differ"],
+            ([_td("<br>".join(html.escape(line) for line in lines), "mono")] for lines in found), len(found),
+            "structure differences")]
     return out
 
 

@@ -52,6 +52,7 @@ class Case:
     failure: tuple[str, str, list[str]] | None = None     # message, type, lines
     error: tuple[str, str] | None = None                  # message, type
     skipped: str | None = None
+    out: list[str] = field(default_factory=list)      # said of the case, passed or not
 
     def element(self) -> ET.Element:
         case = ET.Element("testcase", classname=xml_text(self.classname), name=xml_text(self.name),
@@ -66,6 +67,8 @@ class Case:
             erred.text = xml_text(message)
         if self.skipped is not None:
             ET.SubElement(case, "skipped", message=xml_text(self.skipped))
+        if self.out:
+            ET.SubElement(case, "system-out").text = "\n".join(xml_text(line) for line in self.out) + "\n"
         return case
 
 
@@ -163,14 +166,18 @@ def _verify(target: str, r: VerifyReport) -> Iterable[Case]:
     """A test case per (file, subject) checked or found wrong, in the order first met; every mismatch of
     it is a line of its failure."""
     checked: dict[tuple[str, str], bool] = {}
+    sources: dict[tuple[str, str], list[str]] = {}
     for c in r.checked:
         checked[(c.path, c.subject)] = checked.get((c.path, c.subject), True) and c.ok
+        source = text.digest_source(c)
+        if source is not None:
+            sources.setdefault((c.path, c.subject), []).append(source)
     wrong: dict[tuple[str, str], list[Any]] = {}
     for m in r.mismatches:
         wrong.setdefault((m.path, m.subject), []).append(m)
     for key in dict.fromkeys([*checked, *wrong]):
         path, subject = key
-        case = Case(escape_path(path), escape_path(subject))
+        case = Case(escape_path(path), escape_path(subject), out=sources.get(key, []))
         found = wrong.get(key, [])
         if found:
             lines = [line for m in found for line in text.describe_mismatch(m)]
@@ -222,6 +229,12 @@ def _diff(target: str, r: DiffReport) -> Iterable[Case]:
         metadata.failure = (f"{len(r.metadata)} metadata key{'' if len(r.metadata) == 1 else 's'} differ",
                             "metadata", lines)
     yield metadata
+    structure = Case(classname, "structure")
+    if r.structure_differences:
+        lines = [line.strip() for s in r.structure for found in text.describe_structure_diff(s) for line in found]
+        n = r.structure_differences
+        structure.failure = (f"{n} structure difference{'' if n == 1 else 's'}", "structure", lines)
+    yield structure
     for side, names in (("a", r.only_in_a), ("b", r.only_in_b)):
         for name in names:
             line = text.describe_only(side, name)

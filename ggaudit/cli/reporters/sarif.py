@@ -26,7 +26,8 @@ from ...rows.replay import RowsReport
 from ...scan.report import ScanReport
 from ...text import escape, escape_message
 from ...verify.diff import DiffReport
-from ...verify.run import VerifyReport
+from ...verify.diff_structure import CHANGED, StructureDiff
+from ...verify.run import Checked, VerifyReport
 from ..common import ManifestWritten
 from . import DEFAULT, Rendering
 from . import text
@@ -108,6 +109,9 @@ RULES = _rules(
          "see the bytes.", ERROR),
     Rule("verify/tensor-missing", "A tensor the manifest lists is not in the file",
          "The file is another model, or another version of it: check the manifest belongs to it.", ERROR),
+    Rule("verify/file-extra", "A file of the model (a shard, a projector) that the manifest does not list",
+         "Nothing says what the file should hold, so it was not checked: make the manifest from the whole "
+         "model (every shard, the projector), or check the manifest belongs to this model.", ERROR),
     Rule("verify/tensor-extra", "A tensor in the file that the manifest does not list",
          "The file is another model, or another version of it: check the manifest belongs to it.", ERROR),
     Rule("verify/tensor-layout", "A tensor's type, shape or rows differ from the manifest's",
@@ -146,6 +150,10 @@ RULES = _rules(
     Rule("diff/metadata", "A metadata key differs between the two models",
          "Check the key matters (the tokenizer, rope and context settings do): a wrong value changes the "
          "model's output without any damaged weight.", WARNING),
+    Rule("diff/structure", "Bytes no tensor owns (padding, gaps, data after the last tensor), or the file's "
+         "alignment, data offset or size, differ between the two files",
+         "Tensor and metadata comparisons cannot see these bytes: find out what they are (`ggaudit scan` "
+         "flags them in each file) and use the copy without them. " + _REFETCH, ERROR),
 )
 
 
@@ -197,6 +205,15 @@ class _Log:
         if length is not None:
             entry["length"] = length
         return {"uri": entry["location"]["uri"], "index": list(self.artifacts).index(path)}
+
+    def digest_source(self, c: Checked) -> None:
+        """Say on the artifact of a file whose digest the cache gave that it was not read again: in words
+        and as properties (``digestSource`` ``cache``, ``digestCachedAt``). A file read says nothing more."""
+        source = text.digest_source(c)
+        if source is not None:
+            entry = self.artifacts[c.path]
+            entry["properties"] = {"digestSource": c.source, "digestCachedAt": c.cached_at}
+            entry["description"] = {"text": source}
 
     def location(self, path: str, offset: int | None = None, length: int | None = None, *,
                  tensor: str | None = None) -> dict[str, Any]:
@@ -294,6 +311,7 @@ def _verify(log: _Log, target: str, r: VerifyReport) -> dict[str, Any]:
             log.artifact(c.path, c.size)
         else:
             log.artifact(c.path)
+        log.digest_source(c)
     listed = r.mismatches if log.limit is None else r.mismatches[:log.limit]
     for m in listed:
         log.result(f"verify/{m.kind}", text.describe_mismatch(m),
@@ -349,9 +367,29 @@ def _diff(log: _Log, target: str, r: DiffReport) -> dict[str, Any]:
                   **log.location(d.path_a, f.offset_a, f.block_bytes, tensor=d.name)}
         log.result("diff/data", text.describe_data_diff(d), [b_side],
                    {"target": target, "tensor": d.name, **d.to_json()}, related=[a_side])
+    for s in r.structure:
+        _diff_structure(log, target, s)
     return {"identical": len(r.identical), "differ": len(r.data_diffs), "layout_changes": len(r.layout_changes),
             "only_in_a": len(r.only_in_a), "only_in_b": len(r.only_in_b), "metadata": len(r.metadata),
-            "stopped_early": r.stopped_early}
+            "structure": r.structure_differences, "stopped_early": r.stopped_early}
+
+
+def _diff_structure(log: _Log, target: str, s: StructureDiff) -> None:
+    """A result per structure difference: at B's bytes (A's the related location), or at the one file
+    that has them."""
+    facts = text.describe_structure_facts(s)
+    if facts:
+        log.result("diff/structure", facts, [log.location(str(s.path_b if s.path_b is not None else s.path_a))],
+                   {"target": target, **{k: v for k, v in s.to_json().items() if k != "changes"}})
+    for c in s.changes:
+        in_b = c.offset_b is not None
+        path, offset, length = (s.path_b, c.offset_b, c.length_b) if in_b else (s.path_a, c.offset_a, c.length_a)
+        related = None
+        if c.what == CHANGED:
+            related = [{"id": 0, "message": {"text": "the same place in a (expected)"},
+                        **log.location(str(s.path_a), c.offset_a, c.length_a)}]
+        log.result("diff/structure", text.describe_region_change(s, c), [log.location(str(path), offset, length)],
+                   {"target": target, "path_a": s.path_a, "path_b": s.path_b, **c.to_json()}, related=related)
 
 
 # The text report's lines for these two; text.py has no function of its own for them (yet).

@@ -26,10 +26,11 @@ from ...scan.report import (CAUSE_DECODED, CAUSE_OVERFLOW, CHECK_NONE, KINDS, Fi
 from ...text import escape, escape_message, escape_path
 from ...verify.diff import DiffReport, FirstDifference, LayoutChange, TensorDataDiff, ValueChange
 from ...verify.diff_meta import MetadataChange
+from ...verify.diff_structure import CHANGED, ONLY_IN_A, RegionChange, StructureDiff
 from ...verify.manifests.llama_hash import LlamaHashManifest, llama_hash_text
 from ...verify.manifests.tensor import tensor_manifest_text
+from ...verify.run import Checked, VerifyReport, not_read_again
 from ...verify.run import Mismatch as VerifyMismatch
-from ...verify.run import VerifyReport
 from ..common import STDOUT, ManifestWritten
 from . import DEFAULT, Rendering
 
@@ -183,7 +184,7 @@ def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str
     if f.score is not None:
         actual += f", {f.score:+.1f} spreads from its row and position"
     if f.cause == CAUSE_OVERFLOW:
-        actual += f", which decodes to {f.kind}"
+        actual += f", a finite scale that overflows to {f.kind} when decoded"
     field = "" if element else f", field {escape(f.field)}"
     return f"{f.kind} at {where}{field}: expected {expected}, got {actual}"
 
@@ -195,10 +196,14 @@ def counts_text(counts: Mapping[str, int]) -> str:
 
 def describe_structure(s: StructureFinding) -> str:
     """One line: what and where (file, offset, length; the tensors on either side), expected before actual."""
-    after = "the header" if s.after is None else f"tensor {escape(s.after)}"
-    where = f"after {after}" if s.before is None else f"between {after} and tensor {escape(s.before)}"
-    return (f"structure {s.kind} at {location(s.path, s.offset, s.length)}: {where}: "
+    return (f"structure {s.kind} at {location(s.path, s.offset, s.length)}: {between(s.after, s.before)}: "
             f"expected {s.expected}, got {s.actual}")
+
+
+def between(after: str | None, before: str | None) -> str:
+    """Where a region no tensor owns is: ``between tensor X and tensor Y``, ``after the header``, ..."""
+    first = "the header" if after is None else f"tensor {escape(after)}"
+    return f"after {first}" if before is None else f"between {first} and tensor {escape(before)}"
 
 
 def expert_lines(t: TensorScan) -> Iterator[str]:
@@ -305,8 +310,9 @@ def verify_lines(report: VerifyReport, *, limit: int | None = None) -> list[str]
     for item in report.checked:
         if item.ok:
             digest = f" {item.digest}" if item.digest else ""    # gguf-layout: a structure check, no digest
+            source = digest_source(item)
             lines.append(f"ok {item.algorithm}{digest}: file {escape_path(item.path)}, {plural(item.size, 'byte')} "
-                         f"({escape_path(item.subject)})")
+                         f"({escape_path(item.subject)}){'' if source is None else '; ' + source}")
     listed = report.mismatches if limit is None else report.mismatches[:limit]
     for m in listed:
         lines.extend(describe_mismatch(m))
@@ -318,10 +324,21 @@ def verify_lines(report: VerifyReport, *, limit: int | None = None) -> list[str]
     stop = " (stopped at the first mismatch)" if report.stopped_early else ""
     stats = report.stats
     unchecked = f", {stats.unchecked} not hashed (quick)" if stats.unchecked else ""
-    lines.append(f"summary: {plural(stats.files, 'file')} checked, {stats.cached} from the cache, "
+    lines.append(f"summary: {plural(stats.files, 'file')} checked, {cached_text(stats.cached)}, "
                  f"{plural(stats.bytes_hashed, 'byte')} hashed{unchecked}, "
                  f"{plural(len(report.mismatches), 'mismatch', 'mismatches')}{stop}")
     return lines
+
+
+def digest_source(item: Checked) -> str | None:
+    """``digest from the cache of DATE, not read again`` for a file whose digest the cache gave, else None
+    (its bytes were read)."""
+    return None if item.cached_at is None else not_read_again(item.cached_at)
+
+
+def cached_text(cached: int) -> str:
+    """How many files' digests the cache gave: ``0 from the cache``, ``2 from the cache (not read again)``."""
+    return f"{cached} from the cache" + (" (not read again)" if cached else "")
 
 
 def another_model_line(report: VerifyReport) -> str:
@@ -335,7 +352,8 @@ def verify_summary(report: VerifyReport) -> str:
     """``verify manifest a.gguf: 3 mismatches (tensor-data 2, sha256 1)``, or ``...: clean, 2 files checked``."""
     head = f"verify {report.kind} {escape_path(report.source)}"
     if report.ok:
-        return f"{head}: clean, {plural(report.stats.files, 'file')} checked"
+        cached = f", {cached_text(report.stats.cached)}" if report.stats.cached else ""
+        return f"{head}: clean, {plural(report.stats.files, 'file')} checked{cached}"
     kinds: dict[str, int] = {}
     for m in report.mismatches:
         kinds[m.kind] = kinds.get(m.kind, 0) + 1
@@ -513,12 +531,62 @@ def diff_lines(report: DiffReport) -> list[str]:
     lines.extend(describe_layout_change(c) for c in report.layout_changes)
     for d in report.data_diffs:
         lines.extend(describe_data_diff(d))
+    for s in report.structure:
+        lines.extend(line for found in describe_structure_diff(s) for line in found)
     stop = " (stopped at the first difference)" if report.stopped_early else ""
     lines.append(f"summary: {len(report.identical)} identical, {len(report.data_diffs)} "
                  f"{_verb(len(report.data_diffs))}, {len(report.layout_changes)} changed type or shape, "
                  f"{len(report.only_in_a)} only in a, {len(report.only_in_b)} only in b, "
-                 f"{plural(len(report.metadata), 'metadata key')} {_verb(len(report.metadata))}{stop}")
+                 f"{plural(len(report.metadata), 'metadata key')} {_verb(len(report.metadata))}, "
+                 f"{plural(report.structure_differences, 'structure difference')}{stop}")
     return lines
+
+
+def describe_structure_diff(s: StructureDiff) -> list[list[str]]:
+    """The lines of each structure difference of a pair of files: the file facts that differ (alignment,
+    data offset, size), then each region no tensor owns that differs."""
+    facts = describe_structure_facts(s)
+    return ([facts] if facts else []) + [describe_region_change(s, c) for c in s.changes]
+
+
+def describe_structure_facts(s: StructureDiff) -> list[str]:
+    """The facts of a pair of files that differ (none: no lines), or those of a file only one model has."""
+    if s.path_a is None or s.path_b is None:
+        side, path, facts = ("b", s.path_b, (s.alignment_b, s.data_offset_b, s.size_b)) if s.path_a is None \
+            else ("a", s.path_a, (s.alignment_a, s.data_offset_a, s.size_a))
+        return [f"ONLY-IN-{side.upper()} structure file {escape_path(str(path))}: alignment {facts[0]}, "
+                f"data offset {facts[1]}, size {facts[2]}"]
+    if not s.facts:
+        return []
+    return [f"CHANGED structure file: {', '.join(f'{name} {a} -> {b}' for name, a, b in s.facts)}",
+            f"  a: file {escape_path(s.path_a)}", f"  b: file {escape_path(s.path_b)}"]
+
+
+def describe_region_change(s: StructureDiff, c: RegionChange) -> list[str]:
+    """A region that differs: in one file only (its offset, length and first bytes), or in both, with
+    each file's region and the first differing byte (its offset in each file and the bytes from there)."""
+    where = f"structure {c.kind} {between(c.after, c.before)}"
+    if c.what != CHANGED:
+        side, path, offset, length, head = ("a", s.path_a, c.offset_a, c.length_a, c.head_a) if c.what == ONLY_IN_A \
+            else ("b", s.path_b, c.offset_b, c.length_b, c.head_b)
+        return [f"ONLY-IN-{side.upper()} {where}: file {escape_path(str(path))}, offset {offset}, length {length}: "
+                f"{_region_bytes(head, length or 0)}"]
+    return [f"CHANGED {where}: first difference at byte {c.byte} of the region",
+            _region_side("a", s.path_a, c.offset_a, c.length_a, c.first_a, c.head_a, c.byte),
+            _region_side("b", s.path_b, c.offset_b, c.length_b, c.first_b, c.head_b, c.byte)]
+
+
+def _region_side(side: str, path: str | None, offset: int | None, length: int | None, first: int | None,
+                 head: str, byte: int) -> str:
+    where = f"  {side}: file {escape_path(str(path))}, offset {offset}, length {length}"
+    if first is None:
+        return f"{where}; it ends at offset {(offset or 0) + (length or 0)}"
+    return f"{where}; at offset {first}: {_region_bytes(head, (length or 0) - byte)}"
+
+
+def _region_bytes(head: str, length: int) -> str:
+    """A region's first bytes as hex, ``...`` when it holds more than those shown."""
+    return head + ("..." if length > len(head) // 2 else "")
 
 
 def diff_summary(report: DiffReport) -> str:
@@ -529,6 +597,7 @@ def diff_summary(report: DiffReport) -> str:
         (len(report.only_in_a), f"{len(report.only_in_a)} only in a"),
         (len(report.only_in_b), f"{len(report.only_in_b)} only in b"),
         (len(report.metadata), f"{plural(len(report.metadata), 'metadata key')} {_verb(len(report.metadata))}"),
+        (report.structure_differences, plural(report.structure_differences, "structure difference")),
     ) if n]
     stop = " (stopped at the first difference)" if report.stopped_early else ""
     same = "same metadata and tensors"

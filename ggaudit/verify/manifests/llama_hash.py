@@ -372,12 +372,15 @@ def write_llama_hash(manifest: LlamaHashManifest, path: str | os.PathLike[str], 
 class FilePlan:
     """What to check in one file: the line (the strongest) for each of its tensors a line names, the
     strongest model line, and whether its tensors no line names are ``extra`` (they are, unless the
-    manifest gives only model lines for this file, as ``llama-gguf-hash --no-layer`` writes)."""
+    manifest gives only model lines for this file, as ``llama-gguf-hash --no-layer`` writes). ``named``:
+    some line of the manifest is this file's (a block of lines goes to it, or a line names one of its
+    tensors); a file no line names is not in the manifest at all."""
 
     file: GGUFFile
     tensors: Mapping[str, HashEntry]
     model: HashEntry | None
     extra: bool
+    named: bool
 
 
 @dataclass(frozen=True)
@@ -441,7 +444,8 @@ def plan_llama_check(entries: Sequence[HashEntry], files: Sequence[GGUFFile],
         chosen = {t.name: _strongest(tensor_lines[(i, t.name)], src) for t in f.tensors
                   if (i, t.name) in tensor_lines}
         model = _strongest(model_lines[i], src) if i in model_lines else None
-        plans.append(FilePlan(f, chosen, model, extra=i in layered or model is None))
+        plans.append(FilePlan(f, chosen, model, extra=i in layered or model is None,
+                              named=i in layered or model is not None))
     return LlamaHashPlan(tuple(plans), tuple(missing), tuple(unmatched))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from ..._version import __version__
 from ... import io as fileio
 from ..digests import ChunkConsumer, Progress, Segment, SegmentDigests, Sha256, Tally, read_through
-from ...errors import ManifestError, UsageError
+from ...errors import ManifestError, UsageError, one_or_many
 from ...format.blocks import GGMLQuantizationType
 from ...format.layout import GGUFFile, Model, open_model
 from ...format.locate import Target, resolve_model
@@ -189,6 +189,7 @@ def write_manifest_text(text: str, path: str | os.PathLike[str], *, replace: boo
     :func:`write_tensor_manifest` says; ``what`` it is (the command line's reports are written so too)
     names it in errors."""
     target = os.fspath(path)
+    inputs = one_or_many("inputs", inputs, (str, os.PathLike), "a path")    # checked twice: not a used-up iterator
     check_output(target, replace=replace, inputs=inputs, what=what)
     tmp = _create_tmp(target, what)
     try:
@@ -211,13 +212,15 @@ def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike
     none of ``inputs``. Files are compared by identity (device and inode), not by name, so a second
     path to the same file (a link, ``./``, another case on Windows) is caught too. ``replace_with`` is
     how the caller asks for a replacement (the CLI's ``--force``), for the message."""
+    # One path is one input: compared letter by letter, the model itself would not be protected.
+    sources = one_or_many("inputs", inputs, (str, os.PathLike), "a path")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return
     except OSError as err:
         raise UsageError(path, f"cannot write {what} here: {err.strerror or err}") from None
-    for source in inputs:
+    for source in sources:
         with contextlib.suppress(OSError):
             if os.path.samestat(st, os.stat(source)):
                 raise UsageError(path, f"is an input of this run ({os.path.basename(os.fspath(source))}); "

@@ -1,0 +1,182 @@
+"""Compare two GGUF files' structure: the bytes no tensor and no header owns, and the facts that place them.
+
+Each file's regions come from :func:`ggaudit.format.structure.regions` (the walk ``scan`` uses): the
+padding after the header and after each tensor, any gap before a tensor, everything after the last one.
+A region is matched to the other file's by its logical place (its kind and the tensors either side, so
+"padding between tensor X and tensor Y" in both) and compared by content, streamed in bounded chunks:
+a 10 GB payload after the last tensor is never held in memory. Zero padding that the alignment asks
+for carries nothing but its length, which follows from the layout: it is compared only against a region
+that holds something else (:func:`ggaudit.format.structure.check_structure` says which do). The file's
+alignment, data-section offset and size are compared as facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import zip_longest
+from typing import Any
+
+from ..format.layout import GGUFFile
+from ..format.structure import HEAD_BYTES, Region, StructureFinding, check_structure, regions
+from .diff_meta import CHUNK_BYTES, ReadFn, Span, first_difference
+
+#: A region's logical place in its file: kind, the tensor before it, the tensor after it.
+_Place = tuple[str, str | None, str | None]
+
+CHANGED, ONLY_IN_A, ONLY_IN_B = "changed", "only-in-a", "only-in-b"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionChange:
+    """A region no tensor owns that differs between the two files at the same logical place.
+
+    ``kind``: ``padding``, ``gap`` or ``trailing`` (as ``scan`` names them); ``after``/``before``: the
+    tensors on either side (None: the header before, the end of the file after). ``what``: ``changed``
+    (in both, other bytes or another length), ``only-in-a`` or ``only-in-b`` (then its offset and length
+    are the finding ``scan`` reports in that file). ``offset_*``/``length_*``: the region in each file,
+    None where absent. ``byte``: where in the region the first difference is; ``first_*``: its absolute
+    offset in each file, None where that file's region ends before it; ``head_*``: the hex of up to 16
+    bytes from there.
+    """
+
+    kind: str
+    what: str
+    after: str | None
+    before: str | None
+    offset_a: int | None
+    length_a: int | None
+    offset_b: int | None
+    length_b: int | None
+    byte: int
+    first_a: int | None
+    first_b: int | None
+    head_a: str
+    head_b: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "what": self.what, "after": self.after, "before": self.before,
+                "offset_a": self.offset_a, "length_a": self.length_a, "offset_b": self.offset_b,
+                "length_b": self.length_b, "byte": self.byte, "first_a": self.first_a, "first_b": self.first_b,
+                "head_a": self.head_a, "head_b": self.head_b}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StructureDiff:
+    """The structure of a file of A against the file of B in the same place (a split set: shard by
+    shard; a shard only one model has is compared with nothing, its side None)."""
+
+    path_a: str | None
+    path_b: str | None
+    alignment_a: int | None
+    alignment_b: int | None
+    data_offset_a: int | None
+    data_offset_b: int | None
+    size_a: int | None
+    size_b: int | None
+    regions_a: int              # regions no tensor owns in each file, all compared
+    regions_b: int
+    changes: tuple[RegionChange, ...]
+
+    @property
+    def facts(self) -> tuple[tuple[str, int | None, int | None], ...]:
+        """The file facts that differ: (name, in A, in B)."""
+        return tuple(fact for fact in (("alignment", self.alignment_a, self.alignment_b),
+                                       ("data offset", self.data_offset_a, self.data_offset_b),
+                                       ("size", self.size_a, self.size_b)) if fact[1] != fact[2])
+
+    @property
+    def differences(self) -> int:
+        """What the text report counts: a line for the differing facts, and one for each region."""
+        return (1 if self.facts else 0) + len(self.changes)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "path_a": self.path_a, "path_b": self.path_b, "alignment_a": self.alignment_a,
+                "alignment_b": self.alignment_b, "data_offset_a": self.data_offset_a,
+                "data_offset_b": self.data_offset_b, "size_a": self.size_a, "size_b": self.size_b,
+                "regions_a": self.regions_a, "regions_b": self.regions_b,
+                "changes": [c.to_json() for c in self.changes]}
+
+
+def diff_structures(files_a: tuple[GGUFFile, ...], files_b: tuple[GGUFFile, ...], read: ReadFn,
+                    chunk_bytes: int = CHUNK_BYTES) -> tuple[StructureDiff, ...]:
+    """Each file of A against the file of B in the same place (the shards of split sets in order)."""
+    return tuple(diff_structure(fa, fb, read, chunk_bytes) for fa, fb in zip_longest(files_a, files_b))
+
+
+def diff_structure(a: GGUFFile | None, b: GGUFFile | None, read: ReadFn,
+                   chunk_bytes: int = CHUNK_BYTES) -> StructureDiff:
+    """The regions no tensor owns that differ, in A's file order, then those only B has."""
+    places_a, places_b = _places(a), _places(b)
+    found = [_only(ONLY_IN_A, in_a) if (in_b := places_b.get(place)) is None
+             else _changed(read, in_a, in_b, chunk_bytes) for place, in_a in places_a.items()]
+    found += [_only(ONLY_IN_B, in_b) for place, in_b in places_b.items() if place not in places_a]
+    return StructureDiff(
+        path_a=_fact(a, "path"), path_b=_fact(b, "path"), alignment_a=_fact(a, "alignment"),
+        alignment_b=_fact(b, "alignment"), data_offset_a=_fact(a, "data_offset"),
+        data_offset_b=_fact(b, "data_offset"), size_a=_fact(a, "size"), size_b=_fact(b, "size"),
+        regions_a=len(places_a), regions_b=len(places_b), changes=tuple(c for c in found if c is not None))
+
+
+def _fact(f: GGUFFile | None, name: str) -> Any:
+    return None if f is None else getattr(f, name)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A region of a file, and the finding ``scan`` makes of it (None: it is only the zero padding the
+    alignment asks for)."""
+
+    path: str
+    region: Region
+    finding: StructureFinding | None
+
+    @property
+    def span(self) -> Span:
+        return self.path, self.region.start, self.region.end - self.region.start
+
+
+def _places(f: GGUFFile | None) -> dict[_Place, _Held]:
+    """Each region of ``f`` by its place (unique in a file: a tensor has one predecessor)."""
+    if f is None:
+        return {}
+    found = {(s.kind, s.after, s.before): s for s in check_structure(f)}
+    return {(r.kind, r.after, r.before): _Held(f.path, r, found.get((r.kind, r.after, r.before)))
+            for r in regions(f)}
+
+
+def _only(what: str, held: _Held) -> RegionChange | None:
+    """A region one file has and the other has not: a change unless it is only zero padding."""
+    r, s = held.region, held.finding
+    if s is None:
+        return None
+    in_a = what == ONLY_IN_A
+    return RegionChange(kind=r.kind, what=what, after=r.after, before=r.before, byte=0,
+                        offset_a=s.offset if in_a else None, length_a=s.length if in_a else None,
+                        first_a=s.offset if in_a else None, head_a=s.head if in_a else "",
+                        offset_b=None if in_a else s.offset, length_b=None if in_a else s.length,
+                        first_b=None if in_a else s.offset, head_b="" if in_a else s.head)
+
+
+def _changed(read: ReadFn, in_a: _Held, in_b: _Held, chunk_bytes: int) -> RegionChange | None:
+    """A region both files have, compared byte by byte (unless both are only zero padding)."""
+    if in_a.finding is None and in_b.finding is None:
+        return None
+    at = first_difference(read, in_a.span, in_b.span, chunk_bytes)
+    if at is None:
+        return None
+    ra, rb = in_a.region, in_b.region
+    return RegionChange(kind=ra.kind, what=CHANGED, after=ra.after, before=ra.before, byte=at,
+                        offset_a=ra.start, length_a=in_a.span[2], offset_b=rb.start, length_b=in_b.span[2],
+                        first_a=ra.start + at if at < in_a.span[2] else None,
+                        first_b=rb.start + at if at < in_b.span[2] else None,
+                        head_a=_head(read, in_a.span, at), head_b=_head(read, in_b.span, at))
+
+
+def _head(read: ReadFn, span: Span, at: int) -> str:
+    """Up to ``HEAD_BYTES`` of a region from byte ``at``, as hex ("" past its end)."""
+    path, offset, length = span
+    return read(path, offset + at, min(HEAD_BYTES, length - at)).hex() if at < length else ""
