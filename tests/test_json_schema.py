@@ -301,4 +301,4 @@ def test_rows_that_compared_nothing_is_a_failed_target(monkeypatch: pytest.Monke
     assert errors(doc) == [] and doc["status"] == "error"
     assert doc["models"] == [{"target": str(PLE), "error": {
         "message": line.removeprefix("ggaudit: error: "), "path": str(PLE), "offset": None, "field": None,
-        "kind": "UsageError"}}]
+        "kind": "NothingChecked"}}]

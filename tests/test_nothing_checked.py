@@ -193,11 +193,12 @@ def test_a_zero_byte_file_against_the_empty_digest_was_checked(tmp_path: Path) -
 # --- scan, manifest, diff ------------------------------------------------------------------------------------
 
 def test_scan_of_a_model_with_no_tensor_is_exit_2(tmp_path: Path) -> None:
-    """It said "0 tensors, 0 bytes of tensor data scanned", "clean", exit 0. The library's report says
-    what it scanned (no tensor); the command line maps that to exit 2."""
+    """It said "0 tensors, 0 bytes of tensor data scanned", "clean", exit 0. The library raises
+    NothingChecked (an engine's test must not see a clean report), the command line says it, exit 2."""
     path = tmp_path / "none.gguf"
     write_gguf(path, [], {"general.architecture": "llama"})
-    assert ggaudit.scan(path).tensors == ()
+    with pytest.raises(NothingChecked, match="holds no tensor; nothing was checked"):
+        ggaudit.scan(path)
     result = run_cli(["scan", path])
     assert assert_one_line_error(result) == f"ggaudit: error: {path}: holds no tensor; nothing was checked"
     assert result.stdout == ""
@@ -248,3 +249,19 @@ def test_diff_of_two_models_with_no_tensor_compares_their_headers(tmp_path: Path
     assert run_cli(["diff", a, b]).exit_code == 0
     write_gguf(b, [], {"general.architecture": "qwen2"})
     assert run_cli(["diff", a, b]).exit_code == 1
+
+
+def test_rows_through_the_library_that_compared_nothing_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read path skipped: check_rows returned a report with ok=True (only the command line refused
+    it), so an engine's test calling the library saw a clean result."""
+    from ggaudit.rows import replay
+    from ggaudit.rows.readers import DirectIOUnavailable
+
+    def no_direct(path: str, mode: str) -> Any:
+        raise DirectIOUnavailable(path, "no direct I/O here")
+
+    monkeypatch.setattr(replay, "open_reader", no_direct)
+    ple = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ple_q8_0.gguf")
+    with pytest.raises(NothingChecked, match=r"nothing was compared: every read path was skipped \(direct: "
+                                             r"skipped: .*no direct I/O here\)"):
+        ggaudit.check_rows(ple, [1], modes=("direct",))

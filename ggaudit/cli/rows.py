@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..batch import run_models
-from ..errors import UsageError
+from ..errors import NothingChecked, UsageError
 from ..rows import MODES
 from .common import PathParam, handle_errors, model_inputs
 from .progress import ROWS, RunProgress, Tick, run_progress
@@ -97,13 +97,9 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
                 # Repeated selectors add up, as repeated --tensor does elsewhere.
                 listed, said = given_ids(ids, ids_files, n_rows)
                 if not listed.size and random_n is None and not page_crossing:
-                    raise UsageError(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
-            report = check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
-                                against=against)
-            if not report.compared and report.ok:   # a check that compared nothing must not pass for a clean one
-                raise UsageError(model, "nothing was compared: every read path was skipped ("
-                                 + "; ".join(report.warnings) + ")")
-            return report
+                    raise NothingChecked(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
+            return check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
+                              against=against)
 
         outcomes = run_models([model], replay)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))

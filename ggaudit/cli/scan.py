@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..batch import Outcome, run_models
-from ..errors import NothingChecked, UsageError
+from ..batch import run_models
+from ..errors import UsageError
 from ..scan.report import FP8_E4M3
 from .common import PathParam, expand_models, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
+    from ..batch import Outcome
     from ..scan.report import ScanReport
 
 
@@ -76,7 +77,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
         outcomes = _on_dask(dask, paths, tensors=tensors or None, deep=deep, max_abs=max_abs, limit=limit,
                             as_fp8=_fp8_names(paths[0], overrides), fail_fast=fail_fast, store=store,
                             hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html")
-        raise SystemExit(emit_outcomes(_nothing_scanned(outcomes), rendering, inputs=inputs))
+        raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
     # One line for the run: the models not started yet count their file's size.
     with run_progress("scan", paths, rendering, estimates=[file_size(p) for p in paths]) as bar:
 
@@ -91,14 +92,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
 
         with reader_pool():
             outcomes = run_models(paths, one, jobs=jobs)
-    raise SystemExit(emit_outcomes(_nothing_scanned(outcomes), rendering, inputs=inputs))
-
-
-def _nothing_scanned(outcomes: list[Outcome[ScanReport]]) -> list[Outcome[ScanReport]]:
-    """Each outcome, but a model holding no tensor, and nothing wrong with its structure, as the error
-    NothingChecked (exit 2): no value was scanned, and that is never a clean result."""
-    return [Outcome(o.model, error=NothingChecked(o.result.model, "holds no tensor; nothing was checked"))
-            if o.result is not None and not o.result.tensors and o.result.ok else o for o in outcomes]
+    raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
 
 
 def _on_dask(address: str, paths: list[str], **options: Any) -> list[Outcome[ScanReport]]:

@@ -10,7 +10,6 @@ whole hub's tasks and a model's first results are merged while others are still 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import uuid
@@ -189,8 +188,8 @@ class _ScanJob(_Job[ScanReport]):
                 break
         stats = ScanStats(bytes=sum(plan.nbytes for plan in p.plans), seconds=time.perf_counter() - self.started,
                           workers=self.threads)
-        report = build_report(p.model, p.selected, p.plans, accs, set(p.fp8), list(p.warnings), opts, stats)
-        return dataclasses.replace(report, structure=p.structure)
+        return build_report(p.model, p.selected, p.plans, accs, set(p.fp8), list(p.warnings), opts, stats,
+                            p.structure)
 
 
 def scan_on(client: Client, models: str | Sequence[str], *, tensors: str | Collection[str] | None = None,

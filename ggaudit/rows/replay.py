@@ -26,7 +26,7 @@ import numpy as np
 
 from .._version import __version__
 from ..format.blocks import Encoding, GGMLQuantizationType, decode_bits, dequantize
-from ..errors import UsageError, check_arg
+from ..errors import NothingChecked, UsageError, check_arg
 from ..format.layout import Model, Tensor
 from ..format.locate import Target, open_model
 from ..arrays import distinct
@@ -607,13 +607,17 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
     bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
     by_kind = tuple((k, findings.kinds[k]) for k in (*KINDS, UNCLASSIFIED) if findings.kinds[k])
-    return RowsReport(file=t.path, tensor=t.name, ggml_type=t.ggml_type.name, n_cols=t.n_cols, row_bytes=t.row_bytes,
+    report = RowsReport(file=t.path, tensor=t.name, ggml_type=t.ggml_type.name, n_cols=t.n_cols, row_bytes=t.row_bytes,
                       n_rows=t.n_rows, table_offset=t.offset, selection=selection.description, seed=selection.seed,
                       modes=modes, rows_checked=table.n_rows if selection.rows is None else len(selection.rows),
                       geometry=geometry, mismatch_geometry=bad_geometry, mismatch_count=findings.count,
                       by_kind=by_kind, mismatches=tuple(findings.kept), short_reads=tuple(findings.short_reads),
                       short_read_count=findings.short_count, capture=capture_result, stats=tuple(replay.stats),
                       warnings=tuple(warnings), nonfinite_rows=nonfinite.rows, first_nonfinite=nonfinite.first)
+    if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
+        raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("
+                             + "; ".join(report.warnings) + ")")
+    return report
 
 
 def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,

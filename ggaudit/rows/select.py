@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from .. import io as fileio
-from ..errors import ReadError, UsageError, check_arg
+from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..arrays import distinct
 from ..untrusted import quote, shorten
 from .readers import PAGE
@@ -211,7 +211,7 @@ def select_rows(table: RowTable, rows: object = None, select: RowSelection | Non
         raise UsageError(None, "none given and none selected: pass row IDs, or select=RowSelection(all_rows=True),"
                                " RowSelection(random=N) or RowSelection(page_crossing=True)", field="rows")
     if not chosen.size:
-        raise UsageError(None, f"{' + '.join(parts)} selected no rows; nothing was checked")
+        raise NothingChecked(None, f"{' + '.join(parts)} selected no rows; nothing was checked")
     if chosen.size > MAX_SELECTED:
         raise UsageError(None, f"{chosen.size} rows selected, more than {MAX_SELECTED}; sweep the table with "
                                "RowSelection(all_rows=True)")

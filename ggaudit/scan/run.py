@@ -42,7 +42,7 @@ import numpy as np
 from .. import io
 from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
 from ..verify.digests import ALGORITHMS, read_through
-from ..errors import ReadError, UsageError, check_arg, check_count, one_or_many
+from ..errors import NothingChecked, ReadError, UsageError, check_arg, check_count, one_or_many
 from ..format.layout import GGUFFile, Model, Tensor
 from ..format.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
@@ -347,8 +347,7 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: str | Collection[str
     stats = ScanStats(bytes=total, seconds=elapsed, workers=n_workers)
     if anomalies:
         warnings = warnings + add_anomalies(plans, accs, opts)
-    report = build_report(m, selected, plans, accs, fp8, warnings, opts, stats)
-    report = dataclasses.replace(report, structure=structure)
+    report = build_report(m, selected, plans, accs, fp8, warnings, opts, stats, structure)
     if not hashes:
         return report
     unhashed = len(m.files) - len(digests)
@@ -430,8 +429,10 @@ def _histograms(plan: Plan | None, acc: Acc) -> tuple[ScaleHistogram, ...] | Non
 
 
 def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
-                 fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats) -> ScanReport:
-    """The report of a scan from its plans' merged accumulators (however they were read)."""
+                 fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats,
+                 structure: tuple[StructureFinding, ...] = ()) -> ScanReport:
+    """The report of a scan from its plans' merged accumulators (however they were read) and the
+    structure findings of its files."""
     by_index = {p.index: p for p in plans}
     out: list[TensorScan] = []
     stopped = any(a.stopped for a in accs.values())
@@ -452,6 +453,10 @@ def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan]
     if stopped:
         skipped = sum(1 for p in plans if p.index not in accs)
         warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]
-    return ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
-                      warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats,
-                      anomalies=opts.anomalies)
+    report = ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
+                        warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats,
+                        anomalies=opts.anomalies, structure=structure)
+    if not report.tensors and report.ok:
+        # No value was scanned and nothing is wrong with the structure: that is never a clean result.
+        raise NothingChecked(model.source, "holds no tensor; nothing was checked")
+    return report
