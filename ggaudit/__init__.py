@@ -10,8 +10,10 @@ The front door of the library::
     print(report.ok, rows.ok, checked.ok, report.to_json())
 
 Every entry point takes a path, ``ollama:NAME``, ``hf:ORG/NAME`` or an opened :class:`Model`; options
-are keyword-only; every report is a frozen dataclass with ``.ok`` and ``.to_json()``; bad input raises a
-:class:`GGAuditError` subclass. Nothing here prints, exits or writes to an audited file.
+are keyword-only, or one frozen options object (``scan(model, options=ScanOptions(deep=True))``;
+:class:`VerifyOptions`, :class:`DiffOptions`, :class:`RowsOptions`); every report is a frozen dataclass
+with ``.ok`` and ``.to_json()``; bad input raises a :class:`GGAuditError` subclass. Nothing here prints,
+exits or writes to an audited file.
 """
 
 from __future__ import annotations
@@ -24,41 +26,47 @@ from .errors import FormatError, GGAuditError, ManifestError, ReadError, UsageEr
 
 if TYPE_CHECKING:       # what the names below are, for type checkers; at run time they load on first use
     from .format.layout import Model
-    from .format.locate import open_model
+    from .stores.locate import open_model
     from .rows.replay import RowSelection, RowsOptions, RowsReport, check_rows
+    from .scan.options import ScanOptions
     from .scan.report import Finding, ScanReport
     from .scan.run import scan
-    from .verify.diff import DiffReport
+    from .verify.diff import DiffOptions, DiffReport
     from .verify.diff import diff_paths as diff
     from .verify.dispatch import verify
     from .verify.manifests.tensor import TensorManifest
     from .verify.manifests.tensor import build_tensor_manifest as build_manifest
     from .verify.manifests.tensor import write_tensor_manifest as write_manifest
+    from .verify.options import VerifyOptions
     from .verify.run import VerifyReport
 
 #: Name -> "module:attribute" it is loaded from. ``scan`` and ``verify`` are their (callable) packages.
 _LAZY = {
     "Model": "ggaudit.format.layout:Model",
-    "open_model": "ggaudit.format.locate:open_model",
+    "open_model": "ggaudit.stores.locate:open_model",
     "RowSelection": "ggaudit.rows.replay:RowSelection",
     "RowsOptions": "ggaudit.rows.replay:RowsOptions",
     "RowsReport": "ggaudit.rows.replay:RowsReport",
     "check_rows": "ggaudit.rows.replay:check_rows",
     "Finding": "ggaudit.scan.report:Finding",
+    "ScanOptions": "ggaudit.scan.options:ScanOptions",
     "ScanReport": "ggaudit.scan.report:ScanReport",
+    "DiffOptions": "ggaudit.verify.diff:DiffOptions",
     "DiffReport": "ggaudit.verify.diff:DiffReport",
     "diff": "ggaudit.verify.diff:diff_paths",
     "TensorManifest": "ggaudit.verify.manifests.tensor:TensorManifest",
     "build_manifest": "ggaudit.verify.manifests.tensor:build_tensor_manifest",
     "write_manifest": "ggaudit.verify.manifests.tensor:write_tensor_manifest",
+    "VerifyOptions": "ggaudit.verify.options:VerifyOptions",
     "VerifyReport": "ggaudit.verify.run:VerifyReport",
     "scan": "ggaudit.scan",
     "verify": "ggaudit.verify",
 }
 
 __all__ = [
-    "DiffReport", "Finding", "FormatError", "GGAuditError", "ManifestError", "Model", "ReadError", "RowSelection",
-    "RowsOptions", "RowsReport", "ScanReport", "TensorManifest", "UsageError", "VerifyReport", "__version__",
+    "DiffOptions", "DiffReport", "Finding", "FormatError", "GGAuditError", "ManifestError", "Model", "ReadError",
+    "RowSelection", "RowsOptions", "RowsReport", "ScanOptions", "ScanReport", "TensorManifest", "UsageError",
+    "VerifyOptions", "VerifyReport", "__version__",
     "build_manifest", "check_rows", "diff", "open_model", "scan", "verify", "write_manifest",
 ]
 

@@ -12,9 +12,10 @@ backslashes alone and changes nothing twice, yet lets no control, invisible or b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 from .text import escape, escape_message, escape_path
 
@@ -111,6 +112,26 @@ def one_or_many(name: str, value: object, kinds: tuple[type, ...] = (str,),
         if not isinstance(item, kinds):
             raise UsageError(None, f"each item must be {wanted}, not {type(item).__name__}", field=name)
     return items
+
+
+Opts = TypeVar("Opts")
+
+
+def options_from(kind: type[Opts], options: Opts | None, keywords: dict[str, Any]) -> Opts:
+    """A job's options: *options* (one *kind* object, made elsewhere) or *keywords* (the options written out,
+    as the job's keyword arguments), never both; ``kind(**keywords)`` checks each one. A UsageError names
+    the keywords given beside an options object, and a keyword that is no option."""
+    check_arg("options", options, (kind, type(None)), f"a {kind.__name__} or None")
+    if options is not None and keywords:
+        raise UsageError(None, f"given with the keywords {', '.join(sorted(keywords))}: give the options in "
+                               f"the {kind.__name__} or as keywords, not both", field="options")
+    if options is not None:
+        return options
+    known = {f.name for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
+    unknown = sorted(set(keywords) - known)
+    if unknown:
+        raise UsageError(None, f"is not an option (known: {', '.join(sorted(known))})", field=unknown[0])
+    return kind(**keywords)
 
 
 def caused_by_ctrl_c(err: BaseException) -> bool:

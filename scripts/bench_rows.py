@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ggaudit.format.build import encode_kv, encode_tensor_info
 from ggaudit.format.layout import open_model
 from ggaudit.rows.readers import open_reader
-from ggaudit.rows.replay import RowSelection, RowsOptions, RowTable, check_rows
+from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
+from ggaudit.rows.table import RowTable
 from ggaudit.rows.gather import Gatherer
 
 NAME = "per_layer_token_embd.weight"

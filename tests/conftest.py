@@ -57,7 +57,7 @@ def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
 @pytest.fixture
 def ddir(tmp_path: Path) -> Path:
     """tmp_path, where direct reads work there with their alignment rules. On a tmpfs they do not: run the
-    suite with TMPDIR on a disk (README: Quick start) rather than have a test write outside its temporary
+    suite with TMPDIR on a disk (README: Run the tests) rather than have a test write outside its temporary
     directory."""
     if not (supports_direct(tmp_path) and _alignment_enforced(tmp_path)):
         pytest.skip("the temporary folder takes no direct reads with alignment rules (a tmpfs?): run with "

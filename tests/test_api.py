@@ -24,10 +24,10 @@ ROW = 68        # write_small_model: Q8_0 rows of 64 columns
 
 def test_the_front_door_exports_every_entry_point() -> None:
     assert sorted(ggaudit.__all__) == sorted([
-        "DiffReport", "Finding", "FormatError", "GGAuditError", "ManifestError", "Model", "ReadError",
-        "RowSelection", "RowsOptions", "RowsReport", "ScanReport", "TensorManifest", "UsageError",
-        "VerifyReport", "__version__", "build_manifest", "check_rows", "diff", "open_model", "scan", "verify",
-        "write_manifest"])
+        "DiffOptions", "DiffReport", "Finding", "FormatError", "GGAuditError", "ManifestError", "Model", "ReadError",
+        "RowSelection", "RowsOptions", "RowsReport", "ScanOptions", "ScanReport", "TensorManifest", "UsageError",
+        "VerifyOptions", "VerifyReport", "__version__", "build_manifest", "check_rows", "diff", "open_model", "scan",
+        "verify", "write_manifest"])
     assert all(hasattr(ggaudit, name) for name in ggaudit.__all__)
     assert set(ggaudit.__all__) <= set(dir(ggaudit))
     for name in ("FormatError", "ManifestError", "ReadError", "UsageError"):
@@ -40,13 +40,13 @@ def test_importing_ggaudit_loads_no_job_until_one_is_used() -> None:
     """``import ggaudit`` costs its version and its errors: numpy, gguf, click and the jobs load on use."""
     code = ("import sys, ggaudit; heavy = lambda: sorted(m for m in sys.modules if m.split('.')[0] in "
             "('numpy', 'gguf', 'click', 'xxhash') or m.startswith(('ggaudit.scan.', 'ggaudit.rows', 'ggaudit.cli')));"
-            "print(heavy()); ggaudit.open_model; print('ggaudit.format.locate' in sys.modules)")
+            "print(heavy()); ggaudit.open_model; print('ggaudit.stores.locate' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["[]", "True"]
 
 
 @pytest.mark.parametrize("first", ["from ggaudit.scan import kernel", "import ggaudit.scan.workers",
-                                   "import ggaudit.verify.stores.sums", "ggaudit.scan; ggaudit.verify",
+                                   "import ggaudit.stores.sums", "ggaudit.scan; ggaudit.verify",
                                    "from ggaudit.verify import dispatch"])
 def test_scan_and_verify_are_callable_whatever_was_imported_first(first: str, tmp_path: Path) -> None:
     """ggaudit.scan and ggaudit.verify are folders of modules and the functions at once (a package that

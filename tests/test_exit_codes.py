@@ -26,7 +26,7 @@ from ggaudit.batch import run_models
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
 from ggaudit.format.layout import open_gguf, open_model
-from ggaudit.verify.stores.sums import read_sums
+from ggaudit.stores.sums import read_sums
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.verify.manifests.tensor import build_tensor_manifest
 from ggaudit.rows.readers import open_reader

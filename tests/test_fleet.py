@@ -137,16 +137,16 @@ def test_manifests_are_byte_identical_and_a_bad_file_is_its_own_error(client: An
 
 def test_a_file_changed_between_planning_and_reading_is_reported_so(client: Any, poisoned: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    real = fleet_run.prepare_scan
+    real = fleet_run.plan_model
 
-    def then_append(target: str, spec: Any) -> Any:
-        prepared = real(target, spec)
+    def then_append(target: str, options: Any, store: Any) -> Any:
+        planned = real(target, options, store)
         if target == poisoned:          # never a fixture: they are read-only
             with open(target, "ab") as f:
                 f.write(b"\0" * 32)
-        return prepared
+        return planned
 
-    monkeypatch.setattr(fleet_run, "prepare_scan", then_append)
+    monkeypatch.setattr(fleet_run, "plan_model", then_append)
     outcome = scan_on(client, [poisoned, MODELS[0]], task_bytes=4096)
     assert isinstance(outcome[0].error, ReadError)
     assert str(outcome[0].error).startswith(f"{poisoned}: file changed during scan (replaced, resized or "

@@ -21,7 +21,7 @@ import hypothesis
 import pytest
 
 from ggaudit.errors import FormatError
-from ggaudit.verify.stores.sums import SumsEntry
+from ggaudit.stores.sums import SumsEntry
 
 from reliability_support import load_script
 

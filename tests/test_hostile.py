@@ -22,12 +22,12 @@ import pytest
 from ggaudit.format import layout
 from ggaudit.format.build import write_gguf
 from ggaudit.errors import FormatError, ManifestError
-from ggaudit.verify.manifests._common import MAX_MANIFEST_BYTES
-from ggaudit.verify.stores.ollama import parse_ollama_name, read_ollama_manifest
-from ggaudit.verify.stores.sums import read_sums
+from ggaudit.stores.small_files import MAX_MANIFEST_BYTES
+from ggaudit.stores.ollama import parse_ollama_name, read_ollama_manifest
+from ggaudit.stores.sums import read_sums
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
-from ggaudit.verify.manifests._common import MAX_JSON_CONTAINERS, MAX_JSON_STRINGS
-from ggaudit.verify.stores.sums import MAX_SUMS_LINES
+from ggaudit.stores.small_files import MAX_JSON_CONTAINERS, MAX_JSON_STRINGS
+from ggaudit.stores.sums import MAX_SUMS_LINES
 from ggaudit.format.layout import open_gguf
 
 from reliability_support import RICH_METADATA, all_types_specs, assert_one_line_error, run_cli, walk_header

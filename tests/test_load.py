@@ -31,7 +31,8 @@ from ggaudit.cli.common import handle_errors
 from ggaudit.cli.reporters import Rendering, emit_outcomes
 from ggaudit.errors import FormatError, ReadError
 from ggaudit.format.layout import open_model
-from ggaudit.rows.replay import RowTable, rows_geometry, table_geometry
+from ggaudit.rows.replay import rows_geometry, table_geometry
+from ggaudit.rows.table import RowTable
 from ggaudit.rows.select import RowSelection, select_rows
 from ggaudit.scan.run import scan
 from ggaudit.verify.run import verify_blob

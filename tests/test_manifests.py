@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
 from ggaudit.format.layout import open_model
-from ggaudit.format.locate import resolve_model
-from ggaudit.verify.stores.ollama import (MEDIA_MODEL, MEDIA_PROJECTOR, OllamaName, default_ollama_store,
+from ggaudit.stores.locate import resolve_model
+from ggaudit.stores.ollama import (MEDIA_MODEL, MEDIA_PROJECTOR, OllamaName, default_ollama_store,
                                           ollama_blob_path, parse_digest, parse_ollama_name, read_ollama_manifest)
 from ggaudit.verify.manifests.tensor import (build_tensor_manifest, read_tensor_manifest, rows_per_group,
                                              tensor_manifest_to_json, write_tensor_manifest)
-from ggaudit.verify.stores.hf_cache import default_hf_cache, parse_hf_spec, read_hf_snapshot
-from ggaudit.verify.stores.sums import read_sums
+from ggaudit.stores.hf_cache import default_hf_cache, parse_hf_spec, read_hf_snapshot
+from ggaudit.stores.sums import read_sums
 
 from platforms import needs_symlinks
 import contextlib

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from ggaudit import io
 from ggaudit.cli import main
 from ggaudit.errors import ReadError
-from ggaudit.verify.stores.hf_cache import default_hf_cache
-from ggaudit.verify.stores.ollama import default_ollama_store
+from ggaudit.stores.hf_cache import default_hf_cache
+from ggaudit.stores.ollama import default_ollama_store
 from ggaudit.rows.readers import MmapReader
 from ggaudit.text import escape_path
 import contextlib
@@ -225,7 +225,7 @@ def test_names_a_legacy_code_page_cannot_encode_do_not_crash(tmp_path: Path) -> 
 def test_hf_snapshot_names_are_slash_joined_on_every_os(tmp_path: Path) -> None:
     # Copies, not links: what huggingface_hub leaves on a Windows without symlinks. The names are the
     # repository's paths, so "gguf/sub/m.gguf" on every OS, never "gguf\\sub\\m.gguf".
-    from ggaudit.verify.stores.hf_cache import read_hf_snapshot
+    from ggaudit.stores.hf_cache import read_hf_snapshot
     commit = "2" * 40
     repo = tmp_path / "models--org--m"
     (repo / "refs").mkdir(parents=True)

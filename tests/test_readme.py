@@ -1,11 +1,17 @@
-"""What the README shows runs as shown: the library example, as written, on a model with a 4224-row
-table; and the shell completion lines it gives."""
+"""What the README and the docs/ pages show runs as shown: every console example (a ggaudit command on
+the bundled fixtures) gives its output and exit status; the library example, as written, on a model with a
+4224-row table; the shell completion lines. And every relative link of those pages leads somewhere.
+
+A console example is a ```console block: ``$ ggaudit ...`` runs the command from the checkout, the lines
+up to the next ``$`` are its output (stdout and stderr as a terminal shows them; a line ``...`` stands for
+any lines, none included), and ``$ echo $?`` is followed by the exit status of the command before it."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,25 +23,36 @@ from gguf import GGMLQuantizationType as T
 import ggaudit
 from ggaudit.format.build import TensorSpec, write_gguf
 
-from reliability_support import REPO, tensor_payload
+from reliability_support import REPO, run_cli, tensor_payload
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
+LIBRARY, COMPLETION = DOCS / "library.md", DOCS / "completion.md"
 EXAMPLE_MARK = "<!-- tests/test_readme.py runs this example as written -->"
 ROWS, ROW_BYTES = 4224, 68           # token_embd.weight: Q8_0, 64 columns (two 34-byte blocks a row)
 INF_ROW = 4166                       # one of the rows the example checks
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 
 
-def _section(heading: str) -> str:
-    text = README.read_text(encoding="utf-8")
-    assert text.count(f"\n## {heading}\n") == 1, heading
-    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+def _name(page: Path) -> str:
+    return page.relative_to(REPO).as_posix()
+
+
+def _blocks_of(text: str) -> list[tuple[str, str]]:
+    """Each fenced block of a text: its language and its text."""
+    return FENCE.findall(text)
+
+
+def _blocks(page: Path) -> list[tuple[str, str]]:
+    return _blocks_of(page.read_text(encoding="utf-8"))
 
 
 def _library_example() -> str:
-    """The code block right after the mark, which is in the Library section."""
-    section = _section("Library")
-    assert section.count(EXAMPLE_MARK) == 1
-    return section.split(EXAMPLE_MARK + "\n```python\n", 1)[1].split("\n```\n", 1)[0]
+    """The code block right after the mark, which is on the library page."""
+    text = LIBRARY.read_text(encoding="utf-8")
+    assert text.count(EXAMPLE_MARK) == 1
+    return text.split(EXAMPLE_MARK + "\n```python\n", 1)[1].split("\n```\n", 1)[0]
 
 
 def _write_model(path: Path, *, inf_row: int | None) -> None:
@@ -65,7 +82,7 @@ def test_the_library_example_runs_as_written(inf_row: int | None, printed: str, 
                                              capsys: pytest.CaptureFixture[str]) -> None:
     _write_model(tmp_path / "model.gguf", inf_row=inf_row)
     monkeypatch.chdir(tmp_path)           # the example names model.gguf and writes model.manifest.json
-    exec(compile(_library_example(), str(README), "exec"), {"__name__": "readme_example"})
+    exec(compile(_library_example(), str(LIBRARY), "exec"), {"__name__": "readme_example"})
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0] == printed
     docs = json.loads(out[1])
@@ -90,8 +107,8 @@ REGISTERS = {"bash": "complete -o nosort -F _ggaudit_completion ggaudit",
              "fish": "complete --no-files --command ggaudit --arguments"}
 
 
-def test_the_readme_gives_a_completion_line_for_bash_zsh_and_fish() -> None:
-    lines = re.findall(r"_GGAUDIT_COMPLETE=(\w+)_source ggaudit", _section("Shell completion"))
+def test_the_docs_give_a_completion_line_for_bash_zsh_and_fish() -> None:
+    lines = re.findall(r"_GGAUDIT_COMPLETE=(\w+)_source ggaudit", COMPLETION.read_text(encoding="utf-8"))
     assert lines == list(REGISTERS)
 
 
@@ -114,3 +131,136 @@ def test_completion_completes_commands_and_options() -> None:
     assert bash("ggaudit sc") == "plain,scan\n"
     assert bash("ggaudit ve") == "plain,verify\n"
     assert bash("ggaudit scan --sha") == "plain,--sha256\n"
+
+
+# --- console examples --------------------------------------------------------------------------------
+
+def _console_examples() -> list[tuple[str, int, str]]:
+    """(page, index among the page's console blocks, text) for every console block of every page."""
+    found = []
+    for page in PAGES:
+        blocks = [text for lang, text in _blocks(page) if lang == "console"]
+        found += [(_name(page), i, text) for i, text in enumerate(blocks)]
+    return found
+
+
+def _steps(text: str) -> list[tuple[str, list[str]]]:
+    """A console block as its commands, each with the lines shown after it."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            assert steps, f"output before any command: {line!r}"
+            steps[-1][1].append(line)
+    return steps
+
+
+def _matches(shown: list[str], actual: list[str]) -> bool:
+    """Whether the lines shown are the actual lines, a shown ``...`` standing for any run of them."""
+    if not shown:
+        return not actual
+    if shown[0] == "...":
+        return any(_matches(shown[1:], actual[i:]) for i in range(len(actual) + 1))
+    return bool(actual) and shown[0] == actual[0] and _matches(shown[1:], actual[1:])
+
+
+def _as_shown(output: str) -> list[str]:
+    """The lines of a command's output as the pages show them: the pages show Linux and macOS, where a path
+    ggaudit builds (a split set's next shard, a file it checks) is written with '/'; Windows writes '\\'
+    (docs/platforms.md)."""
+    lines = output.splitlines()
+    return [line.replace("fixtures\\", "fixtures/") for line in lines] if os.sep == "\\" else lines
+
+
+EXAMPLES = _console_examples()
+
+
+def test_the_pages_hold_console_examples() -> None:
+    """The README's quick start and at least one example of each command page that has a fixture to show."""
+    pages = {page for page, _, _ in EXAMPLES}
+    assert {"README.md", "docs/scan.md", "docs/verify.md", "docs/diff.md", "docs/info.md"} <= pages
+
+
+@pytest.mark.parametrize(("page", "index", "text"), EXAMPLES, ids=[f"{p}#{i}" for p, i, _ in EXAMPLES])
+def test_each_console_example_gives_the_output_and_exit_status_shown(
+        page: str, index: int, text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)                  # the examples name fixtures/ as typed from the checkout
+    last_status: int | None = None
+    for command, shown in _steps(text):
+        if command == "echo $?":
+            assert last_status is not None and shown == [str(last_status)], (command, shown, last_status)
+            continue
+        words = shlex.split(command)
+        assert words[0] == "ggaudit", f"{page}: only ggaudit commands run in a console example: {command}"
+        result = run_cli(words[1:])
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+        assert _matches(shown, _as_shown(result.output)), f"{page}: {command}\n{result.output}"
+        last_status = result.exit_code
+
+
+def test_every_fenced_ggaudit_command_on_the_fixtures_is_a_console_example() -> None:
+    """A command on the bundled fixtures shown any other way would not be run, and could go stale."""
+    unrun = [(_name(page), text) for page in PAGES for lang, text in _blocks(page) if lang != "console"
+             and "fixtures/" in text and re.search(r"^(\$ )?ggaudit ", text, re.MULTILINE)]
+    assert unrun == []
+
+
+def test_the_example_matcher_takes_dots_for_any_lines() -> None:
+    assert _matches(["a", "...", "d"], ["a", "b", "c", "d"]) and _matches(["a", "...", "b"], ["a", "b"])
+    assert not _matches(["a", "...", "d"], ["a", "b", "c"]) and not _matches(["a"], ["a", "b"])
+
+
+# --- links ---------------------------------------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens,
+    a repeated heading numbered from -1."""
+    prose = FENCE.sub("", page.read_text(encoding="utf-8"))
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", prose, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def _relative_links(page: Path) -> list[str]:
+    prose = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return [target for target in LINK.findall(prose) if not re.match(r"[a-z]+:", target)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_relative_link_leads_to_a_file_and_heading(page: Path) -> None:
+    broken = []
+    for target in _relative_links(page):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.is_file() or (anchor and anchor not in _anchors(file)):
+            broken.append(target)
+    assert broken == []
+
+
+def test_the_readme_links_every_docs_page_and_is_a_front_page() -> None:
+    linked = {(README.parent / target.partition("#")[0]).resolve() for target in _relative_links(README)}
+    assert set(DOCS.glob("*.md")) - linked == set()
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 300
+
+
+def test_the_link_checker_sees_a_missing_heading(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# Page\n\n## Exit status\n\n## Exit status\n", encoding="utf-8")
+    assert _anchors(tmp_path / "a.md") == {"page", "exit-status", "exit-status-1"}
+
+
+def test_the_readmes_test_command_is_the_one_ci_runs() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("\n## Run the tests\n", 1)[1].split("\n## ", 1)[0]
+    command = "pip install -e '.[test,dask]' && python -m pytest"
+    assert _blocks_of(section)[0] == ("", command + "\n")
+    assert command in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()

@@ -16,9 +16,10 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.batch import Outcome
 from ggaudit.cli import main
 from ggaudit.cli.reporters import Rendering, reporter
-from ggaudit.cli.reporters.sarif import RULES, artifact_uri
+from ggaudit.cli.reporters.sarif import artifact_uri, rule_json
 from ggaudit.format.blocks import LAYOUTS
 from ggaudit.format.build import TensorSpec, write_gguf
+from ggaudit.kinds import KINDS
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import BufferedReader, Reader, open_reader
 from ggaudit.text import escape
@@ -324,5 +325,7 @@ def test_artifact_uris(flavour: type, path: str, uri: str) -> None:
 
 
 def test_every_rule_says_what_to_do() -> None:
-    for rule in RULES.values():
-        assert rule.level in ("error", "warning", "note") and rule.short and len(rule.help) > 40, rule
+    for kind in KINDS.values():
+        rule = rule_json(kind)
+        assert rule["defaultConfiguration"]["level"] in ("error", "warning", "note"), rule
+        assert rule["shortDescription"]["text"] and len(rule["help"]["text"]) > 40, rule

@@ -17,6 +17,7 @@ from gguf import quants
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
 from ggaudit.rows.gather import BufferPool
+from ggaudit.rows.table import RowTable
 from rows_support import Table, crossing, make_table
 
 
@@ -235,7 +236,7 @@ def test_buffer_handed_out_before_the_read_lands(ple: Table) -> None:
 def test_cache_keyed_by_page_gives_cache_crosstalk(ple: Table) -> None:
     rows = list(range(200, 260))
 
-    def by_page(capacity: int, table: R.RowTable) -> R.RowCache:
+    def by_page(capacity: int, table: RowTable) -> R.RowCache:
         return R.RowCache(capacity, key=lambda row: table.row_offset(row) // 4096)
 
     report = R.check_rows(ple.path, range(200, 260), modes=["buffered"],

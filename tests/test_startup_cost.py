@@ -1,12 +1,15 @@
 """Starting the command line costs click and ggaudit's own small modules: no numpy, no gguf, no job that
-does not run (issue 15). The format facts ggaudit keeps so that it need not import gguf equal gguf's."""
+does not run (issue 15); a scan loads the scan, not the other jobs (issue 24; scripts/bench_startup.py
+times both). The format facts ggaudit keeps so that it need not import gguf equal gguf's."""
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import gguf
@@ -15,10 +18,13 @@ from click.testing import CliRunner
 
 from ggaudit.cli import COMMANDS, main
 from ggaudit.format.blocks import GGML_QUANT_SIZES, LAYOUTS, GGMLQuantizationType, GGUFValueType
+from ggaudit.format.build import TensorSpec, write_gguf
 
 #: What `--help` must not load: the libraries and the modules of the jobs.
 HEAVY = ("numpy", "gguf", "yaml", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.", "ggaudit.verify.run",
          "ggaudit.cli.reporters.text")
+#: What `ggaudit scan MODEL` must not load: the other jobs (rows; verify, with diff; check) and the fleet.
+NOT_SCAN = ("ggaudit.rows", "ggaudit.verify", "ggaudit.check", "ggaudit.fleet", "distributed")
 
 
 #: Runs ``python -m ggaudit ARGS`` as -m does, then prints every loaded module on stderr. (-X importtime
@@ -34,13 +40,23 @@ sys.stderr.write(json.dumps(sorted(sys.modules)))
 """
 
 
-def _imported(*args: str) -> list[str]:
-    """The modules `python -m ggaudit ARGS` has loaded when it ends."""
+def _run(*args: str) -> tuple[str, list[str]]:
+    """What `python -m ggaudit ARGS` printed, and the modules it has loaded when it ends (it must exit 0)."""
     done = subprocess.run([sys.executable, "-c", _WRAPPER, json.dumps(args)], capture_output=True, text=True,
                           check=True)
-    assert done.stdout.startswith("Usage: ggaudit")
     modules: list[str] = json.loads(done.stderr)
+    return done.stdout, modules
+
+
+def _imported(*args: str) -> list[str]:
+    """The modules `python -m ggaudit ARGS` (a help) has loaded when it ends."""
+    stdout, modules = _run(*args)
+    assert stdout.startswith("Usage: ggaudit")
     return modules
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 @pytest.mark.parametrize("args", [["--help"], *([name, "--help"] for name in sorted(COMMANDS))], ids=" ".join)
@@ -54,6 +70,20 @@ def test_group_help_imports_no_command_and_scan_help_only_scan() -> None:
     commands = [f"ggaudit.cli.{name}" for name in COMMANDS]
     assert [m for m in _imported("--help") if m in commands] == []
     assert [m for m in _imported("scan", "--help") if m in commands] == ["ggaudit.cli.scan"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_scan_loads_no_other_job_nor_the_fleet(tmp_path: Path, fmt: str) -> None:
+    """The scan's report names its types; the reporter finds their lines by the type's name, so showing a
+    scan does not import the rows, verify and diff jobs that make the other reports."""
+    model = tmp_path / "model.gguf"
+    values = struct.pack("<16f", *range(16))
+    write_gguf(model, [TensorSpec("a", GGMLQuantizationType.F32, (8, 2), values),
+                       TensorSpec("b", GGMLQuantizationType.Q4_K, (256, 1), bytes(144))])
+    stdout, modules = _run("scan", "--format", fmt, str(model))
+    assert "ggaudit.scan.run" in modules and f"ggaudit.cli.reporters.{fmt}" in modules     # it ran, and showed
+    assert ("clean" in stdout) if fmt == "text" else json.loads(stdout)["status"] == "clean"
+    assert [m for m in modules if _within(m, NOT_SCAN)] == []
 
 
 def test_help_lists_every_command_with_its_summary() -> None:

@@ -14,8 +14,8 @@ import pytest
 import ggaudit
 from ggaudit.errors import ManifestError, UsageError
 from ggaudit.untrusted import quote
-from ggaudit.verify.stores.gpt4all import default_gpt4all_store
-from ggaudit.verify.stores.lmstudio import default_lmstudio_store
+from ggaudit.stores.gpt4all import default_gpt4all_store
+from ggaudit.stores.lmstudio import default_lmstudio_store
 
 from platforms import needs_symlinks
 from reliability_support import assert_one_line_error, run_cli

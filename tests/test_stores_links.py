@@ -23,10 +23,10 @@ import pytest
 import ggaudit.io
 from ggaudit.errors import FormatError, ManifestError, UsageError
 from ggaudit.format.layout import open_model
-from ggaudit.verify.stores.hf_cache import default_hf_cache, read_hf_snapshot
-from ggaudit.verify.stores.ollama import default_ollama_store
+from ggaudit.stores.hf_cache import default_hf_cache, read_hf_snapshot
+from ggaudit.stores.ollama import default_ollama_store
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
-from ggaudit.verify.stores import ollama as ollama_mod
+from ggaudit.stores import ollama as ollama_mod
 from ggaudit.untrusted import quote
 from ggaudit.verify.run import verify_ollama, verify_sums, verify_tensor_manifest
 

@@ -21,8 +21,8 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 from ggaudit.errors import ManifestError, UsageError
-from ggaudit.verify.stores.ollama import parse_ollama_name
-from ggaudit.verify.stores.sums import read_sums
+from ggaudit.stores.ollama import parse_ollama_name
+from ggaudit.stores.sums import read_sums
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.text import escape
 

@@ -235,7 +235,7 @@ def test_model_not_named_in_a_multi_file_manifest_is_a_usage_error(tmp_path: Pat
 def test_missing_target_is_a_missing_finding_like_a_missing_blob(tmp_path: Path,
                                                                  model: tuple[Path, Path, dict[str, int]]) -> None:
     """Exit 1, not 2: the manifest (or a blob's name) says the file should exist with this sha256, so its
-    absence is a mismatch, as a missing shard, Ollama layer or checksum-file entry is (README, verify)."""
+    absence is a mismatch, as a missing shard, Ollama layer or checksum-file entry is (docs/verify.md)."""
     path, manifest, _ = model
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     path.unlink()

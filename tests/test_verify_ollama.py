@@ -17,7 +17,7 @@ from ggaudit.format.build import TensorSpec, gguf_bytes
 from ggaudit.cli import main
 from ggaudit.format.layout import open_model
 from ggaudit.errors import ManifestError
-from ggaudit.verify.stores.ollama import MEDIA_MODEL, MEDIA_PROJECTOR
+from ggaudit.stores.ollama import MEDIA_MODEL, MEDIA_PROJECTOR
 from ggaudit.verify.run import verify_ollama
 
 from platforms import needs_symlinks

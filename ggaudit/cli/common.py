@@ -21,6 +21,7 @@ from ..text import escape_message, escape_path
 from ..untrusted import shorten
 
 if TYPE_CHECKING:   # imported where used: `ggaudit --help` loads no job (tests/test_startup_cost.py)
+    from ..diagnostic import Diagnostic
     from ..verify.manifests.llama_hash import LlamaHashManifest
     from ..verify.manifests.tensor import TensorManifest
 
@@ -165,7 +166,7 @@ FLAGS = {"tensors": "--tensor", "tensor": "--tensor", "as_fp8": "--as", "max_abs
          "store": "--store", "manifest": "--manifest", "sums": "--sums", "against": "--against",
          "modes": "--modes", "workers": "--workers", "batch": "--batch", "cache_rows": "--cache-rows",
          "prefetch": "--prefetch", "fp8": "--fp8", "all_rows": "--all", "page_crossing": "--page-crossing",
-         "sha256": "--sha256", "base": "--base", "ignore_missing": "--ignore-missing"}
+         "sha256": "--sha256", "base": "--base", "ignore_missing": "--ignore-missing", "anomalies": "--anomalies"}
 
 
 def as_flags(err: GGAuditError) -> GGAuditError:
@@ -278,7 +279,7 @@ def hint(message: str) -> None:
 def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
     """Each MODEL as the files it names: ``ollama:NAME`` becomes its model blob and then its projector's,
     if it has one. A name that does not resolve is kept as it is, so auditing it reports the error."""
-    from ..format.locate import resolve_model
+    from ..stores.locate import resolve_model
 
     paths: list[str] = []
     for spec in specs:
@@ -294,7 +295,7 @@ def model_inputs(spec: str, store: str | None) -> list[str]:
     GGUF file(s) ``spec`` names (for ``ollama:NAME``, after reading its manifest), every shard of their
     split set (found by name, as the set is opened), and the Ollama manifest. A name that does not
     resolve adds only itself: the run says what is wrong with it. For ``-o FILE``, which none may be."""
-    from ..format.locate import description_files, resolve_model
+    from ..stores.locate import description_files, resolve_model
 
     found = [spec]
     with contextlib.suppress(GGAuditError, OSError):
@@ -314,6 +315,11 @@ def split_set_files(path: str) -> list[str]:
     return [path, *(named_shards(path) or ())]
 
 
+#: The help of every command's --store: the one option says where each store a MODEL names is.
+STORE_HELP = ("Root of the store MODEL names: Ollama's (default: $OLLAMA_MODELS or the platform default), "
+              "LM Studio's or GPT4All's models folder.")
+
+
 #: ``-o -`` writes to stdout.
 STDOUT = "-"
 
@@ -329,6 +335,10 @@ class ManifestWritten:
     @property
     def ok(self) -> bool:
         return True
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """None: making a manifest finds nothing."""
+        return iter(())
 
     def to_json(self) -> dict[str, Any]:
         from ..verify.manifests.llama_hash import LlamaHashManifest, llama_hash_to_json

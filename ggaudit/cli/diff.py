@@ -7,7 +7,7 @@ import click
 from typing import TYPE_CHECKING
 
 from ..batch import run_models
-from .common import PathParam, handle_errors, model_inputs
+from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
 @format_options
 @click.option("--fail-fast", is_flag=True, help="Stop at the first tensor whose data differ.")
 @handle_errors
@@ -29,18 +29,19 @@ def diff(a: str, b: str, store: str | None, rendering: Rendering, fail_fast: boo
     file by file, the bytes no tensor owns (padding, gaps, data after the last tensor), the alignment,
     the data offset and the size."""
     # Imported here, not above: `ggaudit diff --help` loads neither numpy nor the comparison.
-    from ..format.locate import resolve_model
-    from ..verify.diff import diff_paths
+    from ..stores.locate import resolve_model
+    from ..verify.diff import DiffOptions, diff_paths
 
     inputs = model_inputs(a, store) + model_inputs(b, store) if rendering.to_file else []
     check_report_file(rendering, inputs)        # -o FILE is neither model: refused before either is read
+    options = DiffOptions(fail_fast=fail_fast)
     # One target, A (compared with B): a failure is its outcome, which names the file that failed.
     with run_progress("diff", [a], rendering) as bar:
 
         def compare(_: str) -> DiffReport:
             with bar.item() as progress:
                 return diff_paths(resolve_model(a, store=store)[0], resolve_model(b, store=store)[0],
-                                  fail_fast=fail_fast, progress=progress)
+                                  options=options, progress=progress)
 
         outcomes = run_models([a], compare)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))

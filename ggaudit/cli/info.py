@@ -7,14 +7,14 @@ import click
 from ..batch import run_models
 from ..format.info import ModelInfo
 from ..format.layout import open_model
-from ..format.locate import resolve_model
-from .common import PathParam, expand_models, handle_errors, model_inputs
+from ..stores.locate import resolve_model
+from .common import STORE_HELP, PathParam, expand_models, handle_errors, model_inputs
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 
 @click.command()
 @click.argument("models", metavar="MODEL...", nargs=-1, required=True)
-@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
 @format_options
 @handle_errors
 def info(models: tuple[str, ...], store: str | None, rendering: Rendering) -> None:

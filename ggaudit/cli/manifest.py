@@ -11,13 +11,13 @@ import click
 from ..batch import run_models
 from ..errors import UsageError
 from ..format.layout import open_model
-from ..format.locate import description_files, resolve_model
-from ..verify.digests import Progress
+from ..stores.locate import description_files, resolve_model
+from ..io import Progress
 from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
                                        write_tensor_manifest)
-from .common import STDOUT, ManifestWritten, PathParam, handle_errors, model_inputs, writing_to
+from .common import STDOUT, STORE_HELP, ManifestWritten, PathParam, handle_errors, model_inputs, writing_to
 from .progress import run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options_also
 
@@ -38,7 +38,7 @@ GGAUDIT = "ggaudit"
                    f"[default: {','.join(DEFAULT_TYPES)}, as llama-gguf-hash's].")
 @click.option("--group-bytes", type=click.IntRange(min=1), default=None,
               help=f"Target size of a row group (whole rows, at least one) [default: {DEFAULT_GROUP_BYTES}].")
-@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
 @click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
               help="Hash each file on a Dask cluster (pip install 'ggaudit[dask]'): a scheduler's address, its "
                    "workers reading MODEL at the same path, or local[:N] worker processes here.")

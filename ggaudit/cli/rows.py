@@ -9,7 +9,7 @@ import click
 from ..batch import run_models
 from ..errors import NothingChecked, UsageError
 from ..rows import MODES
-from .common import PathParam, handle_errors, model_inputs
+from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import ROWS, RunProgress, Tick, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
@@ -64,15 +64,16 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
+@click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
 @format_options
 @handle_errors
 def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
-         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool,
+         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, store: str | None,
          rendering: Rendering) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     # Imported here, not above: `ggaudit rows --help` loads neither numpy nor the readers.
-    from ..format.locate import open_model
+    from ..stores.locate import open_model
     from ..rows.replay import RowSelection, RowsOptions, check_rows, pick_tensor
     from .ids import given_ids
 
@@ -80,7 +81,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
     if chosen is None:
         chosen = () if against is not None else MODES
     # -o FILE is never a file this run reads: refused before it reads any.
-    inputs = [*model_inputs(model, None), *ids_files, *([against] if against is not None else [])] \
+    inputs = [*model_inputs(model, store), *ids_files, *([against] if against is not None else [])] \
         if rendering.to_file else []
     check_report_file(rendering, inputs)
     with run_progress("rows", [model], rendering, unit=ROWS) as bar, bar.item() as tick:
@@ -88,7 +89,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
                               fail_fast=fail_fast, progress=None if tick is None else _by_read_path(bar, tick))
 
         def replay(_: str) -> RowsReport:
-            opened = open_model(model)
+            opened = open_model(model, store=store)
             n_rows = pick_tensor(opened, tensor).n_rows    # the model and the table are said wrong first
             _check_choice(ids, ids_files, all_rows, random_n, page_crossing, against)
             select = RowSelection(all_rows=all_rows, random=random_n, seed=seed, page_crossing=page_crossing)

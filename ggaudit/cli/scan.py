@@ -3,19 +3,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
 from ..scan.report import FP8_E4M3
-from .common import PathParam, expand_models, handle_errors, model_inputs
+from .common import STORE_HELP, PathParam, expand_models, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
     from ..batch import Outcome
+    from ..scan.options import ScanOptions
     from ..scan.report import ScanReport
 
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 @click.option("--limit", type=click.IntRange(min=0), default=16, show_default=True,
               help="Findings listed per tensor (all are counted).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first finding.")
-@click.option("--store", type=PathParam(file_okay=False), help="Ollama store root for ollama:NAME.")
+@click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
 @click.option("--sha256", is_flag=True,
               help="Also print each file's sha256, computed from the same single read as the scan.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Models scanned at once.")
@@ -58,7 +59,8 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     not lose the others.
     """
     # Imported here, not above: `ggaudit scan --help` loads neither numpy nor the scanner.
-    from ..format.locate import resolve_model
+    from ..stores.locate import resolve_model
+    from ..scan.options import ScanOptions
     from ..scan.run import scan as scan_model
     from ..scan.workers import reader_pool
 
@@ -67,39 +69,35 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
         raise UsageError(None, "--jobs N reads each model in its own thread: not with --workers")
     if dask is not None and (workers is not None or jobs > 1):
         raise UsageError(None, "--dask reads on the cluster's workers: not with --workers or --jobs")
-    if dask is not None and anomalies:
-        # Deciding an anomaly reads its block again, which the client may not be able to do.
-        raise UsageError(None, "--anomalies reads blocks again on this machine: not with --dask")
     inputs = [p for m in models for p in model_inputs(m, store)] if rendering.to_file else []
     check_report_file(rendering, inputs)
     paths = expand_models(models, store)
+    # One options object for every model (and every worker of a cluster): checked once, before any is read.
+    options = ScanOptions(tensors=tensors or None, deep=deep, max_abs=max_abs, as_fp8=_fp8_names(paths[0], overrides),
+                          limit=limit, fail_fast=fail_fast, workers=workers if jobs == 1 else 0,
+                          hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html",
+                          anomalies=anomalies)
     if dask is not None:
-        outcomes = _on_dask(dask, paths, tensors=tensors or None, deep=deep, max_abs=max_abs, limit=limit,
-                            as_fp8=_fp8_names(paths[0], overrides), fail_fast=fail_fast, store=store,
-                            hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html")
-        raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
+        raise SystemExit(emit_outcomes(_on_dask(dask, paths, options, store), rendering, inputs=inputs))
     # One line for the run: the models not started yet count their file's size.
     with run_progress("scan", paths, rendering, estimates=[file_size(p) for p in paths]) as bar:
 
         def one(model: str) -> ScanReport:
             with bar.item() as progress:
                 path = resolve_model(model, store=store)[0]  # re-raises what expand_models kept back
-                return scan_model(path, tensors=tensors or None, deep=deep, max_abs=max_abs,
-                                  as_fp8=_fp8_names(path, overrides), limit=limit, fail_fast=fail_fast,
-                                  progress=progress, workers=workers if jobs == 1 else 0,
-                                  hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html",
-                                  anomalies=anomalies)
+                return scan_model(path, options=options, progress=progress)
 
         with reader_pool():
             outcomes = run_models(paths, one, jobs=jobs)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
 
 
-def _on_dask(address: str, paths: list[str], **options: Any) -> list[Outcome[ScanReport]]:
-    from ..fleet import connect, scan_on
+def _on_dask(address: str, paths: list[str], options: ScanOptions, store: str | None) -> list[Outcome[ScanReport]]:
+    from ..fleet import connect, on_fleet, scan_on
 
+    on_fleet(options)       # refused before a cluster is started or reached
     with connect(address) as client:
-        return scan_on(client, paths, **options)
+        return scan_on(client, paths, options=options, store=store)
 
 
 def _fp8_names(path: str, overrides: tuple[str, ...]) -> list[str]:

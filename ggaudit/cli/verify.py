@@ -9,29 +9,25 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import click
 
 from ..batch import run_models
 from ..errors import GGAuditError, UsageError
-from ..format.locate import HF_PREFIX, OLLAMA_PREFIX
+from ..stores.ollama import OllamaStore
 from .common import PathParam, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
+#: ``ollama:*``: every model of the Ollama store.
+EVERY_OLLAMA_MODEL = OllamaStore.prefix + OllamaStore.EVERY_MODEL
+
 if TYPE_CHECKING:
     from ..batch import Outcome
-    from ..verify.digests import Progress
+    from ..io import Progress
+    from ..verify.options import VerifyOptions
     from ..verify.run import VerifyReport
-
-
-class _CacheUse(TypedDict):
-    """How a run uses the digest cache: :func:`ggaudit.verify`'s arguments of that name."""
-
-    cache: bool
-    trust_cache: bool
-    quick: bool
 
 
 @click.command()
@@ -78,7 +74,8 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
       hf:ORG/NAME[@REV]        a Hugging Face cache snapshot, offline
       hf-local:DIR             a huggingface-cli download --local-dir DIR, by its metadata
       lmstudio:[PUB/MODEL]     LM Studio's models (all, or one): each GGUF opens, split sets complete
-      gpt4all:                 GPT4All's models: size and md5 from its local models3.json, else as LM Studio
+      gpt4all:[FILE]           GPT4All's models (all, or one): size and md5 from its models3.json, else
+                               as LM Studio
       FILE                     a blob named by its sha256 (sha256-<hex>), with --sha256 HEX any file,
                                or with --manifest a model
     Several TARGETs are reported one after the other; a failure in one does not lose the others.
@@ -96,6 +93,7 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     """
     # Imported here, not above: `ggaudit verify --help` loads none of the checks.
     from ..verify.dispatch import verify as check
+    from ..verify.options import VerifyOptions
 
     if quick and no_cache:
         raise UsageError(None, "--quick takes its digests from the cache: not with --no-cache")
@@ -104,8 +102,11 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     if trust_cache and dask is not None:
         raise UsageError(None, "--dask workers use no digest cache: not with --trust-cache")
     rendering = dataclasses.replace(rendering, limit=limit)
-    use = _CacheUse(cache=not no_cache, trust_cache=trust_cache, quick=quick)
-    items = list(targets) + ([OLLAMA_PREFIX + ollama_name] if ollama_name is not None else [])
+    # One options object for every target: checked once, before any is read.
+    options = VerifyOptions(manifest=manifest_file, sums=sums, store=store, fail_fast=fail_fast, sha256=sha256,
+                            ignore_missing=ignore_missing, base=base, cache=not no_cache, trust_cache=trust_cache,
+                            quick=quick)
+    items = list(targets) + ([OllamaStore.prefix + ollama_name] if ollama_name is not None else [])
     audits: dict[str, Callable[..., VerifyReport]]
     if sums is None and (ignore_missing or base is not None):
         raise UsageError(None, "--ignore-missing and --base are for --sums FILE")
@@ -114,26 +115,26 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     if sums is not None:
         if items or manifest_file is not None or sha256 is not None:
             raise UsageError(None, "--sums FILE takes no TARGET, no --manifest and no --sha256")
-        names, audits = [sums], {sums: functools.partial(check, sums=sums, ignore_missing=ignore_missing, base=base,
-                                                         fail_fast=fail_fast, **use)}
+        names, audits = [sums], {sums: functools.partial(check, options=options)}
     elif not items:
         raise UsageError(None, "give a TARGET, --ollama NAME or --sums FILE")
     elif sha256 is not None:
         if len(items) != 1 or manifest_file is not None:
             raise UsageError(None, "--sha256 HEX checks one FILE and takes no --manifest")
-        names, audits = items, {items[0]: functools.partial(check, items[0], sha256=sha256, **use)}
+        names, audits = items, {items[0]: functools.partial(check, items[0], options=options)}
     elif dask is not None:
-        if jobs > 1 or quick or OLLAMA_PREFIX + "*" in items:
+        if jobs > 1 or quick or EVERY_OLLAMA_MODEL in items:
             raise UsageError(None, "--dask verifies each TARGET in a task: not with --jobs, --quick or ollama:*")
         names, audits = items, {}
     else:
         # Keyed by the target's text: a target given twice is the same check, reported twice.
-        names, audits = _audits(items, store, manifest_file, fail_fast, use)
+        names, audits = _audits(items, options)
     # -o FILE is refused before anything is hashed when it is a file this run reads.
     inputs = _inputs(items, store, manifest_file, sums, base) if rendering.to_file else []
     check_report_file(rendering, inputs)
     if dask is not None:
-        outcomes = _on_dask(dask, items, manifest_file, store, fail_fast)
+        # A worker's cache folder may not be shared or kept: the workers use none.
+        outcomes = _on_dask(dask, items, dataclasses.replace(options, cache=False))
     else:
         # One line for the run: a target that is a file counts its size until it starts (a store, nothing).
         estimates = [None if sums is not None else file_size(name) for name in names]
@@ -154,7 +155,7 @@ def _inputs(items: list[str], store: str | None, manifest_file: str | None, sums
     manifest and every blob it names, a snapshot's links and blobs, a store folder's files, a model's
     shards). Only names and small description files are read here; what fails to resolve is left for the
     run to report, and the files it then reads are checked again before the report is written."""
-    from ..verify.stores.sums import read_sums
+    from ..stores.sums import read_sums
 
     found = [path for path in (manifest_file, sums) if path is not None]
     if sums is not None:
@@ -172,35 +173,10 @@ def _inputs(items: list[str], store: str | None, manifest_file: str | None, sums
 
 def _store_files(target: str, store: str | None) -> list[str]:
     """The files verify reads for a store TARGET (none for a FILE): listed, not read."""
-    from ..verify.dispatch import GPT4ALL_PREFIX, HF_LOCAL_PREFIX, LMSTUDIO_PREFIX, OLLAMA_ALL
-    from ..verify.stores.gpt4all import read_gpt4all
-    from ..verify.stores.hf_cache import read_hf_snapshot
-    from ..verify.stores.lmstudio import read_lmstudio
-    from ..verify.stores.ollama import list_ollama_models, ollama_blobs, read_ollama_manifest
+    from ..stores.registry import Roots, find_store
 
-    if target == OLLAMA_ALL:
-        listing = list_ollama_models(store)
-        return [os.fspath(n.manifest_path(listing.store)) for n in listing.names] + \
-            [os.fspath(blob) for blob in ollama_blobs(listing.store).values()]
-    if target.startswith(OLLAMA_PREFIX):
-        manifest = read_ollama_manifest(target[len(OLLAMA_PREFIX):], store)
-        # Each layer's blob under both of its names (sha256-HEX, the old sha256:HEX): the check reads one.
-        return [os.fspath(manifest.path)] + [os.fspath(manifest.store / "blobs" / f"sha256{sep}{digest}")
-                                             for digest in {layer.digest: None for layer in manifest.blobs}
-                                             for sep in "-:"]
-    if target.startswith(HF_LOCAL_PREFIX):
-        return [os.path.join(folder, name) for folder, _, names in os.walk(target[len(HF_LOCAL_PREFIX):])
-                for name in names]
-    if target.startswith(LMSTUDIO_PREFIX):
-        return [os.fspath(e.path) for e in read_lmstudio(target[len(LMSTUDIO_PREFIX):], store).files]
-    if target.startswith(GPT4ALL_PREFIX):
-        folder = read_gpt4all(store)
-        return [os.fspath(e.path) for e in folder.folder.files] + \
-            ([os.fspath(folder.listing)] if folder.listing is not None else [])
-    if target.startswith(HF_PREFIX):
-        snapshot = read_hf_snapshot(target[len(HF_PREFIX):])
-        return [os.fspath(path) for e in snapshot.files for path in (e.link, e.blob) if path is not None]
-    return []
+    found = find_store(target, Roots(store), field="target")
+    return [] if found is None else found.input_files()
 
 
 def _files_read(outcomes: list[Outcome[VerifyReport]]) -> list[str]:
@@ -209,49 +185,44 @@ def _files_read(outcomes: list[Outcome[VerifyReport]]) -> list[str]:
             for path in [*(c.path for c in o.result.checked), *(m.path for m in o.result.mismatches)]]
 
 
-def _on_dask(address: str, targets: list[str], manifest: str | None, store: str | None,
-             fail_fast: bool) -> list[Outcome[VerifyReport]]:
+def _on_dask(address: str, targets: list[str], options: VerifyOptions) -> list[Outcome[VerifyReport]]:
     from ..fleet import connect, verify_on
 
     with connect(address) as client:
-        return verify_on(client, targets, manifest=manifest, store=store, fail_fast=fail_fast)
+        return verify_on(client, targets, options=options)
 
 
-def _audits(items: list[str], store: str | None, manifest_file: str | None, fail_fast: bool,
-            use: _CacheUse) -> tuple[list[str], dict[str, Callable[..., VerifyReport]]]:
-    """The targets, in order, and each one's check (called with ``progress=``; ``use``: the digest cache's
-    ``cache``, ``trust_cache`` and ``quick``, as :func:`ggaudit.verify` takes them); ``ollama:*`` (without
+def _audits(items: list[str], options: VerifyOptions) -> tuple[list[str], dict[str, Callable[..., VerifyReport]]]:
+    """The targets, in order, and each one's check (called with ``progress=``); ``ollama:*`` (without
     --manifest) becomes one target per model of the store, then the store itself (its orphan blobs and
     stray partial downloads)."""
-    from ..verify.dispatch import OLLAMA_ALL
     from ..verify.dispatch import verify as check
     from ..verify.run import verify_ollama_store
-    from ..verify.stores.ollama import list_ollama_models
+    from ..stores.ollama import list_ollama_models
 
     targets: list[str] = []
     audits: dict[str, Callable[..., VerifyReport]] = {}
     for item in items:
-        if item == OLLAMA_ALL and manifest_file is None:
-            listing = list_ollama_models(store)
+        if item == EVERY_OLLAMA_MODEL and options.manifest is None:
+            listing = list_ollama_models(options.store)
             for name in listing.names:
-                targets.append(OLLAMA_PREFIX + str(name))
-                audits[targets[-1]] = functools.partial(_ollama_model, use, str(name), store, fail_fast)
+                targets.append(OllamaStore.prefix + str(name))
+                audits[targets[-1]] = functools.partial(_ollama_model, options, str(name))
             targets.append(os.fspath(listing.store))
-            audits[targets[-1]] = functools.partial(verify_ollama_store, store, layers=False, fail_fast=fail_fast)
+            audits[targets[-1]] = functools.partial(verify_ollama_store, options.store, layers=False,
+                                                    fail_fast=options.fail_fast)
         else:
             targets.append(item)
-            audits[item] = functools.partial(check, item, manifest=manifest_file, store=store, fail_fast=fail_fast,
-                                             **use)
+            audits[item] = functools.partial(check, item, options=options)
     return targets, audits
 
 
-def _ollama_model(use: _CacheUse, name: str, store: str | None, fail_fast: bool, *,
-                  progress: Progress | None) -> VerifyReport:
+def _ollama_model(options: VerifyOptions, name: str, *, progress: Progress | None) -> VerifyReport:
     """One model of ``ollama:*``; partials=False: the store's report says the stray partial downloads
     once, not each model's."""
     from ..verify.cache import in_session
     from ..verify.run import verify_ollama
 
-    return in_session(use["cache"], functools.partial(verify_ollama, name, store, fail_fast=fail_fast,
-                                                      partials=False, progress=progress),
-                      trust=use["trust_cache"], quick=use["quick"])
+    return in_session(options.cache, functools.partial(verify_ollama, name, options.store, fail_fast=options.fail_fast,
+                                                       partials=False, progress=progress),
+                      trust=options.trust_cache, quick=options.quick)

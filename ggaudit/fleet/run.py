@@ -14,27 +14,28 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._version import __version__
 from ..batch import Outcome, as_error
-from ..errors import GGAuditError, ReadError, UsageError, one_or_many
+from ..errors import GGAuditError, ReadError, UsageError, one_or_many, options_from
 from ..scan.kernel import Acc
 from ..scan.report import ScanReport, ScanStats
-from ..scan.run import build_report
+from ..scan.options import ScanOptions
+from ..scan.run import report_of
 from ..scan.workers import TASK_BYTES, merge_results, make_tasks
-from ..verify.manifests._common import is_count
+from ..stores.small_files import is_count
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, FileDigest, TensorDigest, TensorManifest
+from ..verify.options import VerifyOptions
 from ..verify.run import VerifyReport
-from .tasks import (Failed, Prepared, ScanSpec, digest_file, guarded, model_files, prepare_scan, scan_range,
-                    scan_whole, verify_target)
+from .tasks import Failed, Planned, digest_file, guarded, model_files, plan_model, scan_range, scan_whole, verify_target
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-__all__ = ["DEFAULT_RETRIES", "manifest_on", "scan_on"]
+__all__ = ["DEFAULT_RETRIES", "manifest_on", "on_fleet", "scan_on", "verify_on"]
 
 #: Times a task that raised is run again (a network share's transient EIO, say). A task whose worker died
 #: is rescheduled by Dask itself, up to its ``distributed.scheduler.allowed-failures``.
@@ -147,72 +148,80 @@ def _run(client: Client, jobs: Sequence[_Job[Any]], retries: int) -> None:
 
 
 class _ScanJob(_Job[ScanReport]):
-    def __init__(self, model: str, spec: ScanSpec, task_bytes: int, threads: int) -> None:
+    def __init__(self, model: str, options: ScanOptions, store: str | None, task_bytes: int, threads: int) -> None:
         super().__init__(model)
-        self.spec, self.task_bytes, self.threads = spec, task_bytes, threads
-        self.prepared: Prepared | None = None
+        self.options, self.store, self.task_bytes, self.threads = options, store, task_bytes, threads
+        self.planned: Planned | None = None
         self.whole: ScanReport | None = None
         self.parts: dict[int, list[tuple[int, Acc]]] = {}
         self.started = time.perf_counter()
 
     def first(self) -> _Call:
         # Digests need each file read once, in order: such a scan is one task.
-        return _Call(scan_whole if self.spec.hashes else prepare_scan, (self.model, self.spec), _FIRST)
+        return _Call(scan_whole if self.options.hashes else plan_model, (self.model, self.options, self.store),
+                     _FIRST)
 
     def took(self, tag: int, value: Any) -> None:
         if tag != _FIRST:
             self.parts[tag] = value
             if any(acc.stopped for _, acc in value):
                 self.todo = iter(())    # --fail-fast: the ranges before this one are all submitted
-        elif self.spec.hashes:
+        elif self.options.hashes:
             self.whole = value
         else:
-            self.prepared = value
+            self.planned = value
             self.started = time.perf_counter()
             self.todo = self._ranges(value)
 
-    def _ranges(self, prepared: Prepared) -> Iterator[_Call]:
-        identities = {f.path: f.identity for f in prepared.model.files}
-        for i, task in enumerate(make_tasks(prepared.plans, identities, self.task_bytes)):
-            yield _Call(scan_range, (task, self.spec.options), i)
+    def _ranges(self, planned: Planned) -> Iterator[_Call]:
+        identities = {f.path: f.identity for f in planned.plan.model.files}
+        for i, task in enumerate(make_tasks(planned.plan.plans, identities, self.task_bytes)):
+            yield _Call(scan_range, (task, self.options.kernel), i)
 
     def result(self) -> ScanReport:
         if self.whole is not None:
             return self.whole
-        p = self.prepared
+        p = self.planned
         assert p is not None
-        opts = self.spec.options
         accs: dict[int, Acc] = {}
         for i in sorted(self.parts):
-            if merge_results(accs, self.parts[i], opts):
+            if merge_results(accs, self.parts[i], self.options.kernel):
                 break
-        stats = ScanStats(bytes=sum(plan.nbytes for plan in p.plans), seconds=time.perf_counter() - self.started,
-                          workers=self.threads)
-        return build_report(p.model, p.selected, p.plans, accs, set(p.fp8), list(p.warnings), opts, stats,
-                            p.structure)
+        stats = ScanStats(bytes=sum(plan.nbytes for plan in p.plan.plans),
+                          seconds=time.perf_counter() - self.started, workers=self.threads)
+        return report_of(p.plan, accs, stats, p.structure)
 
 
-def scan_on(client: Client, models: str | Sequence[str], *, tensors: str | Collection[str] | None = None,
-            deep: bool = False, max_abs: float | None = None, as_fp8: str | Collection[str] = (), limit: int = 16,
-            fail_fast: bool = False, hashes: str | Sequence[str] = (), histograms: bool = False,
-            store: str | None = None, task_bytes: int = TASK_BYTES,
-            retries: int = DEFAULT_RETRIES) -> list[Outcome[ScanReport]]:
+def on_fleet(options: ScanOptions) -> ScanOptions:
+    """``options``, refused (UsageError) where a scan on a cluster cannot do what they ask: the one place
+    that says so, for :func:`scan_on` and for ``ggaudit scan --dask`` before it starts a cluster."""
+    if options.anomalies:
+        # Deciding an anomaly reads its block again, which the client may not be able to do.
+        raise UsageError(None, "reads blocks again where the results are merged: not on a Dask cluster",
+                         field="anomalies")
+    if options.workers is not None:
+        raise UsageError(None, "the cluster's workers are the readers: not on a Dask cluster", field="workers")
+    return options
+
+
+def scan_on(client: Client, models: str | Sequence[str], *, options: ScanOptions | None = None,
+            store: str | None = None, task_bytes: int = TASK_BYTES, retries: int = DEFAULT_RETRIES,
+            **keywords: Any) -> list[Outcome[ScanReport]]:
     """Scan ``models`` (paths, or store names such as ``ollama:NAME``, as the workers see them) on the Dask
     cluster of ``client``: one outcome per model, in order, each the report :func:`ggaudit.scan` gives on
     one machine (``stats`` aside) or the error that stopped that model.
 
-    The options are :func:`ggaudit.scan`'s. ``task_bytes``: tensor bytes per task (whole units, tensor
-    and row aligned). With ``hashes`` a model is one task, its files read once from first byte to last.
-    ``retries``: runs again of a task that raised; a task whose worker died is rescheduled by Dask.
+    The options are :func:`ggaudit.scan`'s, a ScanOptions or its fields as keywords, except what
+    :func:`on_fleet` refuses (``anomalies``, ``workers``). ``task_bytes``: tensor bytes per task (whole
+    units, tensor and row aligned). With ``hashes`` a model is one task, its files read once from first byte
+    to last. ``retries``: runs again of a task that raised; a task whose worker died is rescheduled by Dask.
     """
+    opts = on_fleet(options_from(ScanOptions, options, keywords))
     _check_count(task_bytes, "task_bytes")
     _check_count(retries, "retries", minimum=0)
-    # A str is one model, pattern or name, as for ggaudit.scan: never its letters.
-    spec = ScanSpec(tensors=None if tensors is None else one_or_many("tensors", tensors), deep=deep,
-                    max_abs=max_abs, as_fp8=one_or_many("as_fp8", as_fp8), limit=limit, fail_fast=fail_fast,
-                    hashes=one_or_many("hashes", hashes), histograms=histograms, store=store)
     threads = sum(client.nthreads().values())
-    jobs = [_ScanJob(model, spec, task_bytes, threads) for model in one_or_many("models", models)]
+    # A str is one model, pattern or name, as for ggaudit.scan: never its letters.
+    jobs = [_ScanJob(model, opts, store, task_bytes, threads) for model in one_or_many("models", models)]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 
@@ -254,7 +263,7 @@ def manifest_on(client: Client, models: str | Sequence[str], *, group_bytes: int
 
 
 class _VerifyJob(_Job[VerifyReport]):
-    def __init__(self, target: str, options: dict[str, Any]) -> None:
+    def __init__(self, target: str, options: VerifyOptions) -> None:
         super().__init__(target)
         self.options = options
         self.report: VerifyReport | None = None
@@ -270,17 +279,16 @@ class _VerifyJob(_Job[VerifyReport]):
         return self.report
 
 
-def verify_on(client: Client, targets: str | Sequence[str], *, manifest: str | None = None, store: str | None = None,
-              fail_fast: bool = False, cache: bool = False, quick: bool = False,
-              retries: int = DEFAULT_RETRIES) -> list[Outcome[VerifyReport]]:
+def verify_on(client: Client, targets: str | Sequence[str], *, options: VerifyOptions | None = None,
+              retries: int = DEFAULT_RETRIES, **keywords: Any) -> list[Outcome[VerifyReport]]:
     """:func:`ggaudit.verify` of each target (a file, a blob, ``ollama:NAME``, ``hf:ORG/NAME``; with
     ``manifest``, a model against it) on the Dask cluster of ``client``, one task per target, where the
-    files are: the report a local call gives, or the error that stopped that target. ``cache``: each worker
-    uses its own digest cache (off by default: a worker's cache folder may not be shared or kept)."""
+    files are: the report a local call gives, or the error that stopped that target. The options are
+    :func:`ggaudit.verify`'s, a VerifyOptions or its fields as keywords. ``cache``: each worker uses its own
+    digest cache (off by default: a worker's cache folder may not be shared or kept)."""
+    opts = options_from(VerifyOptions, options, keywords)
     _check_count(retries, "retries", minimum=0)
-    options: dict[str, Any] = {"manifest": manifest, "store": store, "fail_fast": fail_fast, "cache": cache,
-                               "quick": quick}
-    jobs = [_VerifyJob(target, options) for target in one_or_many("targets", targets)]
+    jobs = [_VerifyJob(target, opts) for target in one_or_many("targets", targets)]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 

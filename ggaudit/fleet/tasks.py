@@ -7,20 +7,22 @@ Nothing here imports Dask: these are plain functions a worker unpickles and call
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GGAuditError, ReadError
-from ..format.layout import GGUFFile, Model, Tensor, open_gguf, open_model as open_path
-from ..format.locate import open_model, resolve_model
+from ..format.layout import GGUFFile, Model, open_gguf, open_model as open_path
+from ..stores.locate import open_model, resolve_model
 from ..format.structure import StructureFinding, check_structure
 from ..io import FileIdentity
-from ..scan.kernel import Acc, Options, Plan
+from ..scan.kernel import Acc, Options
 from ..scan.report import ScanReport
-from ..scan.run import check_options, check_reads, fp8_names, make_plans, select_tensors, scan
+from ..scan.options import ScanOptions
+from ..scan.run import ScanPlan, plan_scan, scan
 from ..scan.workers import Task, run_task
 from ..verify.manifests.tensor import FileDigest, TensorDigest, digest_gguf_file
+from ..verify.options import VerifyOptions
 from ..verify.run import VerifyReport
 
 
@@ -42,59 +44,30 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScanSpec:
-    """The options of a scan, as sent to the workers (one object shared by every model's first task)."""
+class Planned:
+    """What a model's first task sends back: its scan's plan (:func:`ggaudit.scan.run.plan_scan`, the one a
+    local scan makes), its files without their metadata (the report needs names and offsets; a vocabulary
+    can be megabytes), and the structure of its files (a few KiB read)."""
 
-    tensors: Collection[str] | None = None
-    deep: bool = False
-    max_abs: float | None = None
-    as_fp8: Collection[str] = ()
-    limit: int = 16
-    fail_fast: bool = False
-    hashes: tuple[str, ...] = ()
-    histograms: bool = False
-    store: str | None = None
-
-    @property
-    def options(self) -> Options:
-        return Options(None if self.max_abs is None else float(self.max_abs), self.limit, self.fail_fast,
-                       self.histograms)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prepared:
-    """A model ready to be scanned in byte ranges: what :func:`ggaudit.scan.run.scan` works out before it
-    reads a tensor, and the structure of its files (a few KiB read)."""
-
-    model: Model                     # files without their metadata: the report needs names and offsets
-    selected: tuple[Tensor, ...]     # in model order
-    plans: tuple[Plan, ...]
-    fp8: frozenset[str]
-    warnings: tuple[str, ...]
+    plan: ScanPlan
     structure: tuple[StructureFinding, ...]
 
 
-def prepare_scan(target: str, spec: ScanSpec) -> Prepared:
-    """Open ``target`` and plan its scan exactly as a local :func:`scan` does (same checks, same order)."""
-    m = open_model(target, store=spec.store)
-    check_options(m.source, spec.max_abs, spec.limit)
-    check_reads(m.source, spec.hashes, None)
-    fp8 = fp8_names(m, spec.as_fp8)
-    selected = select_tensors(m, spec.tensors)
-    plans, warnings = make_plans(selected, fp8, spec.deep)
-    for f in m.files:
-        f.check_unchanged("since it was opened")
-    structure = tuple(finding for f in m.files for finding in check_structure(f))
-    light = dataclasses.replace(m, files=tuple(dataclasses.replace(f, metadata={}) for f in m.files))
-    return Prepared(model=light, selected=tuple(selected), plans=tuple(plans), fp8=frozenset(fp8),
-                    warnings=tuple(warnings), structure=structure)
+def plan_model(target: str, options: ScanOptions, store: str | None) -> Planned:
+    """Open ``target`` where the data lives and plan its scan as a local :func:`scan` does."""
+    plan = plan_scan(open_model(target, store=store), options)
+    structure = tuple(finding for f in plan.model.files for finding in check_structure(f))
+    return Planned(plan=dataclasses.replace(plan, model=without_metadata(plan.model)), structure=structure)
 
 
-def scan_whole(target: str, spec: ScanSpec) -> ScanReport:
+def without_metadata(model: Model) -> Model:
+    """``model`` with its files' metadata left out: what travels back to the client."""
+    return dataclasses.replace(model, files=tuple(dataclasses.replace(f, metadata={}) for f in model.files))
+
+
+def scan_whole(target: str, options: ScanOptions, store: str | None) -> ScanReport:
     """One model in one task, read once from its first byte to its last: what digests need (``hashes``)."""
-    return scan(open_model(target, store=spec.store), tensors=spec.tensors, deep=spec.deep,
-                max_abs=spec.max_abs, as_fp8=spec.as_fp8, limit=spec.limit, fail_fast=spec.fail_fast,
-                workers=0, hashes=spec.hashes, histograms=spec.histograms)
+    return scan(open_model(target, store=store), options=dataclasses.replace(options, workers=0))
 
 
 def scan_range(task: Task, opts: Options) -> list[tuple[int, Acc]]:
@@ -118,11 +91,12 @@ def _same_file(path: str, expected: FileIdentity, when: str) -> FileIdentity:
     return now
 
 
-def verify_target(target: str, options: dict[str, Any]) -> VerifyReport:
-    """``ggaudit.verify(target, **options)`` where the files are: the report is small (digests, mismatches)."""
+def verify_target(target: str, options: VerifyOptions) -> VerifyReport:
+    """``ggaudit.verify(target, options=options)`` where the files are: the report is small (digests,
+    mismatches)."""
     from ..verify.dispatch import verify
 
-    return verify(target, **options)
+    return verify(target, options=options)
 
 
 def model_files(target: str, store: str | None) -> list[str]:

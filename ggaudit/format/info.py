@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from .layout import ArrayValue, GGUFFile, MetaValue, Model, Tensor
+
+if TYPE_CHECKING:
+    from ..diagnostic import Diagnostic
 
 #: The ``schema`` of :func:`model_to_json`.
 SCHEMA = "ggaudit/info/1"
@@ -76,3 +80,7 @@ class ModelInfo:
 
     def to_json(self) -> dict[str, Any]:
         return model_to_json(self.model)
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """None: describing a model finds nothing."""
+        return iter(())

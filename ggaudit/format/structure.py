@@ -194,7 +194,7 @@ def regions(f: GGUFFile) -> tuple[Region, ...]:
 class StructureConsumer:
     """Checks the structure of one file from its bytes, fed in order (``update(offset, data)``).
 
-    A chunk consumer for :func:`ggaudit.verify.digests.read_through`; chunks may be cut anywhere, and
+    A chunk consumer for :func:`ggaudit.io.read_through`; chunks may be cut anywhere, and
     bytes no check needs are ignored. :meth:`findings` once every needed byte was fed.
     """
 

@@ -1,7 +1,7 @@
-"""Replaying table rows through every read path: readers per OS (:mod:`.readers`), choosing rows
-(:mod:`.select`), gathering them (:mod:`.gather`: pools, cache, prefetch), telling what went wrong
-(:mod:`.classify`), the finiteness verdict (:mod:`.finite`) and the entry point (:mod:`.replay`,
-:func:`ggaudit.check_rows`)."""
+"""Replaying table rows through every read path: readers per OS (:mod:`.readers`), the table's row
+geometry (:mod:`.table`), choosing rows (:mod:`.select`), gathering them (:mod:`.gather`: pools, cache,
+prefetch), telling what went wrong (:mod:`.classify`), the finiteness verdict (:mod:`.finite`) and the
+entry point (:mod:`.replay`, :func:`ggaudit.check_rows`)."""
 
 #: The read paths, in the order they are replayed: here, not in .readers, so that naming them (the
 #: command line's help) imports nothing.

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import UsageError
 from .gather import Sample, uniform
 from .readers import POISON, WINDOW_64K, BufferedReader
-
-if TYPE_CHECKING:
-    from .replay import RowTable
+from .table import RowTable
 
 __all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Mismatch", "RawRow", "captured", "locate"]
 

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
 from .readers import BufferedReader
+from .table import RowTable
 from ..scan.report import Finding
 from ..arrays import distinct
 from ..scan.kernel import Acc, Options, Plan, scan_units
-
-if TYPE_CHECKING:
-    from .replay import RowTable
 
 #: Bytes of rows tested per kernel call (whole rows, at least one): bounds the findings held at once.
 CHUNK_BYTES = 1 << 20

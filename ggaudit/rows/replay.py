@@ -11,6 +11,7 @@ read buffers.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -25,23 +26,27 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..format.blocks import Encoding, GGMLQuantizationType, decode_bits, dequantize
+from ..diagnostic import Diagnostic
+from ..lines import is_elements
+from ..format.blocks import GGMLQuantizationType
 from ..errors import NothingChecked, UsageError, check_arg
 from ..format.layout import Model, Tensor
-from ..format.locate import Target, open_model
+from ..stores.locate import Target, open_model
 from ..arrays import distinct
 from . import MODES
 from .readers import PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
+from .table import RowTable
 from .gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall, Sweep,
                      through_cache)
 from .classify import KINDS, UNCLASSIFIED, Classifier, Mismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
+from .lines import describe_row_mismatch, describe_short_read, nonfinite_text
 from .select import (MAX_SELECTED, Capture, RowIds, RowSelection, Selection, crosses, crossing_mask, crossing_rows,
                      crossing_rows_of, int_text, load_capture, select_rows)
 
 __all__ = [
     "KINDS", "CaptureResult", "Classifier", "Geometry", "Mismatch", "NonFiniteValue", "PathStats", "RowCache",
-    "RowSelection", "RowTable", "RowsOptions", "RowsReport", "Selection", "ShortRead", "check_rows", "crosses",
+    "RowSelection", "RowsOptions", "RowsReport", "Selection", "ShortRead", "check_rows", "crosses",
     "crossing_rows", "crossing_rows_of", "geometry_of", "load_capture", "pick_tensor", "select_rows",
     "table_geometry",
 ]
@@ -59,56 +64,6 @@ MAX_REPORTED = 1000
 ReaderFactory = Callable[[str, str], Reader]
 #: Called as (read path, rows done, rows in all) after each batch or sweep chunk.
 Progress = Callable[[str, int, int], None]
-
-
-# --- the table -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RowTable:
-    """The row geometry of one 2-D (or higher) tensor, as the replay needs it."""
-
-    tensor: Tensor
-    file_size: int
-    fp8: bool = False  # an I8 table holding FP8 E4M3 bytes
-
-    @property
-    def name(self) -> str:
-        return self.tensor.name
-
-    @property
-    def path(self) -> str:
-        return self.tensor.path
-
-    @property
-    def row_bytes(self) -> int:
-        return self.tensor.row_bytes
-
-    @property
-    def n_rows(self) -> int:
-        return self.tensor.n_rows
-
-    def row_offset(self, row: int) -> int:
-        return self.tensor.offset + row * self.tensor.row_bytes
-
-    def row_at(self, offset: int) -> tuple[int, int]:
-        """(row, byte within row) of an absolute file offset inside the table."""
-        return divmod(offset - self.tensor.offset, self.tensor.row_bytes)
-
-    def decode(self, data: bytes) -> np.ndarray | None:
-        """The row's values as floats (gguf.quants, or FP8 E4M3 when asked), or None if undecodable."""
-        raw = np.frombuffer(data, dtype=np.uint8)
-        t = self.tensor.ggml_type
-        if t == GGMLQuantizationType.I8:
-            return decode_bits(Encoding.E4M3, raw) if self.fp8 else raw.view(np.int8).astype(np.float64)
-        if t in (GGMLQuantizationType.I16, GGMLQuantizationType.I32, GGMLQuantizationType.I64):
-            return raw.view({GGMLQuantizationType.I16: "<i2", GGMLQuantizationType.I32: "<i4"}
-                            .get(t, "<i8")).astype(np.float64)
-        try:
-            # A delivered row is untrusted: Inf x 0 in gguf.quants is a NaN to report, not a RuntimeWarning.
-            with np.errstate(all="ignore"):
-                return np.asarray(dequantize(raw, t), dtype=np.float64).reshape(-1)
-        except (NotImplementedError, ValueError, KeyError):
-            return None
 
 
 def pick_tensor(model: Model, name: str | None) -> Tensor:
@@ -197,6 +152,8 @@ class CaptureResult:
 
 #: The ``schema`` of :meth:`RowsReport.to_json`.
 SCHEMA = "ggaudit/rows-report/1"
+#: Every kind of diagnostic a rows report yields (ggaudit.kinds ids).
+DIAGNOSTIC_KINDS = (*(f"rows/{k}" for k in (*KINDS, UNCLASSIFIED)), "rows/incomplete-read", "rows/nonfinite")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +201,33 @@ class RowsReport:
     def ok(self) -> bool:
         """The bytes were delivered and the selected rows hold only finite values."""
         return self.delivered and not self.nonfinite_rows
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """Each mismatch kept, each short read kept (``mismatch_count``, ``short_read_count``: all counted),
+        then the selected rows holding NaN or Inf, at the first of them."""
+        elements = is_elements(self.ggml_type)
+        for m in self.mismatches:
+            yield Diagnostic(kind=f"rows/{m.kind}", message="\n".join(describe_row_mismatch(m, elements=elements)),
+                             file=m.file, offset=m.row_offset, length=m.length, tensor=m.tensor, row=m.row,
+                             column=m.column, block=None if elements else m.block, extras=m.to_json())
+        for s in self.short_reads:     # a read of the file (a span of rows, or more), not of one tensor's place
+            yield Diagnostic(kind="rows/incomplete-read", message=describe_short_read(s), file=s.file,
+                             offset=s.offset, length=s.requested, extras={"tensor": self.tensor, **s.to_json()})
+        if self.nonfinite_rows:
+            yield self._nonfinite_diagnostic()
+
+    def _nonfinite_diagnostic(self) -> Diagnostic:
+        """At the row of the first non-finite value (its value's place: row, column, block, field)."""
+        extras = {"tensor": self.tensor, "file": self.file, "nonfinite_rows": self.nonfinite_rows,
+                  "first": None if self.first_nonfinite is None else self.first_nonfinite.to_json()}
+        found = Diagnostic(kind="rows/nonfinite", message=nonfinite_text(self), file=self.file,
+                           length=self.row_bytes, tensor=self.tensor, extras=extras)
+        first = self.first_nonfinite
+        if first is None:
+            return found
+        return dataclasses.replace(found, offset=self.table_offset + first.row * self.row_bytes, row=first.row,
+                                   column=first.column, block=None if first.field == "value" else first.block,
+                                   field=first.field)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -20,9 +20,7 @@ from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..arrays import distinct
 from ..untrusted import quote, shorten
 from .readers import PAGE
-
-if TYPE_CHECKING:
-    from .replay import RowTable
+from .table import RowTable
 
 #: Selections larger than this must sweep the table (all_rows, which streams) rather than list IDs.
 MAX_SELECTED = 1 << 24

@@ -1,4 +1,5 @@
-"""Scan findings as data (frozen dataclasses) and their JSON shape; the text is the CLI's (cli/reporters).
+"""Scan findings as data (frozen dataclasses), their JSON shape and their lines (:meth:`ScanReport.diagnostics`;
+the text reporter prints the same lines).
 
 The JSON shape of a scan report is a public contract (docs/json.md, ggaudit/schema/): keys may be added,
 never removed or renamed without a new schema id.
@@ -8,21 +9,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._version import __version__
-from ..format.structure import StructureFinding
+from ..diagnostic import Diagnostic
+from ..format.structure import GAP, PADDING, TRAILING, StructureFinding
+from ..lines import between, block_layout, format_value, location
+from ..text import escape
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
            "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScaleHistogram",
-           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "counted_kinds", "finite_or_none", "hex_bits"]
+           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "counted_kinds", "describe_finding",
+           "describe_structure", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
 
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
+#: Every kind of diagnostic a scan yields (ggaudit.kinds ids): its findings', then its structure's.
+DIAGNOSTIC_KINDS: tuple[str, ...] = (*KINDS, PADDING, GAP, TRAILING)
 
 
 def counted_kinds(anomalies: bool) -> tuple[str, ...]:
@@ -108,6 +115,62 @@ class Finding:
             doc.update(score=round(self.score, 2), expected=self.expected,
                        typical=list(self.typical) if self.typical else None)
         return doc
+
+
+def finding_encoding(f: Finding, ggml_type: str | None) -> str | None:
+    """How a finding's value is stored: decoded values are float32; a field's encoding is the type's
+    (the tensor type given), else told by its bits' width where that is unambiguous."""
+    if f.cause == CAUSE_DECODED:
+        return "f32"
+    layout = block_layout(ggml_type)
+    if layout is not None:
+        return next((field.encoding.value for field in layout.fields if field.name == f.field), None)
+    digits = len(f.bits) - 2
+    if digits == 8:
+        return "f32"
+    return "f16" if digits == 4 and f.field != "value" else None    # an element of 16 bits: f16 or bf16
+
+
+def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str | None = None) -> str:
+    """One fio-like line: where, then expected before actual, in hex. An element of a float tensor is
+    said by its column; a quantized block's field by block, columns and field name. ``ggml_type``: the
+    tensor's type name, which tells how the value is stored (f16 or bf16) for its shortest text."""
+    element = f.field == "value"
+    where = location(f.path, f.offset, f.size, tensor=f.tensor, expert=f.expert, row=f.row,
+                     block=None if element else f.block, column=f.column, width=f.width)
+    encoding = finding_encoding(f, ggml_type)
+    expected = f"|x| <= {format_value(max_abs)}" if f.kind == "outlier" else "finite"
+    if f.kind == "anomaly" and f.expected is not None and f.typical is not None:
+        expected = (f"|{escape(f.field)}| near {format_value(f.expected, encoding)} (this tensor: "
+                    f"{format_value(f.typical[0], encoding)}..{format_value(f.typical[1], encoding)})")
+    shown = f.kind if f.value is None else format_value(f.value, encoding)
+    actual = f"{f.bits} ({shown})"
+    if f.score is not None:
+        actual += f", {f.score:+.1f} spreads from its row and position"
+    if f.cause == CAUSE_OVERFLOW:
+        actual += f", a finite scale that overflows to {f.kind} when decoded"
+    field = "" if element else f", field {escape(f.field)}"
+    return f"{f.kind} at {where}{field}: expected {expected}, got {actual}"
+
+
+def describe_structure(s: StructureFinding) -> str:
+    """One line: what and where (file, offset, length; the tensors on either side), expected before actual."""
+    return (f"structure {s.kind} at {location(s.path, s.offset, s.length)}: {between(s.after, s.before)}: "
+            f"expected {s.expected}, got {s.actual}")
+
+
+def structure_diagnostic(s: StructureFinding) -> Diagnostic:
+    return Diagnostic(kind=s.kind, message=describe_structure(s), file=s.path, offset=s.offset, length=s.length,
+                      extras=s.to_json())
+
+
+def finding_diagnostic(f: Finding, max_abs: float | None, ggml_type: str) -> Diagnostic:
+    """A finding's diagnostic; an element of a float tensor has a column and no block (as its line says)."""
+    element = f.field == "value"
+    return Diagnostic(kind=f.kind, message=describe_finding(f, max_abs, ggml_type=ggml_type), file=f.path,
+                      offset=f.offset, length=f.size, tensor=f.tensor, row=f.row, column=f.column,
+                      block=None if element else f.block, field=f.field, expert=f.expert,
+                      extras={"tensor": f.tensor, "file": f.path, **f.to_json()})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,6 +309,13 @@ class ScanReport:
         """Nothing found: no non-finite value (and, with ``max_abs``, no outlier) in any tensor, and no
         structure finding."""
         return not self.structure and not any(t.total for t in self.tensors)
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """Each structure finding, then each tensor's listed findings (``--limit`` lists fewer than it
+        counts: ``TensorScan.total``)."""
+        yield from (structure_diagnostic(s) for s in self.structure)
+        for t in self.tensors:
+            yield from (finding_diagnostic(f, self.max_abs, t.type) for f in t.findings)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

@@ -18,7 +18,7 @@ share it:
   mapping raises SIGBUS, which kills only the worker; the broken pool becomes
   ``ReadError("file changed during scan")``.
 * streamed (small models): :class:`ScanConsumer` is a chunk consumer for
-  :func:`ggaudit.verify.digests.read_through`, so a scan can share one read pass with digest consumers.
+  :func:`ggaudit.io.read_through`, so a scan can share one read pass with digest consumers.
   ``scan(..., hashes=("sha256",))`` does that: each file is read once, from its first byte to its
   last, and every chunk goes both to the hashers and to the scan (each in its own thread).
 """
@@ -29,8 +29,6 @@ import dataclasses
 import fnmatch
 import itertools
 import logging
-import math
-import numbers
 import os
 import re
 import time
@@ -41,20 +39,21 @@ import numpy as np
 
 from .. import io
 from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
-from ..verify.digests import ALGORITHMS, read_through
-from ..errors import NothingChecked, ReadError, UsageError, check_arg, check_count, one_or_many
+from ..io import ALGORITHMS, read_through
+from ..errors import NothingChecked, ReadError, UsageError, options_from
 from ..format.layout import GGUFFile, Model, Tensor
-from ..format.locate import open_model
+from ..stores.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
 from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, FileDigest, ScaleHistogram,
                      ScanReport, ScanStats, TensorScan)
 from .histogram import histogram_of
 from .kernel import Acc, Options, Plan, by_file, count_expert, deep_supported, scan_units, settle_anomalies
+from .options import ScanOptions
 from .scales import anomaly_findings, fit_plans
 from .workers import run_mapped
 from ..text import escape
 
-__all__ = ["ScanConsumer", "add_anomalies", "deep_supported", "scan"]
+__all__ = ["ScanConsumer", "ScanOptions", "ScanPlan", "add_anomalies", "deep_supported", "plan_scan", "scan"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class _Stopped(Exception):
 class ScanConsumer:
     """Scans the tensors of one file as its bytes stream past (``update(offset, data)``).
 
-    Usable with :func:`ggaudit.verify.digests.read_through` beside digest consumers, so one read pass can
+    Usable with :func:`ggaudit.io.read_through` beside digest consumers, so one read pass can
     both hash a file and scan it. Chunks may cut blocks anywhere: a partial block is carried over.
     """
 
@@ -226,10 +225,8 @@ def _runs(plans: Sequence[Plan]) -> Iterator[tuple[int, int]]:
 
 # ----- the entry point ------------------------------------------------------------------------------
 
-def select_tensors(model: Model, patterns: str | Collection[str] | None) -> list[Tensor]:
-    """The tensors a scan covers: all, or those matching ``patterns`` (one pattern, or several: each must
-    match one)."""
-    patterns = one_or_many("tensors", patterns) if patterns is not None else ()
+def select_tensors(model: Model, patterns: Collection[str] | None) -> list[Tensor]:
+    """The tensors a scan covers: all, or those matching ``patterns`` (each must match one)."""
     if not patterns:
         return list(model.tensors)
     for pattern in patterns:
@@ -238,9 +235,8 @@ def select_tensors(model: Model, patterns: str | Collection[str] | None) -> list
     return [t for t in model.tensors if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)]
 
 
-def fp8_names(model: Model, names: str | Collection[str]) -> set[str]:
-    """``names`` (one name, or several) checked to be I8 tensors of ``model`` (whose bytes are FP8 E4M3)."""
-    names = one_or_many("as_fp8", names)
+def fp8_names(model: Model, names: Collection[str]) -> set[str]:
+    """``names`` checked to be I8 tensors of ``model`` (whose bytes are FP8 E4M3)."""
     for name in names:
         t = model.tensor(name)
         if t.ggml_type is not T.I8:
@@ -249,51 +245,47 @@ def fp8_names(model: Model, names: str | Collection[str]) -> set[str]:
     return set(names)
 
 
-def check_reads(source: str, hashes: Sequence[str], workers: int | None) -> None:
-    """How the files are to be read: the digest algorithms and the number of reader processes."""
-    unknown = [name for name in hashes if name not in ALGORITHMS]
-    if unknown:
-        raise UsageError(source, f"unknown digest algorithm {unknown[0]!r} (known: {', '.join(ALGORITHMS)})",
-                         field="hashes")
-    if workers is not None:
-        check_count("workers", workers)
-    if hashes and workers:
-        # The digests need every byte in order, in this process: the mapped workers never copy them.
-        raise UsageError(source, "hashes are computed by the one streamed read: workers must be 0 or None",
-                         field="workers")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScanPlan:
+    """A model ready to be read: what a scan works out before it reads a tensor's bytes, the same for a
+    local scan and for ggaudit.fleet's tasks (which read its plans' byte ranges on other machines)."""
+
+    model: Model
+    options: ScanOptions
+    selected: tuple[Tensor, ...]     # in model order; a report lists each
+    plans: tuple[Plan, ...]          # the selected tensors that hold floats, as the readers scan them
+    fp8: frozenset[str]
+    warnings: tuple[str, ...]        # what is not checked as asked (deep: a type gguf.quants cannot decode)
 
 
-def check_options(source: str, max_abs: float | None, limit: int) -> None:
-    """UsageError for a ``max_abs`` or ``limit`` a scan cannot take."""
-    if max_abs is not None:
-        check_arg("max_abs", max_abs, numbers.Real, "a number or None")
-        if not (math.isfinite(max_abs) and max_abs >= 0):
-            raise UsageError(source, f"must be a finite number >= 0, not {max_abs!r}", field="max_abs")
-    check_count("limit", limit)
+def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
+    """Plan the scan of ``model``: the tensors selected, how each is read, and (with ``anomalies``) each
+    quantized tensor's fitted scale model (a read of its scales). The files must still be the ones opened."""
+    fp8 = fp8_names(model, options.as_fp8)
+    selected = select_tensors(model, options.tensors)
+    plans, warnings = make_plans(selected, fp8, options.deep)
+    if options.anomalies:
+        plans = fit_plans(plans)
+    for f in model.files:
+        f.check_unchanged("since it was opened")
+    return ScanPlan(model=model, options=options, selected=tuple(selected), plans=tuple(plans),
+                    fp8=frozenset(fp8), warnings=tuple(warnings))
 
 
-def check_switches(progress: object, **switches: object) -> None:
-    """UsageError unless each of ``switches`` is True or False and ``progress`` a callable or None."""
-    for name, value in switches.items():
-        check_arg(name, value, bool, "True or False")
-    if progress is not None and not callable(progress):
-        raise UsageError(None, f"must be callable or None, not {type(progress).__name__}", field="progress")
-
-
-def scan(model: Model | str | os.PathLike[str], *, tensors: str | Collection[str] | None = None, deep: bool = False,
-         max_abs: float | None = None, as_fp8: str | Collection[str] = (), limit: int = 16, fail_fast: bool = False,
-         progress: ProgressCallback | None = None, workers: int | None = None,
-         hashes: str | Sequence[str] = (), histograms: bool = False, anomalies: bool = False) -> ScanReport:
+def scan(model: Model | str | os.PathLike[str], *, options: ScanOptions | None = None,
+         progress: ProgressCallback | None = None, **keywords: Any) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
+
+    The options are a :class:`ggaudit.scan.options.ScanOptions` (``options=``) or its fields as keywords
+    (``scan(model, deep=True, limit=5)``), not both:
 
     ``tensors``: glob patterns selecting tensors by name (each must match one; a str is one pattern).
     ``deep``: also decode block-quantized tensors with gguf.quants and check the decoded values.
     ``as_fp8``: names of I8 tensors that hold FP8 E4M3 bytes (a str is one name). ``limit``: findings
     listed per tensor (all are counted; an int >= 0).
-    ``fail_fast``: stop at the first finding. ``progress(done_bytes, total_bytes)`` is called as the
-    scan advances. ``workers``: reader processes (0 reads in this process; None picks: 0 for models
-    under 256 MiB of tensor data or a process with one core available, else 2; within a
-    :func:`ggaudit.scan.workers.reader_pool` block, scans share one pool). ``hashes``: digest
+    ``fail_fast``: stop at the first finding. ``workers``: reader processes (0 reads in this process; None
+    picks: 0 for models under 256 MiB of tensor data or a process with one core available, else 2; within
+    a :func:`ggaudit.scan.workers.reader_pool` block, scans share one pool). ``hashes``: digest
     algorithms (``"sha256"``, ``"xxh3-128"``) of each whole file, computed from the same single read as
     the scan (which then runs in this process) and returned in ``report.digests``, one entry per file
     (per shard).
@@ -304,23 +296,21 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: str | Collection[str
     likely a flipped exponent bit; likely, not certain, damage: ``verify`` against a manifest or ``diff``
     against another copy confirms it). Float tensors are not modelled.
 
+    ``progress(done_bytes, total_bytes)`` is called as the scan advances (an observer of this call, not
+    an option: one options object serves many scans).
+
     Whatever the tensors selected, each file's structure is checked too (``report.structure``): padding
     that is not zeros, gaps between tensors, data after the last tensor. That reads the padding and a
     bounded prefix of anything else, a few KiB for a real model.
     """
+    opts = options_from(ScanOptions, options, keywords)
+    if progress is not None and not callable(progress):
+        raise UsageError(None, f"must be callable or None, not {type(progress).__name__}", field="progress")
     m = model if isinstance(model, Model) else open_model(model)
-    hashes = one_or_many("hashes", hashes)
-    check_options(m.source, max_abs, limit)
-    check_switches(progress, deep=deep, fail_fast=fail_fast, histograms=histograms, anomalies=anomalies)
-    check_reads(m.source, hashes, workers)
-    fp8 = fp8_names(m, as_fp8)
-    selected = select_tensors(m, tensors)
-    opts = Options(None if max_abs is None else float(max_abs), limit, fail_fast, histograms, anomalies)
-    plans, warnings = make_plans(selected, fp8, deep)
-    if anomalies:
-        plans = fit_plans(plans)
-    total = sum(p.nbytes for p in plans)
-    n_workers = 0 if hashes else _workers(workers, total)
+    plan = plan_scan(m, opts)
+    hashes = tuple(opts.hashes)
+    total = sum(p.nbytes for p in plan.plans)
+    n_workers = 0 if hashes else _workers(opts.workers, total)
     done = 0
 
     def advance(n: int) -> None:
@@ -330,30 +320,38 @@ def scan(model: Model | str | os.PathLike[str], *, tensors: str | Collection[str
             progress(done, total)
 
     started = time.perf_counter()
-    for f in m.files:
-        f.check_unchanged("since it was opened")
+    kernel_opts = opts.kernel
     digests: list[FileDigest] = []
     if hashes:
-        hashed = _run_hashed(plans, opts, m.files, hashes, advance)
+        hashed = _run_hashed(plan.plans, kernel_opts, m.files, hashes, advance)
         accs, digests = hashed.accs, hashed.digests
         structure = tuple(hashed.structure)
     else:
         structure = tuple(finding for f in m.files for finding in check_structure(f))
-        accs = run_mapped(plans, opts, m.files, n_workers, advance) if n_workers else \
-            _run_streamed(plans, opts, advance)
+        accs = run_mapped(plan.plans, kernel_opts, m.files, n_workers, advance) if n_workers else \
+            _run_streamed(plan.plans, kernel_opts, advance)
     for f in m.files:
         f.check_unchanged("during scan")
-    elapsed = time.perf_counter() - started
-    stats = ScanStats(bytes=total, seconds=elapsed, workers=n_workers)
-    if anomalies:
-        warnings = warnings + add_anomalies(plans, accs, opts)
-    report = build_report(m, selected, plans, accs, fp8, warnings, opts, stats, structure)
+    stats = ScanStats(bytes=total, seconds=time.perf_counter() - started, workers=n_workers)
+    report = report_of(plan, accs, stats, structure)
     if not hashes:
         return report
     unhashed = len(m.files) - len(digests)
     extra = (f"stopped at the first finding (fail_fast): no digests for {unhashed} of {len(m.files)} files",)
     return dataclasses.replace(report, hashes=hashes, digests=tuple(digests),
                                warnings=report.warnings + (extra if unhashed else ()))
+
+
+def report_of(plan: ScanPlan, accs: dict[int, Acc], stats: ScanStats,
+              structure: tuple[StructureFinding, ...]) -> ScanReport:
+    """The report of a planned scan from its plans' merged accumulators, however they were read (in this
+    process, by reader processes, on a fleet): anomalies are decided here, reading their blocks again."""
+    opts = plan.options.kernel
+    warnings = list(plan.warnings)
+    if plan.options.anomalies:
+        warnings += add_anomalies(plan.plans, accs, opts)
+    return build_report(plan.model, plan.selected, plan.plans, accs, set(plan.fp8), warnings, opts, stats,
+                        structure)
 
 
 def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) -> list[str]:

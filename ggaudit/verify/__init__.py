@@ -2,8 +2,8 @@
 own name, a tensor manifest) and model against model.
 
 The package is also the function: ``ggaudit.verify(target, ...)`` is
-:func:`ggaudit.verify.dispatch.verify`. It imports nothing else itself, so that the store readers
-(:mod:`ggaudit.verify.stores`) can be used by :mod:`ggaudit.format.locate` without a cycle.
+:func:`ggaudit.verify.dispatch.verify`. It imports nothing else itself: importing one of its modules
+runs no other. The stores whose expectations it checks are :mod:`ggaudit.stores`, a layer below.
 """
 
 from .._callable import make_callable

@@ -400,12 +400,9 @@ def active_cache() -> DigestCache | None:
     return _ACTIVE.get()
 
 
-@contextmanager
-def using_cache(cache: CacheChoice, *, trust: bool = False, quick: bool = False) -> Iterator[DigestCache | None]:
-    """Let the checks run inside use the digest cache (``cache``: True for the user's cache folder, a
-    folder of its own, or False for none): every file is read and its digest stored; with ``trust``, a
-    file unchanged since it was hashed is not read again, its digest taken from the cache; with
-    ``quick``, hash nothing and take digests from it only."""
+def check_cache_use(cache: object, *, trust: object, quick: object) -> None:
+    """UsageError unless ``cache`` is True, False or a folder and ``trust`` and ``quick`` are True or False,
+    neither of them with the cache off."""
     if not isinstance(cache, (bool, str, os.PathLike)):
         raise UsageError(None, f"must be True, False or a folder, not {type(cache).__name__}", field="cache")
     for name, value in (("trust_cache", trust), ("quick", quick)):
@@ -413,6 +410,15 @@ def using_cache(cache: CacheChoice, *, trust: bool = False, quick: bool = False)
             raise UsageError(None, f"must be True or False, not {type(value).__name__}", field=name)
         if value and cache is False:
             raise UsageError(None, "takes its digests from the cache: not with the cache off", field=name)
+
+
+@contextmanager
+def using_cache(cache: CacheChoice, *, trust: bool = False, quick: bool = False) -> Iterator[DigestCache | None]:
+    """Let the checks run inside use the digest cache (``cache``: True for the user's cache folder, a
+    folder of its own, or False for none): every file is read and its digest stored; with ``trust``, a
+    file unchanged since it was hashed is not read again, its digest taken from the cache; with
+    ``quick``, hash nothing and take digests from it only."""
+    check_cache_use(cache, trust=trust, quick=quick)
     session = None if cache is False else DigestCache(None if cache is True else cache, trust=trust, quick=quick)
     token = _ACTIVE.set(session)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +17,17 @@ import numpy as np
 
 from .. import io
 from .._version import __version__
+from ..errors import check_arg, options_from
+from ..diagnostic import Diagnostic, Place
+from .diff_lines import describe_data_diff, describe_layout_change, describe_metadata_change, describe_only
 from .diff_meta import MetadataChange, diff_metadata
+from .diff_structure import DIAGNOSTIC_KINDS as _STRUCTURE_KINDS
 from .diff_structure import StructureDiff, diff_structures
-from .digests import Progress, Tally
+from ..io import Progress
+from .digests import Tally
 from ..format.blocks import BlockLayout, Encoding, decode_bits, dequantize, field_bits, layout_of
 from ..format.layout import Model, Tensor
-from ..format.locate import Target, open_model
+from ..stores.locate import Target, open_model
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +35,9 @@ log = logging.getLogger(__name__)
 SCHEMA = "ggaudit/diff-report/1"
 
 CHUNK_BYTES = 4 << 20
+#: Every kind of diagnostic a diff report yields (ggaudit.kinds ids).
+DIAGNOSTIC_KINDS = ("diff/metadata", "diff/only-in-a", "diff/only-in-b", "diff/layout", "diff/data",
+                    *_STRUCTURE_KINDS)
 
 
 #: Dequantized elements of the first differing block listed with their values (all are counted).
@@ -164,6 +173,25 @@ class DiffReport:
         return not (self.only_in_a or self.only_in_b or self.layout_changes or self.data_diffs or self.metadata
                     or self.structure_differences)
 
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """Metadata keys, tensors only in one model, changed layouts, differing data (at B's block, A's the
+        related place), then each file's structure differences."""
+        for c in self.metadata:
+            yield Diagnostic(kind="diff/metadata", message=describe_metadata_change(c),
+                             file=self.a if c.what == "only-in-a" else self.b, field=c.key,
+                             extras={"a": self.a, "b": self.b, **c.to_json()})
+        for side, names in (("a", self.only_in_a), ("b", self.only_in_b)):
+            for name in names:
+                yield Diagnostic(kind=f"diff/only-in-{side}", message=describe_only(side, name),
+                                 file=self.a if side == "a" else self.b, tensor=name,
+                                 extras={"tensor": name, "a": self.a, "b": self.b})
+        for lc in self.layout_changes:
+            yield Diagnostic(kind="diff/layout", message=describe_layout_change(lc), file=self.b, tensor=lc.name,
+                             extras={"tensor": lc.name, "a": self.a, "b": self.b, **lc.to_json()})
+        yield from (_data_diagnostic(d) for d in self.data_diffs)
+        for s in self.structure:
+            yield from s.diagnostics()
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "a": self.a, "b": self.b,
                 "stopped_early": self.stopped_early, "metadata": [c.to_json() for c in self.metadata],
@@ -171,6 +199,18 @@ class DiffReport:
                 "layout_changes": [c.to_json() for c in self.layout_changes],
                 "data_diffs": [d.to_json() for d in self.data_diffs], "identical": list(self.identical),
                 "structure": [s.to_json() for s in self.structure], "stats": self.stats.to_json()}
+
+
+def _data_diagnostic(d: TensorDataDiff) -> Diagnostic:
+    """At the first differing block (element) in B; ``field``: the first float field its bytes change."""
+    f = d.first
+    a_side = Place(what="the same block in a (expected)", file=d.path_a, offset=f.offset_a, length=f.block_bytes,
+                   tensor=d.name)
+    return Diagnostic(kind="diff/data", message="\n".join(describe_data_diff(d)), file=d.path_b, offset=f.offset_b,
+                      length=f.block_bytes, tensor=d.name, row=f.row, column=f.column,
+                      block=None if f.columns == 1 else f.block,
+                      field=next((c.name for c in f.changes if c.what == "field"), None),
+                      related=(a_side,), extras={"tensor": d.name, **d.to_json()})
 
 
 def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES,
@@ -214,11 +254,24 @@ def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int
                       stopped_early=fail_fast and bool(data_diffs), metadata=metadata, structure=structure)
 
 
-def diff_paths(path_a: Target, path_b: Target, *, fail_fast: bool = False,
-               progress: Progress | None = None) -> DiffReport:
+@dataclass(frozen=True, kw_only=True)
+class DiffOptions:
+    """How :func:`ggaudit.diff` compares (its keyword arguments are these fields). *fail_fast*: stop at the
+    first tensor whose data differ."""
+
+    fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        check_arg("fail_fast", self.fail_fast, bool, "True or False")
+
+
+def diff_paths(path_a: Target, path_b: Target, *, options: DiffOptions | None = None,
+               progress: Progress | None = None, **keywords: Any) -> DiffReport:
     """Open both models (a path, any shard of a split set, ``ollama:NAME``, ``hf:ORG/NAME`` or a Model)
-    and compare them (``progress``: as :func:`diff_models`)."""
-    return diff_models(open_model(path_a), open_model(path_b), fail_fast=fail_fast, progress=progress)
+    and compare them (``progress``: as :func:`diff_models`). The options are a :class:`DiffOptions`
+    (``options=``) or its fields as keywords, not both."""
+    opts = options_from(DiffOptions, options, keywords)
+    return diff_models(open_model(path_a), open_model(path_b), fail_fast=opts.fail_fast, progress=progress)
 
 
 def _layout_change(ta: Tensor, tb: Tensor) -> LayoutChange | None:

@@ -12,10 +12,14 @@ alignment, data-section offset and size are compared as facts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
+from ..diagnostic import Diagnostic, Place
+from ..lines import between
+from ..text import escape_path
 from ..format.layout import GGUFFile
 from ..format.structure import HEAD_BYTES, Region, StructureFinding, check_structure, regions
 from .diff_meta import CHUNK_BYTES, ReadFn, Span, first_difference
@@ -24,6 +28,8 @@ from .diff_meta import CHUNK_BYTES, ReadFn, Span, first_difference
 _Place = tuple[str, str | None, str | None]
 
 CHANGED, ONLY_IN_A, ONLY_IN_B = "changed", "only-in-a", "only-in-b"
+#: The kind of every diagnostic of a structure difference (ggaudit.kinds id).
+DIAGNOSTIC_KINDS = ("diff/structure",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +98,24 @@ class StructureDiff:
     @property
     def ok(self) -> bool:
         return not self.differences
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """The differing file facts (or a file only one side has), at the file; then each region that
+        differs, at its bytes in B (A's the related place), or in the one file that has them."""
+        facts = describe_structure_facts(self)
+        if facts:
+            yield Diagnostic(kind="diff/structure", message="\n".join(facts),
+                             file=str(self.path_b if self.path_b is not None else self.path_a),
+                             extras={k: v for k, v in self.to_json().items() if k != "changes"})
+        for c in self.changes:
+            in_b = c.offset_b is not None
+            path, offset, length = (self.path_b, c.offset_b, c.length_b) if in_b else (self.path_a, c.offset_a,
+                                                                                        c.length_a)
+            related = (Place(what="the same place in a (expected)", file=str(self.path_a), offset=c.offset_a,
+                             length=c.length_a),) if c.what == CHANGED else ()
+            yield Diagnostic(kind="diff/structure", message="\n".join(describe_region_change(self, c)),
+                             file=str(path), offset=offset, length=length, related=related,
+                             extras={"path_a": self.path_a, "path_b": self.path_b, **c.to_json()})
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "path_a": self.path_a, "path_b": self.path_b, "alignment_a": self.alignment_a,
@@ -180,3 +204,52 @@ def _head(read: ReadFn, span: Span, at: int) -> str:
     """Up to ``HEAD_BYTES`` of a region from byte ``at``, as hex ("" past its end)."""
     path, offset, length = span
     return read(path, offset + at, min(HEAD_BYTES, length - at)).hex() if at < length else ""
+
+
+# --- the lines (the text report's, and the diagnostics' messages) ---------------------------------------
+
+def describe_structure_diff(s: StructureDiff) -> list[list[str]]:
+    """The lines of each structure difference of a pair of files: the file facts that differ (alignment,
+    data offset, size), then each region no tensor owns that differs."""
+    facts = describe_structure_facts(s)
+    return ([facts] if facts else []) + [describe_region_change(s, c) for c in s.changes]
+
+
+def describe_structure_facts(s: StructureDiff) -> list[str]:
+    """The facts of a pair of files that differ (none: no lines), or those of a file only one model has."""
+    if s.path_a is None or s.path_b is None:
+        side, path, facts = ("b", s.path_b, (s.alignment_b, s.data_offset_b, s.size_b)) if s.path_a is None \
+            else ("a", s.path_a, (s.alignment_a, s.data_offset_a, s.size_a))
+        return [f"ONLY-IN-{side.upper()} structure file {escape_path(str(path))}: alignment {facts[0]}, "
+                f"data offset {facts[1]}, size {facts[2]}"]
+    if not s.facts:
+        return []
+    return [f"CHANGED structure file: {', '.join(f'{name} {a} -> {b}' for name, a, b in s.facts)}",
+            f"  a: file {escape_path(s.path_a)}", f"  b: file {escape_path(s.path_b)}"]
+
+
+def describe_region_change(s: StructureDiff, c: RegionChange) -> list[str]:
+    """A region that differs: in one file only (its offset, length and first bytes), or in both, with
+    each file's region and the first differing byte (its offset in each file and the bytes from there)."""
+    where = f"structure {c.kind} {between(c.after, c.before)}"
+    if c.what != CHANGED:
+        side, path, offset, length, head = ("a", s.path_a, c.offset_a, c.length_a, c.head_a) if c.what == ONLY_IN_A \
+            else ("b", s.path_b, c.offset_b, c.length_b, c.head_b)
+        return [f"ONLY-IN-{side.upper()} {where}: file {escape_path(str(path))}, offset {offset}, length {length}: "
+                f"{_region_bytes(head, length or 0)}"]
+    return [f"CHANGED {where}: first difference at byte {c.byte} of the region",
+            _region_side("a", s.path_a, c.offset_a, c.length_a, c.first_a, c.head_a, c.byte),
+            _region_side("b", s.path_b, c.offset_b, c.length_b, c.first_b, c.head_b, c.byte)]
+
+
+def _region_side(side: str, path: str | None, offset: int | None, length: int | None, first: int | None,
+                 head: str, byte: int) -> str:
+    where = f"  {side}: file {escape_path(str(path))}, offset {offset}, length {length}"
+    if first is None:
+        return f"{where}; it ends at offset {(offset or 0) + (length or 0)}"
+    return f"{where}; at offset {first}: {_region_bytes(head, (length or 0) - byte)}"
+
+
+def _region_bytes(head: str, length: int) -> str:
+    """A region's first bytes as hex, ``...`` when it holds more than those shown."""
+    return head + ("..." if length > len(head) // 2 else "")

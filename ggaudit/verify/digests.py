@@ -1,108 +1,38 @@
-"""Streaming digests: read a file once, in large chunks, and feed every interested consumer.
+"""Digests of byte ranges and of whole files, fed by one read (:func:`ggaudit.io.read_through`).
 
-The unit of reuse is the *chunk consumer*: any object with ``update(offset, data)``. A consumer is
-handed the bytes of a file in order, chunk after chunk, each chunk as a read-only ``memoryview`` and
-the absolute file ``offset`` of its first byte. ``read_through`` is the driver: it reads the file once
-with positioned reads (:mod:`ggaudit.io`) into a small ring of reused buffers and gives every chunk to
-every consumer, so a sha256 of the file, per-tensor xxh3 digests and a NaN scan can all share one read::
+The read itself, the chunk-consumer protocol and the whole-file hashers (sha256, xxh3-128) live in
+:mod:`ggaudit.io`, below every job, so that a scan shares the read without importing verify. Here: what
+verify adds on top of it: per-range digests (a tensor manifest's), git's blob id, several light consumers
+in one thread, a whole file hashed by algorithm name, and :class:`Tally`, several reads told as one
+``progress(done, total)``.
 
-    sha = Sha256()
-    read_through(path, [sha, my_scanner])      # one pass over the file
-    sha.hexdigest()
-
-Rules for consumers:
-
-* chunks arrive in file order, back to back, covering ``[start, end)`` exactly once;
-* the ``memoryview`` is only valid during the call: the buffer is refilled afterwards, so copy what
-  you must keep (``bytes(data[a:b])``);
-* each consumer runs in its own worker thread (``threaded=True``, the default), one chunk at a time,
-  so a consumer needs no locking of its own; the work that releases the GIL (``hashlib`` for large
-  updates, ``xxhash``, numpy) then runs in parallel with the next read and with the other consumers.
-  Light consumers can be bundled into one thread with ``Tee``;
-* an exception raised by a consumer stops the read and is re-raised by ``read_through``.
-
-``progress(done, total)``, where a function takes it, is told bytes done of bytes to do, once per chunk
-(never per byte), in the calling thread; :class:`Tally` adds several reads up into one such count.
+``read_through`` and ``Sha256`` are still importable from here (``from ggaudit.verify.digests import
+read_through``, as the README's library section documents).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import queue
-import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import xxhash
 
-from .. import io
 from ..errors import ReadError, UsageError, one_or_many
+from ..io import ALGORITHMS, DEFAULT_CHUNK_SIZE, ChunkConsumer, Hasher, Progress, Sha256, read_through
 
-log = logging.getLogger(__name__)
-
-DEFAULT_CHUNK_SIZE = 8 << 20
-"""Bytes per read: large enough that per-chunk Python overhead vanishes, small enough to stay cheap."""
-
-DEFAULT_DEPTH = 3
-"""Buffers in the ring: one being read while the consumers work on the others."""
-
-#: Told (bytes done, bytes in all) as a long read advances.
-Progress = Callable[[int, int], None]
+__all__ = ["GitBlobSha1", "Segment", "SegmentDigest", "SegmentDigests", "Sha256", "Tally", "Tee", "hash_file",
+           "read_through"]
 
 
-class ChunkConsumer(Protocol):
-    """Anything that accepts a file's bytes chunk by chunk (see the module docstring)."""
-
-    def update(self, offset: int, data: memoryview) -> None:
-        """Take the bytes ``data`` found at absolute file offset ``offset``; do not keep ``data``."""
-
-
-class _Hasher:
-    """A hashlib-style object (``update``, ``hexdigest``) as a chunk consumer."""
-
-    name: str
-
-    def __init__(self, hash_object: Any) -> None:
-        self._hash = hash_object
-
-    def update(self, offset: int, data: memoryview) -> None:
-        self._hash.update(data)
-
-    def hexdigest(self) -> str:
-        return str(self._hash.hexdigest())
-
-
-class Sha256(_Hasher):
-    """sha256 of everything it is fed, as a chunk consumer."""
-
-    name = "sha256"
-
-    def __init__(self) -> None:
-        super().__init__(hashlib.sha256())
-
-
-class Xxh3_128(_Hasher):
-    """xxh3-128 of everything it is fed, as a chunk consumer."""
-
-    name = "xxh3-128"
-
-    def __init__(self) -> None:
-        super().__init__(xxhash.xxh3_128())
-
-
-class GitBlobSha1(_Hasher):
+class GitBlobSha1(Hasher):
     """git's blob id (sha1 of ``blob <size>\\0`` then the bytes), as the Hugging Face cache names small files."""
 
     name = "git-sha1"
 
     def __init__(self, size: int) -> None:
         super().__init__(hashlib.sha1(b"blob %d\0" % size))
-
-
-ALGORITHMS: dict[str, Callable[[], Sha256 | Xxh3_128]] = {"sha256": Sha256, "xxh3-128": Xxh3_128}
 
 
 class Tee:
@@ -223,33 +153,6 @@ class _OpenSegment:
         return SegmentDigest(self.segment.key, self._whole.hexdigest(), tuple(self._groups))
 
 
-def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer], *,
-                 start: int = 0, end: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 depth: int = DEFAULT_DEPTH, threaded: bool = True, progress: Progress | None = None) -> int:
-    """Read ``path`` once from ``start`` to ``end`` (default: its size) and feed every consumer.
-
-    Returns the number of bytes read. Raises ReadError if the file ends early (it shrank, or ``end``
-    lies past its end) or a read fails; OSError from opening propagates for the caller to report.
-    With ``threaded=False`` everything runs in the calling thread (simpler to debug, slower).
-    ``progress(done, total)``: bytes of ``[start, end)`` read so far, after each chunk.
-    """
-    fd = io.open_fd(path)
-    try:
-        if end is None:
-            end = os.fstat(fd).st_size
-        if not 0 <= start <= end:
-            raise ValueError(f"bad range [{start}, {end})")
-        io.advise(fd, start, end - start, "sequential")
-        reader = _ChunkReader(fd, os.fspath(path), start, end, chunk_size, progress)
-        if threaded and consumers:
-            _run_threaded(reader, consumers, depth)
-        else:
-            _run_inline(reader, consumers)
-        return end - start
-    finally:
-        os.close(fd)
-
-
 def hash_file(path: str | os.PathLike[str], algorithms: str | Sequence[str] = ("sha256",), *,
               chunk_size: int = DEFAULT_CHUNK_SIZE, progress: Progress | None = None) -> dict[str, str]:
     """Hex digests of a whole file for each named algorithm (``sha256``, ``xxh3-128``; a str is one), one read."""
@@ -260,30 +163,6 @@ def hash_file(path: str | os.PathLike[str], algorithms: str | Sequence[str] = ("
     hashers = [ALGORITHMS[name]() for name in algorithms]
     read_through(path, hashers, chunk_size=chunk_size, progress=progress)
     return {name: h.hexdigest() for name, h in zip(algorithms, hashers, strict=True)}
-
-
-class _ChunkReader:
-    """Fills caller-owned buffers with consecutive chunks of ``[start, end)``."""
-
-    def __init__(self, fd: int, path: str, start: int, end: int, chunk_size: int,
-                 progress: Progress | None = None) -> None:
-        self.fd, self.path, self.pos, self.end, self.chunk_size = fd, path, start, end, chunk_size
-        self.start, self.progress = start, progress
-
-    def buffer(self) -> bytearray:
-        return bytearray(min(self.chunk_size, max(self.end - self.pos, 1)))
-
-    def read_into(self, buf: bytearray) -> tuple[int, int] | None:
-        """Read the next chunk into ``buf``; returns (offset, length), or None at ``end``."""
-        if self.pos >= self.end:
-            return None
-        want = min(len(buf), self.end - self.pos)
-        io.pread_exact(self.fd, self.path, memoryview(buf)[:want], self.pos)
-        offset = self.pos
-        self.pos += want
-        if self.progress is not None:
-            self.progress(self.pos - self.start, self.end - self.start)
-        return offset, want
 
 
 class Tally:
@@ -325,70 +204,3 @@ class Tally:
         if self._progress is not None:
             self.done = min(done, self.total)
             self._progress(self.done, self.total)
-
-
-def _run_inline(reader: _ChunkReader, consumers: Sequence[ChunkConsumer]) -> None:
-    buf = reader.buffer()
-    view = memoryview(buf)
-    while (chunk := reader.read_into(buf)) is not None:
-        offset, length = chunk
-        piece = view[:length].toreadonly()
-        for consumer in consumers:
-            consumer.update(offset, piece)
-
-
-def _run_threaded(reader: _ChunkReader, consumers: Sequence[ChunkConsumer], depth: int) -> None:
-    """Reader in the calling thread, one worker per consumer, a ring of ``depth`` buffers.
-
-    A buffer goes back to the free list when every consumer has finished with it, so the reader can
-    be at most ``depth - 1`` chunks ahead of the slowest consumer: memory stays at depth x chunk.
-    """
-    buffers = [reader.buffer() for _ in range(max(depth, 2))]
-    free: queue.Queue[int] = queue.Queue()
-    for index in range(len(buffers)):
-        free.put(index)
-    pending = [0] * len(buffers)
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    inboxes: list[queue.Queue[tuple[int, int, int] | None]] = [queue.Queue() for _ in consumers]
-
-    def release(index: int) -> None:
-        with lock:
-            pending[index] -= 1
-            done = pending[index] == 0
-        if done:
-            free.put(index)
-
-    def work(consumer: ChunkConsumer, inbox: queue.Queue[tuple[int, int, int] | None]) -> None:
-        while (item := inbox.get()) is not None:
-            index, offset, length = item
-            try:
-                if not errors:
-                    consumer.update(offset, memoryview(buffers[index])[:length].toreadonly())
-            except BaseException as err:    # handed to the reader thread, re-raised there
-                errors.append(err)
-            finally:
-                release(index)
-
-    pairs = enumerate(zip(consumers, inboxes, strict=True))
-    workers = [threading.Thread(target=work, args=pair, daemon=True, name=f"ggaudit-digest-{i}") for i, pair in pairs]
-    for worker in workers:
-        worker.start()
-    try:
-        while True:
-            index = free.get()
-            if errors:      # a consumer failed: stop reading; its error is re-raised below
-                break
-            chunk = reader.read_into(buffers[index])
-            if chunk is None:
-                break
-            pending[index] = len(consumers)
-            for inbox in inboxes:
-                inbox.put((index, *chunk))
-    finally:
-        for inbox in inboxes:
-            inbox.put(None)
-        for worker in workers:
-            worker.join()
-    if errors:
-        raise errors[0]

@@ -3,31 +3,31 @@
 from __future__ import annotations
 
 import os
+from functools import singledispatch
+from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, options_from
 from ..format.layout import Model
-from ..format.locate import HF_PREFIX, OLLAMA_PREFIX, Target, resolve_model, target_text
-from .cache import CacheChoice, using_cache
-from .digests import Progress
+from ..stores.gpt4all import GPT4AllStore
+from ..stores.hf_cache import HFStore
+from ..stores.hf_local import HFLocalStore
+from ..stores.lmstudio import LMStudioStore
+from ..stores.locate import Target, resolve_model, target_text
+from ..stores.ollama import OllamaStore
+from ..stores.registry import Roots, Store, find_store
+from .cache import using_cache
+from .options import VerifyOptions
+from ..io import Progress
 from .run import (VerifyReport, verify_blob, verify_gpt4all, verify_hf, verify_hf_local, verify_lmstudio,
                   verify_manifest, verify_ollama, verify_ollama_store, verify_sha256, verify_sums)
 
-#: Every model of the Ollama store: ``ollama:*``.
-OLLAMA_ALL = OLLAMA_PREFIX + "*"
-#: A folder written by ``huggingface-cli download --local-dir``.
-HF_LOCAL_PREFIX = "hf-local:"
-#: LM Studio's models: ``lmstudio:`` (all) or ``lmstudio:PUBLISHER/MODEL``.
-LMSTUDIO_PREFIX = "lmstudio:"
-#: GPT4All's model folder.
-GPT4ALL_PREFIX = "gpt4all:"
 
-
-def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | None = None,
-           sums: str | os.PathLike[str] | None = None, store: str | os.PathLike[str] | None = None,
-           hf_cache: str | os.PathLike[str] | None = None, fail_fast: bool = False, sha256: str | None = None,
-           ignore_missing: bool = False, base: str | os.PathLike[str] | None = None, cache: CacheChoice = False,
-           trust_cache: bool = False, quick: bool = False, progress: Progress | None = None) -> VerifyReport:
+def verify(target: Target | None = None, *, options: VerifyOptions | None = None, progress: Progress | None = None,
+           **keywords: Any) -> VerifyReport:
     """Check bytes against the digests they should have, and say where they differ.
+
+    The options are a :class:`ggaudit.verify.options.VerifyOptions` (``options=``) or its fields as
+    keywords (``verify(model, manifest=F, fail_fast=True)``), not both.
 
     - ``verify(model, manifest=F)``: a model (path, ``ollama:NAME``, ``hf:ORG/NAME``, or a Model)
       against a manifest: ggaudit's tensor manifest (differences localised to tensors and row ranges)
@@ -36,9 +36,11 @@ def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | N
       ``verify("ollama:*")``: the whole store as one report, blobs no manifest names as ``orphan``.
     - ``verify("hf:ORG/NAME[@REV]")``: every file of a cached Hugging Face snapshot, offline.
     - ``verify("hf-local:D")``: a ``huggingface-cli download --local-dir D`` folder, by its metadata.
-    - ``verify("lmstudio:")``, ``verify("lmstudio:PUBLISHER/MODEL")``, ``verify("gpt4all:")``: those
-      apps' model folders (``store``: the folder; default per OS), by structure, and by size and md5
-      where GPT4All's local model list gives them.
+    - ``verify("lmstudio:")``, ``verify("lmstudio:PUBLISHER/MODEL")``, ``verify("gpt4all:")``,
+      ``verify("gpt4all:FILE")``: those apps' model folders, or one model of them (``store``: the folder;
+      default per OS), by structure, and by size and md5 where GPT4All's local model list gives them.
+    - A name whose prefix is no store's (``foo:bar``) and that is no file is a UsageError listing the
+      prefixes (:func:`ggaudit.stores.registry.known_prefixes`).
     - ``verify(sums=F)``: every file a sha256 checksum file names (``base``: the folder names resolve
       in; ``ignore_missing``: absent files are skipped).
     - ``verify(path, sha256=HEX)``: one file against a sha256.
@@ -62,12 +64,11 @@ def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | N
     ``progress(done, total)``: bytes hashed of the bytes to hash, told once per chunk read; a digest taken
     from the cache counts its file's bytes done at once.
     """
-    if quick and manifest is not None:
-        raise UsageError(None, "checks whole files' cached digests; a manifest's check reads every tensor",
-                         field="quick")
-    with using_cache(cache, trust=trust_cache, quick=quick):
-        return _verify(target, manifest=manifest, sums=sums, store=store, hf_cache=hf_cache, fail_fast=fail_fast,
-                       sha256=sha256, ignore_missing=ignore_missing, base=base, progress=progress)
+    o = options_from(VerifyOptions, options, keywords)
+    with using_cache(o.cache, trust=o.trust_cache, quick=o.quick):
+        return _verify(target, manifest=o.manifest, sums=o.sums, store=o.store, hf_cache=o.hf_cache,
+                       fail_fast=o.fail_fast, sha256=o.sha256, ignore_missing=o.ignore_missing, base=o.base,
+                       progress=progress)
 
 
 def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, sums: str | os.PathLike[str] | None,
@@ -98,19 +99,41 @@ def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, s
     if isinstance(target, Model):
         raise UsageError(None, "an opened model is checked against a manifest: give manifest", field="target")
     text = target_text(target, "target")
-    if text == OLLAMA_ALL:
-        return verify_ollama_store(store, fail_fast=fail_fast, progress=progress)
-    if text.startswith(OLLAMA_PREFIX):
-        return verify_ollama(text[len(OLLAMA_PREFIX):], store, fail_fast=fail_fast, progress=progress)
-    if text.startswith(HF_LOCAL_PREFIX):
-        return verify_hf_local(text[len(HF_LOCAL_PREFIX):], fail_fast=fail_fast, progress=progress)
-    if text.startswith(LMSTUDIO_PREFIX):
-        return verify_lmstudio(text[len(LMSTUDIO_PREFIX):], store, fail_fast=fail_fast, progress=progress)
-    if text.startswith(GPT4ALL_PREFIX):
-        if text != GPT4ALL_PREFIX:
-            raise UsageError(None, "gpt4all: names the whole folder and takes nothing after the colon",
-                             field="target")
-        return verify_gpt4all(store, fail_fast=fail_fast, progress=progress)
-    if text.startswith(HF_PREFIX):
-        return verify_hf(text[len(HF_PREFIX):], hf_cache, fail_fast=fail_fast, progress=progress)
-    return verify_blob(text, progress=progress)
+    found = find_store(text, Roots(store, hf_cache), field="target")
+    if found is None:
+        return verify_blob(text, progress=progress)
+    return verify_store(found, fail_fast=fail_fast, progress=progress)
+
+
+@singledispatch
+def verify_store(store: Store, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+    """Check what ``store``'s name stands for against the expectations the store keeps: one walker per
+    store class, registered below (tests/test_store_registry.py: every registered store has one)."""
+    raise TypeError(f"no verify walker for the store {type(store).__qualname__}")
+
+
+@verify_store.register
+def _(store: OllamaStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+    if store.every_model:
+        return verify_ollama_store(store.roots.store, fail_fast=fail_fast, progress=progress)
+    return verify_ollama(store.name, store.roots.store, fail_fast=fail_fast, progress=progress)
+
+
+@verify_store.register
+def _(store: HFStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+    return verify_hf(store.name, store.roots.hf_cache, fail_fast=fail_fast, progress=progress)
+
+
+@verify_store.register
+def _(store: HFLocalStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+    return verify_hf_local(store.name, fail_fast=fail_fast, progress=progress)
+
+
+@verify_store.register
+def _(store: LMStudioStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+    return verify_lmstudio(store.name, store.roots.store, fail_fast=fail_fast, progress=progress)
+
+
+@verify_store.register
+def _(store: GPT4AllStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+    return verify_gpt4all(store.roots.store, name=store.name, fail_fast=fail_fast, progress=progress)

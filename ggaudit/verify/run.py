@@ -19,19 +19,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .._version import __version__
+from ..diagnostic import Diagnostic
+from .lines import describe_mismatch
 from .cache import DigestCache, active_cache
-from .digests import GitBlobSha1, Progress, Sha256, Tally, read_through
+from .digests import GitBlobSha1, Tally
 from ..errors import FormatError, GGAuditError, ManifestError, NothingChecked, ReadError, UsageError
 from ..format.layout import GGUFFile, Model, named_shards, open_gguf, open_model
 from ..format.structure import check_structure
-from ..io import FileIdentity
-from .stores.gpt4all import read_gpt4all
-from .stores.hf_cache import read_hf_snapshot
-from .stores.hf_local import LocalDownload, read_hf_local
-from .stores.lmstudio import GGUFFolder, read_lmstudio
-from .stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_path, ollama_blobs,
+from ..io import FileIdentity, Progress, Sha256, read_through
+from ..stores.gpt4all import read_gpt4all
+from ..stores.hf_cache import read_hf_snapshot
+from ..stores.hf_local import LocalDownload, read_hf_local
+from ..stores.lmstudio import GGUFFolder, read_lmstudio
+from ..stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_path, ollama_blobs,
                             ollama_partial_files, read_ollama_manifest)
-from .stores.sums import read_sums
+from ..stores.sums import read_sums
 from .manifests.tensor import FileDigest, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
 from .manifests.llama_hash import FORMAT as LLAMA_HASH
 from .manifests.llama_hash import (FilePlan, hash_gguf_file, manifest_format, plan_llama_check, read_llama_hash,
@@ -47,6 +49,14 @@ SCHEMA = "ggaudit/verify-report/1"
 #: this many) is another model, or another build of it, rather than a damaged copy: VerifyReport.another_model.
 ANOTHER_MODEL_SHARE = 0.9
 ANOTHER_MODEL_MIN_TENSORS = 8
+
+
+#: Every kind of Mismatch (see its docstring); its diagnostic's kind is ``verify/`` and this.
+MISMATCH_KINDS = ("missing", "not-a-file", "size", "sha256", "git-sha1", "md5", "link", "header", "orphan",
+                  "file-extra", "tensor-data", "tensor-missing", "tensor-extra", "tensor-layout", "model-data",
+                  "structure")
+#: Every kind of diagnostic a verify report yields (ggaudit.kinds ids).
+DIAGNOSTIC_KINDS = tuple(f"verify/{k}" for k in MISMATCH_KINDS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +157,13 @@ class VerifyReport:
         another build's), not this model damaged."""
         n, differing = self.stats.tensors, self.stats.tensors_differing
         return differing >= ANOTHER_MODEL_MIN_TENSORS and differing >= ANOTHER_MODEL_SHARE * n
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """Each mismatch, in the order found."""
+        for m in self.mismatches:
+            yield Diagnostic(kind=f"verify/{m.kind}", message="\n".join(describe_mismatch(m)), file=m.path,
+                             offset=m.offset, length=m.length, tensor=m.tensor,
+                             row=None if m.rows is None else m.rows[0], extras=m.to_json())
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "source": self.source,
@@ -597,18 +614,20 @@ def verify_lmstudio(spec: str = "", store: str | os.PathLike[str] | None = None,
                    empty="the folder holds no GGUF file")
 
 
-def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, fail_fast: bool = False,
+def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, name: str = "", fail_fast: bool = False,
                    progress: Progress | None = None) -> VerifyReport:
-    """Check GPT4All's model folder offline: a file its local model list (``models3.json``) describes
-    against that size and md5; any other GGUF for structure, as :func:`verify_lmstudio`."""
-    found = read_gpt4all(store)
+    """Check GPT4All's model folder offline (``name``: only that model, a file of it): a file its local
+    model list (``models3.json``) describes against that size and md5; any other GGUF for structure, as
+    :func:`verify_lmstudio`."""
+    found = read_gpt4all(store, name)
     out = _Collector(fail_fast, progress=progress)
     digests = {name: (item.md5, item.size) for name, item in found.listed.items() if item.md5 is not None}
     _check_folder(found.folder, out, digests)
     if found.listing is None:
         out.warnings.append(f"no model list ({', '.join(('models3.json', 'models2.json', 'models.json'))}) in "
                             f"{os.fspath(found.folder.root)}: structure checked, no digests")
-    return _report(out, os.fspath(found.folder.root), "gpt4all", empty="the folder holds no GGUF file")
+    return _report(out, os.fspath(found.folder.root) + (f" {name}" if name else ""), "gpt4all",
+                   empty="the folder holds no GGUF file")
 
 
 def _check_folder(folder: GGUFFolder, out: _Collector, md5s: dict[str, tuple[str, int | None]]) -> None:

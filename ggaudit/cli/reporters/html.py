@@ -19,16 +19,18 @@ from typing import Any
 from ..._version import __version__
 from ...batch import STATUS_CLEAN, STATUS_ERROR, Outcome, Report, overall_status
 from ...format.info import ModelInfo
+from ...lines import format_value, plural, shape_text
+from ...rows.lines import describe_row_mismatch
 from ...rows.readers import PAGE, SECTOR
 from ...rows.replay import RowsReport
 from ...rows.select import crossing_rows_of
-from ...scan.report import Finding, ScaleHistogram, ScanReport, TensorScan
+from ...scan.report import Finding, ScaleHistogram, ScanReport, TensorScan, describe_finding, describe_structure
 from ...text import escape, escape_message, escape_path
 from ...verify.diff import DiffReport
+from ...verify.diff_structure import describe_structure_diff
 from ...verify.run import VerifyReport
 from . import DEFAULT, Rendering
 from . import text as plain
-from .text import shape_text
 from ._svg import Bar, Lane, Span, file_map, histogram, row_strip, runs, strip_bins
 
 NAME = "html"
@@ -173,7 +175,7 @@ def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
              ("tensor bytes scanned", str(r.stats.bytes)), ("time", f"{r.stats.seconds:.3f} s"),
              ("reader processes", str(r.stats.workers)), ("complete", "yes" if r.complete else "no (--fail-fast)")]
     if r.max_abs is not None:
-        facts.append(("outlier threshold |x| >", plain.format_value(r.max_abs)))
+        facts.append(("outlier threshold |x| >", format_value(r.max_abs)))
     facts.extend((f"{name} of {escape_path(d.path)}", digest) for d in r.digests for name, digest in d.digests.items())
     out = ["<h3>Summary</h3>", _table(["", ""], ([_td(html.escape(k)), _td(html.escape(v), "mono")] for k, v in facts),
                                       len(facts), "facts")]
@@ -189,7 +191,7 @@ def _tensor_table(tensors: Sequence[TensorScan]) -> str:
     shown = _capped(tensors)
     rows = ([_td(_t(t.name), "mono"), _td(t.type), _td(shape_text(t.shape)), _num(t.nbytes),
              _td(html.escape(plain.counts_text(t.counts) if t.total else "none")),
-             _td(html.escape(plain.format_value(t.max_abs, plain.tensor_encoding(t))), "num")] for t in shown)
+             _td(html.escape(format_value(t.max_abs, plain.tensor_encoding(t))), "num")] for t in shown)
     return _table(["name", "type", "shape", "bytes", "findings", "max finite |x|"], rows, len(tensors), "tensors",
                   hits=lambda i: bool(shown[i].total))
 
@@ -210,7 +212,7 @@ def _scan_map(r: ScanReport, path: str) -> list[str]:
     segments += [Span(t.offset, t.nbytes, f"tf{i % 2}" if t.total else f"t{i % 2}",
                       f"tensor {escape(t.name)} ({t.type} {shape_text(t.shape)}): offset {t.offset}, {t.nbytes} bytes")
                  for i, t in enumerate(tensors)]
-    marks = [Span(s.offset, s.length, "structure", plain.describe_structure(s)) for s in structure]
+    marks = [Span(s.offset, s.length, "structure", describe_structure(s)) for s in structure]
     findings = [(f, t) for t in tensors for f in t.findings]
     marks += [_finding_mark(f, r.max_abs, t.type) for f, t in findings[:MAX_MARKS]]
     left = len(findings) - MAX_MARKS
@@ -220,16 +222,16 @@ def _scan_map(r: ScanReport, path: str) -> list[str]:
                     ("nan", "nan"), ("pinf", "+inf"), ("ninf", "-inf"), ("outlier", "outlier or anomaly"),
                     ("structure", "structure finding")])]
     if left > 0:
-        out.append(f'<p class="more">... {plain.plural(left, "more finding")} not placed on the map</p>')
+        out.append(f'<p class="more">... {plural(left, "more finding")} not placed on the map</p>')
     unlisted = sum(t.total - len(t.findings) for t in tensors)
     if unlisted:
-        out.append(f'<p class="more">{plain.plural(unlisted, "finding")} counted but not listed (--limit): '
+        out.append(f'<p class="more">{plural(unlisted, "finding")} counted but not listed (--limit): '
                    'not on the map</p>')
     return out
 
 
 def _finding_mark(f: Finding, max_abs: float | None, ggml_type: str) -> Span:
-    return Span(f.offset, f.size, _KIND_CSS.get(f.kind, "nan"), plain.describe_finding(f, max_abs, ggml_type=ggml_type))
+    return Span(f.offset, f.size, _KIND_CSS.get(f.kind, "nan"), describe_finding(f, max_abs, ggml_type=ggml_type))
 
 
 def _histograms(r: ScanReport) -> list[str]:
@@ -321,7 +323,7 @@ def _rows_strip(r: RowsReport) -> str:
         lanes.append(Lane(f"crosses a {name}", css, lane_runs(crossing, f"some cross a {name}")))
     by_row: dict[int, list[str]] = {}
     for m in r.mismatches:
-        by_row.setdefault(m.row, []).extend(plain.describe_row_mismatch(m))
+        by_row.setdefault(m.row, []).extend(describe_row_mismatch(m))
     marks = [Span(row, 1, "mismatch", "\n".join(text)) for row, text in sorted(by_row.items())]
     lanes.append(Lane("mismatch", "mismatch", []))
     return row_strip(r.n_rows, lanes, marks, f"rows of {escape(r.tensor)}")
@@ -402,7 +404,7 @@ def _diff(r: DiffReport, rendering: Rendering) -> list[str]:
               _td(f"{html.escape(c.type_b)} {shape_text(c.shape_b)}")] for c in r.layout_changes),
             len(r.layout_changes), "changes")]
     # The text report's lines (escaped for a terminal already): each names both files' offsets and lengths.
-    found = [lines for s in r.structure for lines in plain.describe_structure_diff(s)]
+    found = [lines for s in r.structure for lines in describe_structure_diff(s)]
     if found:
         out += ["<h3>Structure</h3>", _table(
             ["bytes no tensor owns, and the file facts, that differ"],

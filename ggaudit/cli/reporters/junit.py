@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...batch import Outcome, Report
+from ...diagnostic import Diagnostic
 from ...format.info import ModelInfo
-from ...rows.replay import RowsReport
+from ...lines import format_value, plural
 from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan
 from ...text import escape, escape_message, escape_path
-from ...verify.diff import DiffReport
-from ...verify.run import VerifyReport
 from ..common import ManifestWritten
 from . import DEFAULT, Rendering
 from . import text
@@ -118,10 +117,10 @@ def suite(outcome: Outcome[Report], rendering: Rendering = DEFAULT) -> Suite:
         return Suite(target, [Case(target, "audit", error=(message, type(outcome.error).__name__))])
     result = outcome.result
     assert result is not None     # an outcome holds a result or an error
-    cases = _CASES.get(type(result))
+    cases = _CASES.get(type(result).__name__)
     if cases is None:     # a new report type needs its test cases here
         raise TypeError(f"no JUnit rendering of {type(result).__name__}")
-    return Suite(target, list(cases(target, result)), _SECONDS.get(type(result), _no_time)(result),
+    return Suite(target, list(cases(target, result)), _SECONDS.get(type(result).__name__, _no_time)(result),
                  list(text.lines(result, rendering)))
 
 
@@ -129,21 +128,32 @@ def _no_time(result: Any) -> float:
     return 0.0
 
 
+def _kind(d: Diagnostic) -> str:
+    """A failure's type: the kind without its job's prefix (``sha256``, ``misplaced``, ``data``)."""
+    return d.kind.rpartition("/")[2]
+
+
+def _failure(found: Sequence[Diagnostic], lines: list[str] | None = None) -> tuple[str, str, list[str]]:
+    """A failure of these diagnostics: the first one's first line, their kinds, and every line."""
+    kinds = ",".join(dict.fromkeys(_kind(d) for d in found))
+    return found[0].lines[0], kinds, lines if lines is not None else [line for d in found for line in d.lines]
+
+
 # --- scan ------------------------------------------------------------------------------------------
 
 def _scan(target: str, r: ScanReport) -> Iterable[Case]:
+    """A case per file (its structure) and per tensor (its findings); the diagnostics are their lines."""
+    by_place: dict[tuple[str, str | None], list[Diagnostic]] = {}
+    for d in r.diagnostics():      # a structure finding is at a file, a finding at a tensor
+        by_place.setdefault(("tensor", d.tensor) if d.tensor is not None else ("file", d.file), []).append(d)
     for path in r.files:
-        found = [s for s in r.structure if s.path == path]
-        failure = None
-        if found:
-            kinds = ",".join(dict.fromkeys(s.kind for s in found))
-            failure = (text.describe_structure(found[0]), kinds, [text.describe_structure(s) for s in found])
-        yield Case(target, f"structure of {escape_path(path)}", failure=failure)
+        found = by_place.get(("file", path))
+        yield Case(target, f"structure of {escape_path(path)}", failure=_failure(found) if found else None)
     for t in r.tensors:
-        yield _tensor_case(target, t, r.max_abs)
+        yield _tensor_case(target, t, by_place.get(("tensor", t.name), []))
 
 
-def _tensor_case(target: str, t: TensorScan, max_abs: float | None) -> Case:
+def _tensor_case(target: str, t: TensorScan, found: list[Diagnostic]) -> Case:
     case = Case(target, escape(t.name))
     if t.check == CHECK_NONE:
         case.skipped = "not applicable (integer data)"
@@ -151,8 +161,8 @@ def _tensor_case(target: str, t: TensorScan, max_abs: float | None) -> Case:
         shown = ", ".join(str(n) for n in t.shape)
         # The text report's lines (its tensor line has no function of its own: it is built as scan_lines does).
         headline = (f"tensor {escape(t.name)} ({t.type} [{shown}]): {text.counts_text(t.counts)}; "
-                    f"max finite |x| {text.format_value(t.max_abs, text.tensor_encoding(t))}")
-        lines = [text.describe_finding(f, max_abs, ggml_type=t.type) for f in t.findings]
+                    f"max finite |x| {format_value(t.max_abs, text.tensor_encoding(t))}")
+        lines = [d.message for d in found]
         if t.truncated:
             lines.append(f"... {t.total - len(t.findings)} more not listed (--limit)")
         lines.extend(line.strip() for line in text.expert_lines(t))
@@ -162,7 +172,7 @@ def _tensor_case(target: str, t: TensorScan, max_abs: float | None) -> Case:
 
 # --- verify ----------------------------------------------------------------------------------------
 
-def _verify(target: str, r: VerifyReport) -> Iterable[Case]:
+def _verify(target: str, r: Any) -> Iterable[Case]:
     """A test case per (file, subject) checked or found wrong, in the order first met; every mismatch of
     it is a line of its failure."""
     checked: dict[tuple[str, str], bool] = {}
@@ -172,16 +182,15 @@ def _verify(target: str, r: VerifyReport) -> Iterable[Case]:
         source = text.digest_source(c)
         if source is not None:
             sources.setdefault((c.path, c.subject), []).append(source)
-    wrong: dict[tuple[str, str], list[Any]] = {}
-    for m in r.mismatches:
-        wrong.setdefault((m.path, m.subject), []).append(m)
+    wrong: dict[tuple[str, str], list[Diagnostic]] = {}
+    for d in r.diagnostics():
+        wrong.setdefault((str(d.file), d.extras["subject"]), []).append(d)
     for key in dict.fromkeys([*checked, *wrong]):
         path, subject = key
         case = Case(escape_path(path), escape_path(subject), out=sources.get(key, []))
         found = wrong.get(key, [])
         if found:
-            lines = [line for m in found for line in text.describe_mismatch(m)]
-            case.failure = (text.describe_mismatch(found[0])[0], ",".join(dict.fromkeys(m.kind for m in found)), lines)
+            case.failure = _failure(found)
         elif not checked[key]:
             case.failure = ("digest differs", "digest", [f"digest of {escape_path(subject)} differs"])
         yield case
@@ -189,62 +198,50 @@ def _verify(target: str, r: VerifyReport) -> Iterable[Case]:
 
 # --- rows ------------------------------------------------------------------------------------------
 
-def _rows(target: str, r: RowsReport) -> Iterable[Case]:
+def _rows(target: str, r: Any) -> Iterable[Case]:
     """A test case per read path and stage that ran (and the capture), then the table's values."""
     seconds: dict[tuple[str, str], float] = {}
     for s in r.stats:
         seconds[(s.mode, s.stage)] = seconds.get((s.mode, s.stage), 0.0) + s.seconds
     if r.capture is not None:
         seconds.setdefault(("capture", "capture"), 0.0)
-    lines: dict[tuple[str, str], list[str]] = {}
-    kinds: dict[tuple[str, str], list[str]] = {}
-    elements = text.is_elements(r.ggml_type)     # as the text report words them
-    for m in r.mismatches:
-        lines.setdefault((m.mode, m.stage), []).extend(text.describe_row_mismatch(m, elements=elements))
-        kinds.setdefault((m.mode, m.stage), []).append(m.kind)
-    for short in r.short_reads:
-        lines.setdefault((short.mode, short.stage), []).append(text.describe_short_read(short))
-        kinds.setdefault((short.mode, short.stage), []).append("incomplete-read")
+    by_path: dict[tuple[str, str], list[Diagnostic]] = {}
+    nonfinite: list[Diagnostic] = []
+    for d in r.diagnostics():      # mismatches and short reads name their read path and stage
+        if "mode" in d.extras:
+            by_path.setdefault((d.extras["mode"], d.extras["stage"]), []).append(d)
+        else:
+            nonfinite.append(d)
     classname = f"{escape_path(r.file)}: {escape(r.tensor)}"
-    for key in dict.fromkeys([*seconds, *lines]):
+    for key in dict.fromkeys([*seconds, *by_path]):
         mode, stage = key
         case = Case(classname, mode if mode == stage else f"{mode} ({stage})", seconds=seconds.get(key, 0.0))
-        if key in lines:
-            case.failure = (lines[key][0], ",".join(dict.fromkeys(kinds[key])), lines[key])
+        if key in by_path:
+            case.failure = _failure(by_path[key])
         yield case
-    values = Case(classname, "finite values")
-    if r.nonfinite_rows:
-        found = text.nonfinite_text(r)
-        values.failure = (found, "nonfinite", [found])
-    yield values
+    yield Case(classname, "finite values", failure=_failure(nonfinite) if nonfinite else None)
 
 
 # --- diff ------------------------------------------------------------------------------------------
 
-def _diff(target: str, r: DiffReport) -> Iterable[Case]:
+def _diff(target: str, r: Any) -> Iterable[Case]:
+    """The metadata and the structure (a case each), then a case per tensor: failing with its
+    diagnostic, or passing (identical)."""
     classname = f"{escape_path(r.a)} vs {escape_path(r.b)}"
-    metadata = Case(classname, "metadata")
-    if r.metadata:
-        lines = [text.describe_metadata_change(c) for c in r.metadata]
-        metadata.failure = (f"{len(r.metadata)} metadata key{'' if len(r.metadata) == 1 else 's'} differ",
-                            "metadata", lines)
-    yield metadata
-    structure = Case(classname, "structure")
-    if r.structure_differences:
-        lines = [line.strip() for s in r.structure for found in text.describe_structure_diff(s) for line in found]
-        n = r.structure_differences
-        structure.failure = (f"{n} structure difference{'' if n == 1 else 's'}", "structure", lines)
-    yield structure
-    for side, names in (("a", r.only_in_a), ("b", r.only_in_b)):
-        for name in names:
-            line = text.describe_only(side, name)
-            yield Case(classname, escape(name), failure=(line, f"only-in-{side}", [line]))
-    for c in r.layout_changes:
-        line = text.describe_layout_change(c)
-        yield Case(classname, escape(c.name), failure=(line, "layout", [line]))
-    for d in r.data_diffs:
-        lines = text.describe_data_diff(d)
-        yield Case(classname, escape(d.name), failure=(lines[0], "data", [line.strip() for line in lines]))
+    by_kind: dict[str, list[Diagnostic]] = {}
+    for d in r.diagnostics():
+        by_kind.setdefault(_kind(d), []).append(d)
+    metadata, structure = by_kind.pop("metadata", []), by_kind.pop("structure", [])
+    yield Case(classname, "metadata", failure=(
+        f"{plural(len(metadata), 'metadata key')} differ", "metadata",
+        [d.message for d in metadata]) if metadata else None)
+    n = r.structure_differences
+    yield Case(classname, "structure", failure=(
+        f"{plural(n, 'structure difference')}", "structure",
+        [line.strip() for d in structure for line in d.lines]) if structure else None)
+    for kind in ("only-in-a", "only-in-b", "layout", "data"):
+        for d in by_kind.get(kind, []):
+            yield Case(classname, escape(str(d.tensor)), failure=_failure([d], [line.strip() for line in d.lines]))
     for name in r.identical:
         yield Case(classname, escape(name))
 
@@ -259,12 +256,13 @@ def _manifest(target: str, r: ManifestWritten) -> Iterable[Case]:
     return [Case(target, f"manifest written to {escape_path(r.output)}")]
 
 
-_CASES: dict[type[Any], Callable[[str, Any], Iterable[Case]]] = {
-    ScanReport: _scan, VerifyReport: _verify, RowsReport: _rows, DiffReport: _diff, ModelInfo: _info,
-    ManifestWritten: _manifest,
+#: By the report type's name: naming a type imports nothing of its job.
+_CASES: dict[str, Callable[[str, Any], Iterable[Case]]] = {
+    "ScanReport": _scan, "VerifyReport": _verify, "RowsReport": _rows, "DiffReport": _diff, "ModelInfo": _info,
+    "ManifestWritten": _manifest,
 }
 
-_SECONDS: dict[type[Any], Callable[[Any], float]] = {
-    ScanReport: lambda r: r.stats.seconds, VerifyReport: lambda r: r.stats.seconds,
-    DiffReport: lambda r: r.stats.seconds, RowsReport: lambda r: sum(s.seconds for s in r.stats),
+_SECONDS: dict[str, Callable[[Any], float]] = {
+    "ScanReport": lambda r: r.stats.seconds, "VerifyReport": lambda r: r.stats.seconds,
+    "DiffReport": lambda r: r.stats.seconds, "RowsReport": lambda r: sum(s.seconds for s in r.stats),
 }

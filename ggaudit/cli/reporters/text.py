@@ -10,29 +10,27 @@ with one line counting them; ``-q`` shows each report as its one-line summary (:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ...batch import Outcome, Report
-from ...format.blocks import LAYOUTS, BlockLayout, GGMLQuantizationType
 from ...format.info import ModelInfo, bytes_per_type
-from ...format.layout import ArrayValue, MetaValue
-from ...rows.replay import Geometry, Mismatch, RowsReport, ShortRead
-from ...scan.report import (CAUSE_DECODED, CAUSE_OVERFLOW, CHECK_NONE, KINDS, Finding, ScanReport,
-                            StructureFinding, TensorScan)
+from ...format.layout import MetaValue
+from ...lines import block_layout, format_value, plural, show_value
+from ...lines import verb as _verb
+from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan, describe_finding, describe_structure
 from ...text import escape, escape_message, escape_path
-from ...verify.diff import DiffReport, FirstDifference, LayoutChange, TensorDataDiff, ValueChange
-from ...verify.diff_meta import MetadataChange
-from ...verify.diff_structure import CHANGED, ONLY_IN_A, RegionChange, StructureDiff
-from ...verify.manifests.llama_hash import LlamaHashManifest, llama_hash_text
-from ...verify.manifests.tensor import tensor_manifest_text
-from ...verify.run import Checked, VerifyReport, not_read_again
-from ...verify.run import Mismatch as VerifyMismatch
 from ..common import STDOUT, ManifestWritten
 from . import DEFAULT, Rendering
+
+if TYPE_CHECKING:
+    # Only the job that made a report loads its module: the renderers below are found by the report type's
+    # name and import what they use when they run, so `ggaudit scan` loads nothing of rows, verify or diff
+    # (tests/test_startup_cost.py).
+    from ...rows.replay import Geometry, RowsReport
+    from ...verify.diff import DiffReport
+    from ...verify.manifests.llama_hash import LlamaHashManifest
+    from ...verify.run import Checked, VerifyReport
 
 NAME = "text"
 
@@ -50,7 +48,7 @@ def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) 
 
 
 def lines(result: Report, rendering: Rendering = DEFAULT) -> Iterable[str]:
-    render = _RENDERERS.get(type(result))
+    render = _RENDERERS.get(type(result).__name__)
     if render is None:      # a new report type needs its lines here
         raise TypeError(f"no text rendering of {type(result).__name__}")
     return render(result, rendering)
@@ -66,7 +64,7 @@ def run_summary(outcomes: Sequence[Outcome[Report]]) -> str:
 
 def summary_line(result: Report) -> str:
     """One line saying what a report found: ``model a.gguf: 2 findings (nan 1, +inf 1)``, ``... clean``."""
-    summarize = _SUMMARIES.get(type(result))
+    summarize = _SUMMARIES.get(type(result).__name__)
     if summarize is None:   # a new report type needs its summary here
         raise TypeError(f"no text summary of {type(result).__name__}")
     return summarize(result)
@@ -79,131 +77,11 @@ def _quiet_lines(result: Report) -> list[str]:
     return [summary_line(result)]
 
 
-def plural(n: int, noun: str, many: str | None = None) -> str:
-    """``1 file``, ``2 files``; ``many`` for a noun whose plural is not noun + s (``mismatches``)."""
-    return f"{n} {noun if n == 1 else many or noun + 's'}"
-
-
-def _verb(n: int, verb: str = "differ") -> str:
-    """The verb agreeing with a count as subject: ``1 differs``, ``2 differ``."""
-    return verb + "s" if n == 1 else verb
-
-
 # --- scan ------------------------------------------------------------------------------------------
-
-def _bf16(x: float) -> float:
-    """``x`` rounded to bfloat16 (via float32, to nearest even), as float."""
-    bits = int(np.float32(x).view(np.uint32))
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return float(np.uint32(bits).view(np.float32))
-
-
-#: How a text read back is rounded to each stored width (Encoding values); others are exact as float64.
-_NARROW: dict[str, Callable[[float], float]] = {
-    "f16": lambda x: float(np.float16(x)), "iq1m_f16": lambda x: float(np.float16(x)),
-    "f32": lambda x: float(np.float32(x)), "bf16": _bf16,
-}
-
-
-def format_value(value: float | None, encoding: str | None = None) -> str:
-    """A float for people: the shortest text that reads back as the value stored with ``encoding``
-    (``f32``, ``f16``, ``bf16``, ...; None: a float64), so a float32 1e-06 is ``1e-06``;
-    ``nan``/``+inf``/``-inf``; ``-`` for None."""
-    if value is None:
-        return "-"
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "+inf" if value > 0 else "-inf"
-    narrow = _NARROW.get(encoding or "", float)
-    # Below a million the integer digits are shown in full: -30, not -3e+01 (as %g does at 6 digits).
-    whole = int(math.log10(abs(value))) + 1 if 1 <= abs(value) < 1e6 else 0
-    with np.errstate(over="ignore"):    # a text that overflows the width does not read back: longer then
-        for digits in range(1, 18):
-            text = f"{value:.{max(digits, whole)}g}"
-            if narrow(float(text)) == value:
-                return text
-    return repr(value)      # not a value of that width (the caller's width was wrong): exact as float64
-
-
-def _layout(ggml_type: str | None) -> BlockLayout | None:
-    """The block facts of a type named in a report, if ggaudit has them."""
-    known = GGMLQuantizationType.__members__.get(ggml_type or "")
-    return None if known is None else LAYOUTS.get(known)
-
-
-def _finding_encoding(f: Finding, ggml_type: str | None) -> str | None:
-    """How a finding's value is stored: decoded values are float32; a field's encoding is the type's
-    (the tensor type given), else told by its bits' width where that is unambiguous."""
-    if f.cause == CAUSE_DECODED:
-        return "f32"
-    layout = _layout(ggml_type)
-    if layout is not None:
-        return next((field.encoding.value for field in layout.fields if field.name == f.field), None)
-    digits = len(f.bits) - 2
-    if digits == 8:
-        return "f32"
-    return "f16" if digits == 4 and f.field != "value" else None    # an element of 16 bits: f16 or bf16
-
-
-def location(path: str, offset: int, length: int, *, tensor: str | None = None, expert: int | None = None,
-             row: int | None = None, block: int | None = None, column: int | None = None,
-             width: int | None = None) -> str:
-    """Where a finding is, fio style: file, absolute offset and length first, then the tensor position."""
-    parts = [f"file {escape_path(path)} offset {offset}, length {length}"]
-    where = []
-    if tensor is not None:
-        where.append(f"tensor {escape(tensor)}")
-    if expert is not None:
-        where.append(f"expert {expert}")
-    if row is not None:
-        where.append(f"row {row}")
-    if block is not None:
-        where.append(f"block {block}")
-    if column is not None:
-        where.append(f"column {column}" if width in (None, 1) else f"columns {column}..{column + width - 1}")
-    if where:
-        parts.append(", ".join(where))
-    return ": ".join(parts)
-
-
-def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str | None = None) -> str:
-    """One fio-like line: where, then expected before actual, in hex. An element of a float tensor is
-    said by its column; a quantized block's field by block, columns and field name. ``ggml_type``: the
-    tensor's type name, which tells how the value is stored (f16 or bf16) for its shortest text."""
-    element = f.field == "value"
-    where = location(f.path, f.offset, f.size, tensor=f.tensor, expert=f.expert, row=f.row,
-                     block=None if element else f.block, column=f.column, width=f.width)
-    encoding = _finding_encoding(f, ggml_type)
-    expected = f"|x| <= {format_value(max_abs)}" if f.kind == "outlier" else "finite"
-    if f.kind == "anomaly" and f.expected is not None and f.typical is not None:
-        expected = (f"|{escape(f.field)}| near {format_value(f.expected, encoding)} (this tensor: "
-                    f"{format_value(f.typical[0], encoding)}..{format_value(f.typical[1], encoding)})")
-    shown = f.kind if f.value is None else format_value(f.value, encoding)
-    actual = f"{f.bits} ({shown})"
-    if f.score is not None:
-        actual += f", {f.score:+.1f} spreads from its row and position"
-    if f.cause == CAUSE_OVERFLOW:
-        actual += f", a finite scale that overflows to {f.kind} when decoded"
-    field = "" if element else f", field {escape(f.field)}"
-    return f"{f.kind} at {where}{field}: expected {expected}, got {actual}"
-
 
 def counts_text(counts: Mapping[str, int]) -> str:
     """``nan 1, +inf 0, -inf 0, outlier 0`` (and ``anomaly N`` when there are any)."""
     return ", ".join(f"{k} {counts.get(k, 0)}" for k in KINDS if k != "anomaly" or counts.get(k))
-
-
-def describe_structure(s: StructureFinding) -> str:
-    """One line: what and where (file, offset, length; the tensors on either side), expected before actual."""
-    return (f"structure {s.kind} at {location(s.path, s.offset, s.length)}: {between(s.after, s.before)}: "
-            f"expected {s.expected}, got {s.actual}")
-
-
-def between(after: str | None, before: str | None) -> str:
-    """Where a region no tensor owns is: ``between tensor X and tensor Y``, ``after the header``, ..."""
-    first = "the header" if after is None else f"tensor {escape(after)}"
-    return f"after {first}" if before is None else f"between {first} and tensor {escape(before)}"
 
 
 def expert_lines(t: TensorScan) -> Iterator[str]:
@@ -261,7 +139,7 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
 def tensor_encoding(t: TensorScan) -> str | None:
     """How a tensor's values (elements, or its blocks' fields when they share one encoding) are stored.
     With --deep the largest value may be a decoded float32: a width it does not fit prints it exactly."""
-    layout = _layout(t.type)
+    layout = block_layout(t.type)
     encodings = {f.encoding.value for f in layout.fields} if layout is not None else set()
     return encodings.pop() if len(encodings) == 1 else None
 
@@ -282,27 +160,6 @@ def _nonzero(counts: Mapping[str, int]) -> str:
 
 # --- verify ----------------------------------------------------------------------------------------
 
-def describe_mismatch(m: VerifyMismatch) -> list[str]:
-    """fio style: where (file, offset, length; tensor, rows), what, then expected before actual."""
-    where = [f"file {escape_path(m.path)}"]
-    if m.offset is not None:
-        where.append(f"offset {m.offset}")
-    if m.length is not None:
-        where.append(f"length {m.length}")
-    place = ", ".join(where)
-    if m.tensor is not None:
-        place += f"; tensor {escape(m.tensor)}"
-        if m.rows is not None:
-            place += f", rows {m.rows[0]}-{m.rows[1]}"
-    elif m.subject:
-        place += f" ({escape_path(m.subject)})"
-    lines = [f"MISMATCH {m.kind}: {place}: {escape(m.detail)}"]
-    if m.expected is not None or m.actual is not None:
-        lines.append(f"  expected: {escape(m.expected or '-')}")
-        lines.append(f"  actual:   {escape(m.actual or '-')}")
-    return lines
-
-
 def verify_lines(report: VerifyReport, *, limit: int | None = None) -> list[str]:
     """The files that matched, the first ``limit`` mismatches (None: all) and how many more, whether the
     model looks like another one than the manifest's, then the summary."""
@@ -314,8 +171,7 @@ def verify_lines(report: VerifyReport, *, limit: int | None = None) -> list[str]
             lines.append(f"ok {item.algorithm}{digest}: file {escape_path(item.path)}, {plural(item.size, 'byte')} "
                          f"({escape_path(item.subject)}){'' if source is None else '; ' + source}")
     listed = report.mismatches if limit is None else report.mismatches[:limit]
-    for m in listed:
-        lines.extend(describe_mismatch(m))
+    lines.extend(line for d in list(report.diagnostics())[:len(listed)] for line in d.lines)
     if len(report.mismatches) > len(listed):
         rest = len(report.mismatches) - len(listed)
         lines.append(f"... and {plural(rest, 'more mismatch', 'more mismatches')} (--limit)")
@@ -333,6 +189,8 @@ def verify_lines(report: VerifyReport, *, limit: int | None = None) -> list[str]
 def digest_source(item: Checked) -> str | None:
     """``digest from the cache of DATE, not read again`` for a file whose digest the cache gave, else None
     (its bytes were read)."""
+    from ...verify.run import not_read_again
+
     return None if item.cached_at is None else not_read_again(item.cached_at)
 
 
@@ -364,27 +222,6 @@ def verify_summary(report: VerifyReport) -> str:
 
 
 # --- info and metadata -----------------------------------------------------------------------------
-
-#: Longest string a metadata value shows before it is cut.
-MAX_SHOWN = 80
-
-
-def show_value(value: Any) -> str:
-    """A metadata value for a terminal: escaped, quoted strings cut at MAX_SHOWN, arrays as type x count
-    and their first elements."""
-    if isinstance(value, ArrayValue):
-        head = ", ".join(show_value(v) for v in value.head)
-        more = ", ..." if value.count > len(value.head) else ""
-        return f"[{value.elem_type.name.lower()} x {value.count}] [{head}{more}]"
-    if isinstance(value, str):
-        # Quotes inside are escaped too, or a tokenizer's quote token reads as three quotes. The
-        # backslash itself is already escaped, so a backslash-quote can only mean a quote.
-        text = escape(value).replace("'", "\\'")
-        if len(text) > MAX_SHOWN:
-            return f"'{text[:MAX_SHOWN]}...' ({len(value)} chars)"
-        return f"'{text}'"
-    return str(value)
-
 
 def _meta_line(key: str, entry: MetaValue) -> str:
     return f"  {escape(key)} ({entry.type.name.lower()}) = {show_value(entry.value)}"
@@ -420,119 +257,10 @@ def info_summary(info: ModelInfo) -> str:
 
 # --- diff ------------------------------------------------------------------------------------------
 
-def describe_metadata_change(c: MetadataChange) -> str:
-    key = escape(c.key)
-    if c.what == "only-in-a":
-        return f"ONLY-IN-A metadata {key} ({c.type_a}) = {show_value(c.value_a)}"
-    if c.what == "only-in-b":
-        return f"ONLY-IN-B metadata {key} ({c.type_b}) = {show_value(c.value_b)}"
-    if c.what == "type":
-        return f"CHANGED metadata {key}: type: {c.type_a} -> {c.type_b}"
-    line = f"CHANGED metadata {key}: value: {show_value(c.value_a)} -> {show_value(c.value_b)}"
-    if c.element is not None:
-        gone = "(none)"
-        line += (f", first at element {c.element}: "
-                 f"{gone if c.element_a is None else show_value(c.element_a)} -> "
-                 f"{gone if c.element_b is None else show_value(c.element_b)}")
-    return line
-
-
-def shape_text(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(n) for n in shape) + "]"
-
-
-def describe_only(side: str, name: str) -> str:
-    """A tensor only model ``side`` ("a" or "b") holds."""
-    return f"ONLY-IN-{side.upper()} tensor {escape(name)}"
-
-
-def describe_layout_change(c: LayoutChange) -> str:
-    return (f"CHANGED tensor {escape(c.name)}: {c.what}: {c.type_a} {shape_text(c.shape_a)} -> "
-            f"{c.type_b} {shape_text(c.shape_b)}")
-
-
-def describe_data_diff(d: TensorDataDiff) -> list[str]:
-    """fio style: where (files, offsets, length; tensor, row, then the element's column or the block and
-    its columns), then A before B: the bytes that differ within the block, marked, and the values they
-    change, decoded."""
-    f = d.first
-    element = f.columns == 1
-    where = f"column {f.column}" if element else f"block {f.block}, columns {f.column}..{f.column + f.columns - 1}"
-    return [
-        f"DIFFER tensor {escape(d.name)} ({d.ggml_type} {shape_text(d.shape)}): {d.rows_differing} of "
-        f"{plural(d.n_rows, 'row')} {_verb(d.rows_differing)}",
-        f"  first at row {f.row}, {where}, byte {f.byte_in_block} of the {f.block_bytes}-byte "
-        f"{'element' if element else 'block'}",
-        f"  a: file {escape_path(d.path_a)}, offset {f.offset_a}, length {f.block_bytes}",
-        f"  b: file {escape_path(d.path_b)}, offset {f.offset_b}, length {f.block_bytes}",
-        *hex_window(f.raw_a, f.raw_b),
-        *describe_value_changes(f),
-    ]
-
-
-#: Bytes shown a line by :func:`hex_window`, and at most how many lines of them (per side).
-HEX_LINE = 16
-MAX_HEX_LINES = 4
-
-
-def hex_window(raw_a: bytes, raw_b: bytes) -> list[str]:
-    """The lines of ``HEX_LINE`` bytes of a block that hold a differing byte (the first ``MAX_HEX_LINES``),
-    A above B, each starting with its offset in the block, and ``^^`` under each byte that differs."""
-    differs = [i for i, (x, y) in enumerate(zip(raw_a, raw_b, strict=False)) if x != y]
-    starts = sorted({i - i % HEX_LINE for i in differs})[:MAX_HEX_LINES]
-    width = len(str(starts[-1])) if starts else 1
-    lines: list[str] = []
-    for n, start in enumerate(starts):
-        if n and start != starts[n - 1] + HEX_LINE:
-            lines.append("  ...")
-        a, b = raw_a[start:start + HEX_LINE], raw_b[start:start + HEX_LINE]
-        head = f"  expected (a) +{start:<{width}}: "
-        lines.append(head + a.hex(" "))
-        lines.append(f"  actual   (b) +{start:<{width}}: " + b.hex(" "))
-        lines.append(" " * len(head) + " ".join("^^" if x != y else "  " for x, y in zip(a, b, strict=False)).rstrip())
-    hidden = [i for i in differs if starts and i >= starts[-1] + HEX_LINE]
-    if hidden:
-        lines.append(f"  ... and {plural(len(hidden), 'more differing byte')}, up to byte {hidden[-1]} "
-                     f"(--json has the whole block)")
-    return lines
-
-
-def describe_value_changes(f: FirstDifference) -> list[str]:
-    """The values the differing bytes change, A -> B: the element, the scale field, or else the block's
-    dequantized elements (the first few, with how many differ)."""
-    lines = [_value_change(c) for c in f.changes if c.what != "decoded"]
-    decoded = [c for c in f.changes if c.what == "decoded"]
-    if decoded:
-        lines.append(f"  dequantized: {f.decoded_differing} of {plural(f.columns, 'column')} "
-                     f"{_verb(f.decoded_differing)}")
-        lines.extend(f"    column {c.column}: {_a_to_b(c)}" for c in decoded)
-        if f.decoded_differing > len(decoded):
-            lines.append(f"    ... and {f.decoded_differing - len(decoded)} more (--json lists the first "
-                         f"{len(decoded)} too; dequantize the block for all)")
-    return lines
-
-
-def _value_change(c: ValueChange) -> str:
-    if c.what == "element":
-        return f"  value at column {c.column} ({c.encoding}): {_a_to_b(c)}"
-    cols = f"column {c.column}" if c.columns == 1 else f"columns {c.column}..{c.column + c.columns - 1}"
-    return f"  field {escape(c.name)} (scales {cols}, {c.encoding}): {_a_to_b(c)}"
-
-
-def _a_to_b(c: ValueChange) -> str:
-    return f"{format_value(c.a, c.encoding)} -> {format_value(c.b, c.encoding)}"
-
-
 def diff_lines(report: DiffReport) -> list[str]:
     lines = [f"diff a: {escape_path(report.a)}", f"diff b: {escape_path(report.b)}"]
-    lines.extend(describe_metadata_change(c) for c in report.metadata)
-    lines.extend(describe_only("a", name) for name in report.only_in_a)
-    lines.extend(describe_only("b", name) for name in report.only_in_b)
-    lines.extend(describe_layout_change(c) for c in report.layout_changes)
-    for d in report.data_diffs:
-        lines.extend(describe_data_diff(d))
-    for s in report.structure:
-        lines.extend(line for found in describe_structure_diff(s) for line in found)
+    # Metadata, tensors in one model only, changed layouts, data, structure: the diagnostics' order.
+    lines.extend(line for d in report.diagnostics() for line in d.lines)
     stop = " (stopped at the first difference)" if report.stopped_early else ""
     lines.append(f"summary: {len(report.identical)} identical, {len(report.data_diffs)} "
                  f"{_verb(len(report.data_diffs))}, {len(report.layout_changes)} changed type or shape, "
@@ -540,53 +268,6 @@ def diff_lines(report: DiffReport) -> list[str]:
                  f"{plural(len(report.metadata), 'metadata key')} {_verb(len(report.metadata))}, "
                  f"{plural(report.structure_differences, 'structure difference')}{stop}")
     return lines
-
-
-def describe_structure_diff(s: StructureDiff) -> list[list[str]]:
-    """The lines of each structure difference of a pair of files: the file facts that differ (alignment,
-    data offset, size), then each region no tensor owns that differs."""
-    facts = describe_structure_facts(s)
-    return ([facts] if facts else []) + [describe_region_change(s, c) for c in s.changes]
-
-
-def describe_structure_facts(s: StructureDiff) -> list[str]:
-    """The facts of a pair of files that differ (none: no lines), or those of a file only one model has."""
-    if s.path_a is None or s.path_b is None:
-        side, path, facts = ("b", s.path_b, (s.alignment_b, s.data_offset_b, s.size_b)) if s.path_a is None \
-            else ("a", s.path_a, (s.alignment_a, s.data_offset_a, s.size_a))
-        return [f"ONLY-IN-{side.upper()} structure file {escape_path(str(path))}: alignment {facts[0]}, "
-                f"data offset {facts[1]}, size {facts[2]}"]
-    if not s.facts:
-        return []
-    return [f"CHANGED structure file: {', '.join(f'{name} {a} -> {b}' for name, a, b in s.facts)}",
-            f"  a: file {escape_path(s.path_a)}", f"  b: file {escape_path(s.path_b)}"]
-
-
-def describe_region_change(s: StructureDiff, c: RegionChange) -> list[str]:
-    """A region that differs: in one file only (its offset, length and first bytes), or in both, with
-    each file's region and the first differing byte (its offset in each file and the bytes from there)."""
-    where = f"structure {c.kind} {between(c.after, c.before)}"
-    if c.what != CHANGED:
-        side, path, offset, length, head = ("a", s.path_a, c.offset_a, c.length_a, c.head_a) if c.what == ONLY_IN_A \
-            else ("b", s.path_b, c.offset_b, c.length_b, c.head_b)
-        return [f"ONLY-IN-{side.upper()} {where}: file {escape_path(str(path))}, offset {offset}, length {length}: "
-                f"{_region_bytes(head, length or 0)}"]
-    return [f"CHANGED {where}: first difference at byte {c.byte} of the region",
-            _region_side("a", s.path_a, c.offset_a, c.length_a, c.first_a, c.head_a, c.byte),
-            _region_side("b", s.path_b, c.offset_b, c.length_b, c.first_b, c.head_b, c.byte)]
-
-
-def _region_side(side: str, path: str | None, offset: int | None, length: int | None, first: int | None,
-                 head: str, byte: int) -> str:
-    where = f"  {side}: file {escape_path(str(path))}, offset {offset}, length {length}"
-    if first is None:
-        return f"{where}; it ends at offset {(offset or 0) + (length or 0)}"
-    return f"{where}; at offset {first}: {_region_bytes(head, (length or 0) - byte)}"
-
-
-def _region_bytes(head: str, length: int) -> str:
-    """A region's first bytes as hex, ``...`` when it holds more than those shown."""
-    return head + ("..." if length > len(head) // 2 else "")
 
 
 def diff_summary(report: DiffReport) -> str:
@@ -606,48 +287,8 @@ def diff_summary(report: DiffReport) -> str:
 
 # --- rows ------------------------------------------------------------------------------------------
 
-def _yes(value: bool | None) -> str:
-    return "unknown" if value is None else ("yes" if value else "no")
-
-
-def _differ(n: int, unit: str) -> str:
-    return f"{n} {unit} differ" if n != 1 else f"1 {unit.rstrip('s')} differs"
-
-
-def is_elements(ggml_type: str) -> bool:
-    """A type of one value a block (F32, F16, BF16, F64, and I8 holding FP8): its blocks are elements."""
-    layout = _layout(ggml_type)
-    return layout is not None and layout.block_size == 1
-
-
 def _geometry(g: Geometry) -> str:
     return f"4096-byte page {g.page}, 512-byte sector {g.sector}, 64 KiB {g.window_64k}"
-
-
-def describe_row_mismatch(m: Mismatch, *, elements: bool = False) -> list[str]:
-    """A mismatch the way fio reports a verify failure: where, then expected before actual. ``elements``:
-    the table's type holds one value a block (F32, F16, BF16), so the column alone says where."""
-    other = f" (row {m.other_row})" if m.other_row is not None else ""
-    block = "" if elements else f"block {m.block}, "
-    lines = [
-        f"mismatch: {m.mode} row {m.row} [{m.kind}{other}] ({m.stage})",
-        f"  file {escape_path(m.file)}, offset {m.row_offset} (0x{m.row_offset:x}), length {m.length}",
-        f"  tensor {escape(m.tensor)}, row {m.row}, {block}column {m.column} "
-        f"(byte {m.byte} of the row, offset {m.offset} (0x{m.offset:x}))",
-        f"  expected: {m.expected}",
-        f"  actual:   {m.actual}",
-        f"  {_differ(m.differing, m.unit)}; decoded row finite: expected "
-        f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}"
-        + (f"; max abs diff {m.max_abs_diff:g}" if m.max_abs_diff is not None else ""),
-    ]
-    if m.detail:
-        lines.append(f"  {m.detail}")
-    return lines
-
-
-def describe_short_read(s: ShortRead) -> str:
-    return (f"short read: {s.mode} ({s.stage}) file {escape_path(s.file)}, offset {s.offset} (0x{s.offset:x}), "
-            f"asked {plural(s.requested, 'byte')}, got {s.returned}, not at end of file")
 
 
 def rows_lines(report: RowsReport) -> list[str]:
@@ -669,10 +310,8 @@ def rows_lines(report: RowsReport) -> list[str]:
         diff = f", max abs diff {c.max_abs_diff:g}" if c.max_abs_diff is not None else ""
         lines.append(f"capture {escape_path(c.file)}: {c.rows} {c.kind} {'row' if c.rows == 1 else 'rows'} "
                      f"({c.dtype}), {c.mismatched_rows} {_verb(c.mismatched_rows)}{diff}")
-    elements = is_elements(r.ggml_type)
-    for m in r.mismatches:
-        lines.extend(describe_row_mismatch(m, elements=elements))
-    lines.extend(describe_short_read(s) for s in r.short_reads)
+    # The mismatches and short reads kept; the rows holding NaN or Inf are said in the result line.
+    lines.extend(line for d in r.diagnostics() if d.kind != "rows/nonfinite" for line in d.lines)
     if r.mismatch_count > len(r.mismatches):
         more = r.mismatch_count - len(r.mismatches)
         lines.append(f"... {plural(more, 'more mismatch', 'more mismatches')} not shown")
@@ -695,6 +334,8 @@ def _rows_result(r: RowsReport) -> str:
                    f"{plural(r.short_read_count, 'short read')}; mismatched rows crossing: "
                    f"{_geometry(r.mismatch_geometry)}")
     if r.nonfinite_rows:
+        from ...rows.lines import nonfinite_text
+
         verdict += f"; {nonfinite_text(r)}"
     return f"result: {'clean: ' if r.ok and r.compared else ''}{verdict}"
 
@@ -708,16 +349,6 @@ def _delivered(r: RowsReport) -> str:
     return "every path and the capture delivered the file's bytes"
 
 
-def nonfinite_text(r: RowsReport) -> str:
-    f = r.first_nonfinite
-    rows = f"{r.nonfinite_rows} selected row{'s hold' if r.nonfinite_rows != 1 else ' holds'} non-finite values"
-    if f is None:
-        return rows
-    where = f"column {f.column}" if f.field == "value" else f"block {f.block}, field {escape(f.field)}"
-    how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
-    return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"
-
-
 def rows_summary(report: RowsReport) -> str:
     """``rows FILE, tensor NAME: `` and the verdict of the result line."""
     verdict = _rows_result(report).removeprefix("result: ")
@@ -728,6 +359,9 @@ def rows_summary(report: RowsReport) -> str:
 
 def manifest_lines(written: ManifestWritten) -> list[str]:
     """What was written where; with ``-o -`` the manifest itself (stdout is where it was written)."""
+    from ...verify.manifests.llama_hash import LlamaHashManifest
+    from ...verify.manifests.tensor import tensor_manifest_text
+
     built = written.manifest
     if isinstance(built, LlamaHashManifest):
         return llama_hash_lines(built, written.output)
@@ -743,6 +377,8 @@ def manifest_lines(written: ManifestWritten) -> list[str]:
 def llama_hash_lines(built: LlamaHashManifest, output: str) -> list[str]:
     """With ``-o -`` the lines as llama-gguf-hash prints them: a name holding a control or invisible
     character is shown escaped here (the file written with ``-o FILE`` holds it exactly)."""
+    from ...verify.manifests.llama_hash import llama_hash_text
+
     if output == STDOUT:
         return [escape_message(line) for line in llama_hash_text(built).removesuffix("\n").split("\n")]
     models = [h for h in built.lines if h.tensor is None]
@@ -761,13 +397,15 @@ def manifest_summary(written: ManifestWritten) -> str:
     return first
 
 
-_RENDERERS: dict[type[Any], Callable[[Any, Rendering], Iterable[str]]] = {
-    ScanReport: lambda r, _: scan_lines(r), VerifyReport: lambda r, how: verify_lines(r, limit=how.limit),
-    RowsReport: lambda r, _: rows_lines(r), DiffReport: lambda r, _: diff_lines(r),
-    ModelInfo: lambda r, _: info_lines(r), ManifestWritten: lambda r, _: manifest_lines(r),
+#: Each report type's lines and summary, by the type's name (``type(report).__name__``): naming a type
+#: imports nothing, so rendering a scan does not load the rows, verify and diff jobs.
+_RENDERERS: dict[str, Callable[[Any, Rendering], Iterable[str]]] = {
+    "ScanReport": lambda r, _: scan_lines(r), "VerifyReport": lambda r, how: verify_lines(r, limit=how.limit),
+    "RowsReport": lambda r, _: rows_lines(r), "DiffReport": lambda r, _: diff_lines(r),
+    "ModelInfo": lambda r, _: info_lines(r), "ManifestWritten": lambda r, _: manifest_lines(r),
 }
 
-_SUMMARIES: dict[type[Any], Callable[[Any], str]] = {
-    ScanReport: scan_summary, VerifyReport: verify_summary, RowsReport: rows_summary, DiffReport: diff_summary,
-    ModelInfo: info_summary, ManifestWritten: manifest_summary,
+_SUMMARIES: dict[str, Callable[[Any], str]] = {
+    "ScanReport": scan_summary, "VerifyReport": verify_summary, "RowsReport": rows_summary,
+    "DiffReport": diff_summary, "ModelInfo": info_summary, "ManifestWritten": manifest_summary,
 }

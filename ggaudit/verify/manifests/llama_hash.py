@@ -30,10 +30,11 @@ import xxhash
 from ... import io as fileio
 from ...errors import ManifestError, UsageError
 from ...format.layout import GGUFFile, Model, Tensor, open_model
-from ...format.locate import Target, resolve_model
+from ...stores.locate import Target, resolve_model
 from ...untrusted import quote
-from ..digests import Progress, Tally, read_through
-from ._common import read_text
+from ...io import Progress, read_through
+from ..digests import Tally
+from ...stores.small_files import read_text
 from .tensor import write_manifest_text
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,14 @@ from collections.abc import Iterable, Sequence
 
 from ..._version import __version__
 from ... import io as fileio
-from ..digests import ChunkConsumer, Progress, Segment, SegmentDigests, Sha256, Tally, read_through
+from ...io import ChunkConsumer, Progress, Sha256, read_through
+from ..digests import Segment, SegmentDigests, Tally
 from ...errors import ManifestError, UsageError, one_or_many
 from ...format.blocks import GGMLQuantizationType
 from ...format.layout import GGUFFile, Model, open_model
-from ...format.locate import Target, resolve_model
+from ...stores.locate import Target, resolve_model
 from ...untrusted import quote, shorten
-from ._common import is_count, load_json
+from ...stores.small_files import is_count, load_json
 
 log = logging.getLogger(__name__)
 

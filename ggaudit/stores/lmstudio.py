@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 
-from ...errors import ManifestError, UsageError
-from ...untrusted import OUTSIDE, confine, quote, real
+from ..errors import ManifestError, UsageError
+from ..untrusted import OUTSIDE, confine, quote, real
 from .ollama import home_folder
+from .registry import Store, is_projector, one_model, opens_a_model
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +127,44 @@ def _missing_shards(root: Path, found: list[GGUFEntry]) -> tuple[MissingShard, .
                 path = parent / f"{stem}-{k:05d}-of-{count:05d}.gguf"
                 missing.append(MissingShard(path.relative_to(root).as_posix(), path, k, count))
     return tuple(missing)
+
+
+def model_of(folder: GGUFFolder, name: str) -> GGUFFolder:
+    """The part of ``folder`` that is its model ``name``: that file, or every shard of its split set (and
+    the shards the set lacks); ManifestError when no GGUF file of the folder has that name."""
+    entry = next((e for e in folder.files if e.name == name), None)
+    if entry is None:
+        raise ManifestError(folder.root / name, f"model {quote(name)} is not in the folder {folder.root}")
+    shard = SHARD.search(entry.name)
+    if shard is None:
+        return GGUFFolder(folder.root, (entry,), ())
+    stem = entry.name[:shard.start()]
+    mine = re.compile(re.escape(stem) + rf"-\d{{5}}-of-{shard[2]}\.gguf", re.IGNORECASE)
+    return GGUFFolder(folder.root, tuple(e for e in folder.files if mine.fullmatch(e.name)),
+                      tuple(m for m in folder.missing if mine.fullmatch(m.name)))
+
+
+def folder_model_files(folder: GGUFFolder, where: str, hint: str) -> list[str]:
+    """The one GGUF model of ``folder`` (its first shard, if split), then the projectors beside it."""
+    model = one_model(where, [e.name for e in folder.files if opens_a_model(e.name) and not is_projector(e.name)],
+                      hint)
+    chosen = [e for e in folder.files if e.name == model]
+    chosen += [e for e in folder.files if is_projector(e.name) and e.path.parent == chosen[0].path.parent]
+    for entry in chosen:
+        if entry.problem is not None:
+            raise ManifestError(entry.path, entry.problem)
+    return [os.fspath(e.path) for e in chosen]
+
+
+class LMStudioStore(Store, prefix="lmstudio"):
+    """``lmstudio:PUBLISHER/MODEL`` (a model's folder) or ``lmstudio:`` (every model); ``roots.store``: the
+    models folder. LM Studio keeps no digests: what is checked is each GGUF's structure."""
+
+    def expectations(self) -> GGUFFolder:
+        return read_lmstudio(self.name, self.roots.store)
+
+    def model_files(self) -> list[str]:
+        return folder_model_files(self.expectations(), str(self), "open one by its path")
+
+    def input_files(self) -> list[str]:
+        return [os.fspath(e.path) for e in self.expectations().files]

@@ -15,9 +15,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ManifestError
-from ...untrusted import OUTSIDE, confine, quote, real
-from ..manifests._common import HEX64, read_text
+from ..errors import ManifestError
+from ..untrusted import OUTSIDE, confine, quote, real
+from .registry import Store, is_projector, one_model, opens_a_model
+from .small_files import HEX64, read_text
 
 log = logging.getLogger(__name__)
 
@@ -132,3 +133,25 @@ def _modified_after(path: Path, timestamp: float) -> bool:
         return os.stat(path).st_mtime - MTIME_SLACK_SECONDS > timestamp
     except OSError:         # gone or unreadable: the check of its digest says so
         return False
+
+
+class HFLocalStore(Store, prefix="hf-local"):
+    """``hf-local:DIR``: a ``huggingface-cli download --local-dir DIR`` folder, its files checked by the
+    digests its download metadata keeps."""
+
+    def expectations(self) -> LocalDownload:
+        return read_hf_local(self.name)
+
+    def model_files(self) -> list[str]:
+        files = self.expectations().files
+        model = one_model(str(self), [f.name for f in files if opens_a_model(f.name) and not is_projector(f.name)],
+                          "open one by its path")
+        chosen = [f for f in files if f.name == model]
+        chosen += [f for f in files if is_projector(f.name) and f.path.parent == chosen[0].path.parent]
+        for entry in chosen:
+            if entry.linked_out:
+                raise ManifestError(entry.path, entry.problem or "")
+        return [os.fspath(f.path) for f in chosen]
+
+    def input_files(self) -> list[str]:
+        return [os.path.join(folder, name) for folder, _, names in os.walk(self.name) for name in names]

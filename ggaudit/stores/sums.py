@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ManifestError
-from ...untrusted import OUTSIDE, confine, quote, real
-from ..manifests._common import read_text
+from ..errors import ManifestError
+from ..untrusted import OUTSIDE, confine, quote, real
+from .small_files import read_text
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ... import io
-from ...errors import ManifestError
+from .. import io
+from ..errors import ManifestError
 
 log = logging.getLogger(__name__)
 

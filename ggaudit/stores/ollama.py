@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 
-from ...errors import ManifestError, UsageError
-from ...untrusted import OUTSIDE, confine, quote, real, shorten
-from ..manifests._common import HEX64, is_count, load_json
+from ..errors import ManifestError, UsageError
+from ..untrusted import OUTSIDE, confine, quote, real, shorten
+from .registry import Store
+from .small_files import HEX64, is_count, load_json
 
 log = logging.getLogger(__name__)
 
@@ -283,3 +284,48 @@ def ollama_blobs(store: Path) -> dict[str, Path]:
 
 
 _BLOB_FILE = re.compile(r"sha256[-:]([0-9a-fA-F]{64})")
+
+
+class OllamaStore(Store, prefix="ollama"):
+    """``ollama:NAME`` (one model: its manifest's layers, each blob checked by its sha256 and size) or
+    ``ollama:*`` (every model of the store, and the blobs no manifest names); ``roots.store``: the store."""
+
+    #: The name that stands for every model of the store.
+    EVERY_MODEL = "*"
+
+    @property
+    def every_model(self) -> bool:
+        return self.name == self.EVERY_MODEL
+
+    def expectations(self) -> OllamaManifest:
+        """The model's manifest: its layers' digests and sizes (for ``ollama:*``, :meth:`listing`)."""
+        return read_ollama_manifest(self.name, self.roots.store)
+
+    def listing(self) -> OllamaStoreListing:
+        return list_ollama_models(self.roots.store)
+
+    def model_files(self) -> list[str]:
+        """The blob of the model layer, then the projector's if the model has one."""
+        if self.every_model:
+            raise UsageError(None, "ollama:* is every model of the store: name one, ollama:NAME", field="model")
+        manifest = self.expectations()
+        layers = manifest.model_layers()
+        if not layers:
+            raise ManifestError(manifest.path, f"model {manifest.name} has no layer of type {MEDIA_MODEL}",
+                                field="layers")
+        return [os.fspath(ollama_blob_path(manifest.store, layer.digest)) for layer in layers]
+
+    def description_files(self) -> list[str]:
+        root = Path(self.roots.store) if self.roots.store is not None else default_ollama_store()
+        return [os.fspath(parse_ollama_name(self.name).manifest_path(root))]
+
+    def input_files(self) -> list[str]:
+        if self.every_model:
+            listing = self.listing()
+            return [os.fspath(n.manifest_path(listing.store)) for n in listing.names] + \
+                [os.fspath(blob) for blob in ollama_blobs(listing.store).values()]
+        manifest = self.expectations()
+        # Each layer's blob under both of its names (sha256-HEX, the old sha256:HEX): the check reads one.
+        return [os.fspath(manifest.path)] + [os.fspath(manifest.store / "blobs" / f"sha256{sep}{digest}")
+                                             for digest in {layer.digest: None for layer in manifest.blobs}
+                                             for sep in "-:"]

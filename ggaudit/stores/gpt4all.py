@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 
-from ...errors import ManifestError
-from ...untrusted import confine, quote, real, shorten
-from ..manifests._common import is_count, load_json
-from .lmstudio import GGUFFolder, gguf_folder
+from ..errors import ManifestError
+from ..untrusted import confine, quote, real, shorten
+from .small_files import is_count, load_json
+from .lmstudio import GGUFFolder, folder_model_files, gguf_folder, model_of
 from .ollama import home_folder
+from .registry import Store
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,9 @@ class GPT4AllFolder:
     listed: Mapping[str, ListedModel]   # by file name
 
 
-def read_gpt4all(store: str | os.PathLike[str] | None = None) -> GPT4AllFolder:
-    """The GGUF files of the GPT4All folder and, where a catalogue is present, what it says of each."""
+def read_gpt4all(store: str | os.PathLike[str] | None = None, name: str = "") -> GPT4AllFolder:
+    """The GGUF files of the GPT4All folder (``name``: only that model's, a file name or a split set's
+    first shard's) and, where a catalogue is present, what it says of each."""
     root = Path(store) if store is not None else default_gpt4all_store()
     if not root.is_dir():
         raise ManifestError(root, "no GPT4All model folder here (pass --store)")
@@ -71,7 +73,8 @@ def read_gpt4all(store: str | os.PathLike[str] | None = None) -> GPT4AllFolder:
     if listing is not None and confine(listing, (real(root),)) is not None:
         raise ManifestError(listing, "model list is a link pointing outside the folder (or a loop); not followed")
     listed = _read_listing(listing) if listing is not None else {}
-    return GPT4AllFolder(gguf_folder(root), listing, listed)
+    folder = gguf_folder(root)
+    return GPT4AllFolder(model_of(folder, name) if name else folder, listing, listed)
 
 
 def _read_listing(path: Path) -> dict[str, ListedModel]:
@@ -107,3 +110,19 @@ def _md5(value: object, path: Path, field: str) -> str | None:
         shown = quote(value) if isinstance(value, str) else type(value).__name__
         raise ManifestError(path, f"md5sum {shown} is not 32 hex digits", field=f"{field}.md5sum")
     return value.lower()
+
+
+class GPT4AllStore(Store, prefix="gpt4all"):
+    """``gpt4all:FILE`` (one model of the folder) or ``gpt4all:`` (all of them); ``roots.store``: the
+    folder. Its catalogue gives the size and md5 of the models it lists."""
+
+    def expectations(self) -> GPT4AllFolder:
+        return read_gpt4all(self.roots.store, self.name)
+
+    def model_files(self) -> list[str]:
+        return folder_model_files(self.expectations().folder, str(self), "name one as gpt4all:FILE")
+
+    def input_files(self) -> list[str]:
+        found = self.expectations()
+        return [os.fspath(e.path) for e in found.folder.files] + \
+            ([os.fspath(found.listing)] if found.listing is not None else [])

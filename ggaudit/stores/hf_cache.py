@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 
-from ...errors import ManifestError, UsageError
-from ...untrusted import OUTSIDE, confine, quote, real
-from ..manifests._common import HEX64, read_text
+from ..errors import ManifestError, UsageError
+from ..untrusted import OUTSIDE, confine, quote, real, shorten
+from .small_files import HEX64, read_text
 from .ollama import home_folder
+from .registry import Store, one_model, opens_a_model
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +157,34 @@ def _hf_file(snapshot: Path, link: Path, blobs: Path) -> HFFile:
     if _COMMIT.fullmatch(target.name):
         return HFFile(name, link, target, "git-sha1", target.name, None)
     return HFFile(name, link, target, None, None, "blob name is not a digest")
+
+
+class HFStore(Store, prefix="hf"):
+    """``hf:ORG/NAME[@REV][:FILE]``: a snapshot of the Hugging Face cache (``roots.hf_cache``), offline; each
+    file checked by the digest its blob's name promises. ``:FILE`` names the model among several."""
+
+    def expectations(self) -> HFSnapshot:
+        return read_hf_snapshot(self.name, self.roots.hf_cache)
+
+    def model_files(self) -> list[str]:
+        """The path, inside the snapshot, of the GGUF model ``ORG/NAME[@REV][:FILE]`` names."""
+        repo, _, wanted = self.name.partition(":")
+        snapshot = read_hf_snapshot(repo, self.roots.hf_cache)
+        where = f"hf:{snapshot.spec.repo_id}@{snapshot.commit[:12]}"
+        if not wanted:
+            model = one_model(where, [f.name for f in snapshot.files if opens_a_model(f.name)],
+                              f"name one as hf:{shorten(repo)}:FILE")
+            return [_openable(next(f for f in snapshot.files if f.name == model))]
+        named = [f for f in snapshot.files if f.name == wanted]
+        if len(named) != 1:
+            raise UsageError(None, f"{where} has no file {quote(wanted)}", field="model")
+        return [_openable(named[0])]
+
+    def input_files(self) -> list[str]:
+        return [os.fspath(path) for e in self.expectations().files for path in (e.link, e.blob) if path is not None]
+
+
+def _openable(entry: HFFile) -> str:
+    if entry.blob is None:      # a broken link or one leaving the cache: never opened
+        raise ManifestError(entry.link, entry.problem or "not a file of the snapshot", field="snapshot")
+    return os.fspath(entry.link)

@@ -1,0 +1,189 @@
+"""Every kind of finding ggaudit reports, in one registry: its id, how bad it is, and in words what it is,
+what it means and what to do about it.
+
+A report's :class:`~ggaudit.diagnostic.Diagnostic` names its kind by id. Scan's ids are the finding kinds
+themselves (``nan``, ``+inf``, ``-inf``, ``outlier``, ``anomaly``) and the structure kinds (``padding``,
+``gap``, ``trailing``); the other jobs' are prefixed with the job (``verify/sha256``, ``rows/short-read``,
+``diff/structure``). The SARIF reporter's rules are this table; a future ``--fail-on`` selects by id and
+severity. The bottom layer: nothing here imports a job, so every job and reporter can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ERROR", "KINDS", "NOTE", "SEVERITIES", "WARNING", "Kind", "kind"]
+
+#: How bad a kind is, worst first (SARIF's levels).
+ERROR, WARNING, NOTE = "error", "warning", "note"
+SEVERITIES = (ERROR, WARNING, NOTE)
+
+_REFETCH = ("Get the file again from its source and compare its sha256 with the publisher's; if the source "
+            "holds it too, re-convert or re-quantize from the original weights and tell the publisher.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kind:
+    """A kind of finding: ``title`` (one line), ``meaning`` (what it says about the file or the read path)
+    and ``action`` (what to do; SARIF's help)."""
+
+    id: str
+    severity: str
+    title: str
+    meaning: str
+    action: str
+
+
+def _kinds(*kinds: Kind) -> dict[str, Kind]:
+    return {k.id: k for k in kinds}
+
+
+_DOWNLOAD = "The file is damaged or is not the one expected: download it again and verify again."
+_ANOTHER = "The file is another model, or another version of it: check the manifest belongs to it."
+
+#: Every kind, by id, in the order the reports meet them.
+KINDS = _kinds(
+    Kind(id="nan", severity=ERROR, title="A NaN stored in a tensor",
+         meaning="An element, or a block's float field (its scale), holds NaN bits in the file.",
+         action="A NaN weight or block scale makes everything computed from it NaN. " + _REFETCH),
+    Kind(id="+inf", severity=ERROR, title="A +Inf stored in a tensor",
+         meaning="An element or a block's float field is +Inf, or a finite scale decodes past the largest float.",
+         action="An infinite weight or block scale makes everything computed from it Inf or NaN. " + _REFETCH),
+    Kind(id="-inf", severity=ERROR, title="A -Inf stored in a tensor",
+         meaning="An element or a block's float field is -Inf, or a finite scale decodes past the largest float.",
+         action="An infinite weight or block scale makes everything computed from it Inf or NaN. " + _REFETCH),
+    Kind(id="outlier", severity=WARNING, title="A value or block scale larger than --max-abs",
+         meaning="A finite value whose magnitude is above the threshold asked for (scan --max-abs).",
+         action="Compare it with the tensor's largest finite |x| and with the original weights: a single huge "
+                "scale is usually a damaged or badly quantized block; if such values are expected, raise "
+                "--max-abs."),
+    Kind(id="anomaly", severity=WARNING,
+         title="A block scale far outside what its tensor's other scales predict (--anomalies)",
+         meaning="A finite block scale many robust spreads away from the scale its row and position predict.",
+         action="Likely, not certainly, a flipped exponent bit: check the file with `ggaudit verify` against a "
+                "manifest made while it was known good, or compare it with another copy (`ggaudit diff`); if "
+                "either confirms it, " + _REFETCH[0].lower() + _REFETCH[1:]),
+    Kind(id="padding", severity=WARNING, title="Alignment padding that is not zeros",
+         meaning="A byte of the padding before a tensor's aligned start is not zero.",
+         action="GGUF padding must be zeros: the file was written by a faulty tool or changed afterwards. "
+                + _REFETCH),
+    Kind(id="gap", severity=WARNING, title="Bytes between tensors that no tensor owns",
+         meaning="More bytes lie between two tensors (or before the first) than the alignment needs.",
+         action="A writer leaves no gaps beyond the alignment: find out what the bytes are. " + _REFETCH),
+    Kind(id="trailing", severity=ERROR, title="Data after the last tensor",
+         meaning="The file goes on past the last tensor and its zero padding: a payload appended to a model.",
+         action="Bytes appended to a model load and run unnoticed: find out what they are and where they came "
+                "from, and use a copy without them. " + _REFETCH),
+    Kind(id="verify/missing", severity=ERROR, title="A file the manifest lists is missing",
+         meaning="The manifest, store or sums file names a file that is not there.",
+         action="Download or restore the file, then verify again."),
+    Kind(id="verify/not-a-file", severity=ERROR, title="A path the manifest lists is not a regular file",
+         meaning="The path exists but is a folder, a device or another special file.",
+         action="Replace it with the file itself, then verify again."),
+    Kind(id="verify/size", severity=ERROR, title="A file's size differs from the expected one",
+         meaning="The file holds more or fewer bytes than its expectation says.",
+         action="The file is truncated, grew, or is another file: download it again and verify again."),
+    Kind(id="verify/sha256", severity=ERROR, title="A file's sha256 differs from the expected one",
+         meaning="Every byte of the file was read and its sha256 is not the published or recorded one.",
+         action=_DOWNLOAD),
+    Kind(id="verify/git-sha1", severity=ERROR, title="A file's git blob SHA-1 differs from the expected one",
+         meaning="The file's git blob SHA-1 (as Hugging Face lists small files) is not the recorded one.",
+         action=_DOWNLOAD),
+    Kind(id="verify/md5", severity=ERROR, title="A file's MD5 differs from the expected one",
+         meaning="The file's MD5 (as GPT4All's model list gives it) is not the listed one.",
+         action=_DOWNLOAD),
+    Kind(id="verify/link", severity=ERROR,
+         title="A link that is not followed (dangling, a loop, or pointing out of its folder or store)",
+         meaning="A symbolic link where a file was expected; ggaudit opens nothing outside a store or folder.",
+         action="Replace the link with the file it should name, or remove it."),
+    Kind(id="verify/header", severity=ERROR, title="A file that no longer parses as GGUF",
+         meaning="The file's GGUF header could not be read: its tensors could not be checked.",
+         action="Its header is damaged: download it again and verify again."),
+    Kind(id="verify/orphan", severity=WARNING, title="A blob no model of the store references",
+         meaning="A blob of an Ollama store that no manifest names.",
+         action="Left over from a removed model or an interrupted pull: remove it once no model needs it."),
+    Kind(id="verify/tensor-data", severity=ERROR, title="A tensor's data differs from the manifest's digest",
+         meaning="The digest of a group of a tensor's rows is not the manifest's: those rows changed.",
+         action="The rows shown changed: download the file again, or compare it with a good copy (ggaudit diff) "
+                "to see the bytes."),
+    Kind(id="verify/tensor-missing", severity=ERROR, title="A tensor the manifest lists is not in the file",
+         meaning="The manifest names a tensor the model does not hold.", action=_ANOTHER),
+    Kind(id="verify/file-extra", severity=ERROR,
+         title="A file of the model (a shard, a projector) that the manifest does not list",
+         meaning="A file of the model that no expectation covers: it was not checked.",
+         action="Nothing says what the file should hold, so it was not checked: make the manifest from the "
+                "whole model (every shard, the projector), or check the manifest belongs to this model."),
+    Kind(id="verify/tensor-extra", severity=ERROR, title="A tensor in the file that the manifest does not list",
+         meaning="The model holds a tensor the manifest does not name: it was not checked.", action=_ANOTHER),
+    Kind(id="verify/tensor-layout", severity=ERROR, title="A tensor's type, shape or rows differ from the manifest's",
+         meaning="The tensor is there but stored with another type or shape than the manifest's.",
+         action="The file is another conversion or quantization: check the manifest belongs to it."),
+    Kind(id="verify/model-data", severity=ERROR,
+         title="The digest of all of a file's tensor data differs (llama-gguf-hash)",
+         meaning="llama-gguf-hash's digest of every tensor's data of a file is not the manifest's.",
+         action="Some tensor's data changed: verify with a per-tensor manifest to find which, or download "
+                "again."),
+    Kind(id="verify/structure", severity=ERROR, title="Bytes of the file that no tensor owns should not be there",
+         meaning="Padding that is not zeros, a gap or data after the last tensor, in a file whose tensors match.",
+         action="Digests of tensor data cannot see these bytes (padding, gaps, data after the last tensor): find "
+                "out what they are. " + _REFETCH),
+    Kind(id="rows/short-read", severity=ERROR, title="A read path delivered a row cut short",
+         meaning="The row's bytes end early: the rest of the buffer still holds the poison it was filled with.",
+         action="The read path (or the filesystem under it) returns fewer bytes than asked: do not load the model "
+                "through this path until it is fixed."),
+    Kind(id="rows/stale", severity=ERROR, title="A read path delivered a row holding a previous read's bytes",
+         meaning="The row's buffer holds the row read before it: a reused buffer was not filled.",
+         action="A reused buffer was not filled: the read path is faulty, do not load the model through it."),
+    Kind(id="rows/misplaced", severity=ERROR, title="A read path delivered another row's bytes",
+         meaning="The row's bytes are another row's (or a shifted copy): the read came from the wrong offset.",
+         action="A read came from the wrong offset (alignment arithmetic): the read path is faulty."),
+    Kind(id="rows/cache-crosstalk", severity=ERROR, title="A row cache returned another row's bytes",
+         meaning="A cache hit returned the bytes of another row than the one asked for.",
+         action="The cache in front of the reads mixes up entries: fix or disable it."),
+    Kind(id="rows/garbage", severity=ERROR, title="A read path delivered bytes that are in no row",
+         meaning="The bytes delivered match neither the row, nor its neighbours, nor a previous read.",
+         action="The read path or the storage under it corrupts data: check the device and the read path."),
+    Kind(id="rows/unclassified", severity=ERROR,
+         title="A read path delivered a wrong row (not classified: past the mismatches kept)",
+         meaning="A row differs from the file; the mismatches kept are full, so it was counted, not classified.",
+         action="See the classified mismatches of the same read path for the kind of fault."),
+    Kind(id="rows/incomplete-read", severity=ERROR,
+         title="A read returned fewer bytes than asked, not at the end of the file",
+         meaning="One read call returned less than asked although the file goes on.",
+         action="The read path treats a short read as complete: it must read again until it has every byte."),
+    Kind(id="rows/nonfinite", severity=ERROR, title="Rows of the table hold NaN or Inf in the file itself",
+         meaning="The selected rows' bytes are delivered faithfully, but they decode to NaN or Inf.",
+         action="Every read path delivers them faithfully: the file is damaged. " + _REFETCH),
+    Kind(id="diff/data", severity=WARNING, title="A tensor's data differs between the two models",
+         meaning="A tensor of the same name, type and shape holds other bytes in B than in A.",
+         action="Expected when one is a fine-tune or another quantization; otherwise the one that changed is "
+                "damaged: scan both, and verify each against its source."),
+    Kind(id="diff/layout", severity=WARNING, title="A tensor's type or shape differs between the two models",
+         meaning="A tensor of the same name is stored with another type or shape in B.",
+         action="The two models are different conversions or quantizations: compare like with like."),
+    Kind(id="diff/only-in-a", severity=WARNING, title="A tensor only in model A",
+         meaning="Model A holds a tensor of a name model B does not.",
+         action="The models differ in architecture or conversion, or B lost a tensor: check B's source."),
+    Kind(id="diff/only-in-b", severity=WARNING, title="A tensor only in model B",
+         meaning="Model B holds a tensor of a name model A does not.",
+         action="The models differ in architecture or conversion, or B gained a tensor: check B's source."),
+    Kind(id="diff/metadata", severity=WARNING, title="A metadata key differs between the two models",
+         meaning="A metadata key is in one model only, or has another type or value in B.",
+         action="Check the key matters (the tokenizer, rope and context settings do): a wrong value changes the "
+                "model's output without any damaged weight."),
+    Kind(id="diff/structure", severity=ERROR,
+         title="Bytes no tensor owns (padding, gaps, data after the last tensor), or the file's alignment, data "
+               "offset or size, differ between the two files",
+         meaning="The bytes outside the tensors, or the file facts (alignment, data offset, size), differ.",
+         action="Tensor and metadata comparisons cannot see these bytes: find out what they are (`ggaudit scan` "
+                "flags them in each file) and use the copy without them. " + _REFETCH),
+)
+
+
+def kind(kind_id: str) -> Kind:
+    """The kind of that id; a KeyError naming it for an id not registered (every report's kinds are: a test
+    walks them)."""
+    try:
+        return KINDS[kind_id]
+    except KeyError:
+        raise KeyError(f"finding kind {kind_id!r} is not in ggaudit.kinds.KINDS") from None

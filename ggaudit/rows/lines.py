@@ -1,0 +1,60 @@
+"""The lines of rows' findings (mismatched rows, short reads, rows that hold NaN or Inf), as the text
+report prints them and :meth:`RowsReport.diagnostics` says them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..lines import plural
+from ..scan.report import CAUSE_OVERFLOW
+from ..text import escape, escape_path
+
+if TYPE_CHECKING:
+    from .classify import Mismatch
+    from .replay import RowsReport, ShortRead
+
+__all__ = ["describe_row_mismatch", "describe_short_read", "nonfinite_text"]
+
+
+def _yes(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def _differ(n: int, unit: str) -> str:
+    return f"{n} {unit} differ" if n != 1 else f"1 {unit.rstrip('s')} differs"
+
+
+def describe_row_mismatch(m: Mismatch, *, elements: bool = False) -> list[str]:
+    """A mismatch the way fio reports a verify failure: where, then expected before actual. ``elements``:
+    the table's type holds one value a block (F32, F16, BF16), so the column alone says where."""
+    other = f" (row {m.other_row})" if m.other_row is not None else ""
+    block = "" if elements else f"block {m.block}, "
+    lines = [
+        f"mismatch: {m.mode} row {m.row} [{m.kind}{other}] ({m.stage})",
+        f"  file {escape_path(m.file)}, offset {m.row_offset} (0x{m.row_offset:x}), length {m.length}",
+        f"  tensor {escape(m.tensor)}, row {m.row}, {block}column {m.column} "
+        f"(byte {m.byte} of the row, offset {m.offset} (0x{m.offset:x}))",
+        f"  expected: {m.expected}",
+        f"  actual:   {m.actual}",
+        f"  {_differ(m.differing, m.unit)}; decoded row finite: expected "
+        f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}"
+        + (f"; max abs diff {m.max_abs_diff:g}" if m.max_abs_diff is not None else ""),
+    ]
+    if m.detail:
+        lines.append(f"  {m.detail}")
+    return lines
+
+
+def describe_short_read(s: ShortRead) -> str:
+    return (f"short read: {s.mode} ({s.stage}) file {escape_path(s.file)}, offset {s.offset} (0x{s.offset:x}), "
+            f"asked {plural(s.requested, 'byte')}, got {s.returned}, not at end of file")
+
+
+def nonfinite_text(r: RowsReport) -> str:
+    f = r.first_nonfinite
+    rows = f"{r.nonfinite_rows} selected row{'s hold' if r.nonfinite_rows != 1 else ' holds'} non-finite values"
+    if f is None:
+        return rows
+    where = f"column {f.column}" if f.field == "value" else f"block {f.block}, field {escape(f.field)}"
+    how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
+    return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"

@@ -1,0 +1,58 @@
+"""Turn what a user typed as MODEL into file paths, through the store registry: a plain path, or a name
+of a registered store (``ollama:NAME``, ``hf:ORG/NAME[@REV][:FILE]``, ``hf-local:DIR``,
+``lmstudio:PUBLISHER/MODEL``, ``gpt4all:FILE``); and open it as a Model."""
+
+from __future__ import annotations
+
+import os
+from typing import Union
+
+from ..errors import UsageError
+from ..format.layout import Model
+from ..format.layout import open_model as open_path
+from .registry import Roots, find_store
+
+#: What a model is named by: a path, a store name, or a model already opened.
+Target = Union[str, "os.PathLike[str]", Model]
+
+
+def open_model(target: Target, *, store: str | os.PathLike[str] | None = None,
+               hf_cache: str | os.PathLike[str] | None = None) -> Model:
+    """Open what ``target`` names as one model: a GGUF file (any shard of a split set opens the set), a
+    store's name (see :func:`resolve_model`; ``store`` overrides the store's root, ``hf_cache`` the
+    Hugging Face cache's), or a Model, returned as it is."""
+    if isinstance(target, Model):
+        return target
+    return open_path(resolve_model(target_text(target, "model"), store=store, hf_cache=hf_cache)[0])
+
+
+def target_text(target: object, field: str) -> str:
+    """``target`` (a path or a store name) as text; a UsageError naming the parameter ``field`` for
+    anything else (an opened Model is the caller's to handle)."""
+    if not isinstance(target, (str, os.PathLike)):
+        raise UsageError(None, f"must be a path, ollama:NAME, hf:ORG/NAME or a Model, not {type(target).__name__}",
+                         field=field)
+    return os.fspath(target)
+
+
+def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None,
+                  hf_cache: str | os.PathLike[str] | None = None) -> list[str]:
+    """The GGUF file(s) ``spec`` names.
+
+    A store's name gives its model's file (a split set's first shard), then the files that go with it
+    (an Ollama model's or a folder's projector): ``ollama:NAME`` the blob of the model layer, then the
+    projector's (``store`` overrides the Ollama store root); ``hf:ORG/NAME[@REV][:FILE]`` the snapshot's
+    GGUF file; ``hf-local:DIR``, ``lmstudio:PUBLISHER/MODEL`` and ``gpt4all:FILE`` the GGUF model of
+    that folder. Anything else is a path and is returned as it is. Raises UsageError for a bad name, an
+    unknown prefix or a name standing for several models; ManifestError for a missing or malformed
+    manifest or a model without weights.
+    """
+    found = find_store(spec, Roots(store, hf_cache))
+    return [spec] if found is None else found.model_files()
+
+
+def description_files(spec: str, *, store: str | os.PathLike[str] | None = None) -> list[str]:
+    """The files besides the GGUF files that a run on ``spec`` reads to find them: the Ollama manifest of
+    ``ollama:NAME`` (an output must not replace it either), none for a plain path."""
+    found = find_store(spec, Roots(store))
+    return [] if found is None else found.description_files()

@@ -1,0 +1,116 @@
+"""The stores, one class each, registered by the prefix that names them (``ollama:NAME``): a new store is
+one subclass of :class:`Store`, ``class X(Store, prefix="x")``, and every command takes its names.
+
+A store offers (a) the GGUF files a name stands for, for the commands that open a model, and (b) what it
+keeps of them to check against (digests, sizes, the layout of its folders), for ``verify``, whose walkers
+check that data. It reads descriptions (manifests, metadata, folder listings), never a model's bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import UsageError
+from ..untrusted import quote
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where the stores are, when not where each would be by default: ``store`` (Ollama's, LM Studio's or
+    GPT4All's folder: the one the name's prefix says) and ``hf_cache`` (the Hugging Face cache)."""
+
+    store: str | os.PathLike[str] | None = None
+    hf_cache: str | os.PathLike[str] | None = None
+
+
+class Store:
+    """What one name of a store (the text after its prefix) stands for; subclasses register by prefix."""
+
+    prefix: ClassVar[str]
+    #: Every store class by its prefix, the colon included (``ollama:``).
+    registered: ClassVar[dict[str, type[Store]]] = {}
+
+    def __init_subclass__(cls, *, prefix: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        key = prefix + ":"
+        if not _PREFIX.fullmatch(key) or len(prefix) < 2:      # one letter is a Windows drive
+            raise TypeError(f"store prefix {prefix!r} is not a name of two or more letters, digits or -")
+        if key in Store.registered:
+            raise TypeError(f"store prefix {key} is taken by {Store.registered[key].__qualname__}")
+        cls.prefix = key
+        Store.registered[key] = cls
+
+    def __init__(self, name: str, roots: Roots) -> None:
+        self.name = name        # the text after the prefix, as given (untrusted)
+        self.roots = roots
+
+    def __str__(self) -> str:
+        return self.prefix + self.name
+
+    def model_files(self) -> list[str]:
+        """The GGUF files of the one model the name picks out: the model's (a split set's first shard,
+        which opens the set), then those that go with it (a projector). UsageError when the name stands
+        for no model or for several; ManifestError when what describes them is missing or malformed."""
+        raise NotImplementedError
+
+    def description_files(self) -> list[str]:
+        """The files besides the GGUF files that are read to find them (an Ollama manifest): an output
+        must not replace them either."""
+        return []
+
+    def input_files(self) -> list[str]:
+        """Every file a ``verify`` of the name reads, listed without reading any model: the expectations'
+        files and the files they name."""
+        raise NotImplementedError
+
+
+_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]*:")
+_LEADING_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]+:")
+
+
+def known_prefixes() -> list[str]:
+    return sorted(Store.registered)
+
+
+def find_store(text: str, roots: Roots, field: str = "model") -> Store | None:
+    """The store ``text`` names, or None when it is a path. Text that begins as a prefix does
+    (``foo:bar``) but names no registered store and no existing file is a UsageError listing the
+    known prefixes; a drive letter (``C:\\model.gguf``) is never a prefix."""
+    leading = _LEADING_PREFIX.match(text)
+    if leading is None:
+        return None
+    store = Store.registered.get(leading.group())
+    if store is not None:
+        return store(text[leading.end():], roots)
+    if os.path.lexists(text):      # a file whose name holds a colon
+        return None
+    raise UsageError(None, f"{quote(text)} is no file, and {quote(leading.group())} is no store prefix; the "
+                           f"prefixes are {', '.join(known_prefixes())}", field=field)
+
+
+def one_model(where: str, files: Sequence[str], hint: str) -> str:
+    """The one GGUF model among ``files`` (names of whole models or first shards), or a UsageError saying
+    how many there are and ``hint``, how to name one."""
+    if len(files) == 1:
+        return files[0]
+    names = ", ".join(quote(name) for name in files[:4]) + (", ..." if len(files) > 4 else "")
+    raise UsageError(None, f"{where} holds {len(files)} GGUF models{': ' + names if files else ''}; {hint}",
+                     field="model")
+
+
+_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+
+def opens_a_model(name: str) -> bool:
+    """A GGUF file that is a whole model, or the first shard of a split set (which opens the set)."""
+    shard = _SHARD.search(name)
+    return name.lower().endswith(".gguf") and (shard is None or shard.group(1) == "00001")
+
+
+def is_projector(name: str) -> bool:
+    """llama.cpp's name for a vision model's projector file (``mmproj-*.gguf``), kept beside the model."""
+    return os.path.basename(name).lower().startswith("mmproj")

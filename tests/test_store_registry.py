@@ -1,0 +1,171 @@
+"""The stores are one registry (issue 24): each store class registered once by its prefix, every command
+(info, scan, rows, diff, manifest, verify) reaching a store's model through it, and an unknown prefix
+refused with the known ones, while files whose names hold a colon (a Windows drive, ``a:b.gguf``) stay
+files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import ggaudit
+from ggaudit.errors import UsageError
+from ggaudit.stores.gpt4all import GPT4AllStore
+from ggaudit.stores.hf_cache import HFStore
+from ggaudit.stores.hf_local import HFLocalStore
+from ggaudit.stores.lmstudio import LMStudioStore
+from ggaudit.stores.ollama import OllamaStore
+from ggaudit.stores.registry import Store, known_prefixes
+from ggaudit.verify.dispatch import verify_store
+
+from platforms import WINDOWS
+from reliability_support import assert_one_line_error, run_cli
+from stores_support import gguf, gpt4all_folder, hf_local_dir, lmstudio_models
+
+PACKAGE = Path(ggaudit.__file__).parent
+PREFIXES = ["gpt4all:", "hf-local:", "hf:", "lmstudio:", "ollama:"]
+
+
+def test_every_prefix_is_one_registered_store_class() -> None:
+    assert known_prefixes() == PREFIXES
+    assert Store.registered == {"ollama:": OllamaStore, "hf:": HFStore, "hf-local:": HFLocalStore,
+                                "lmstudio:": LMStudioStore, "gpt4all:": GPT4AllStore}
+
+
+def test_a_prefix_taken_or_a_drive_letter_cannot_be_registered() -> None:
+    with pytest.raises(TypeError, match="store prefix ollama: is taken by OllamaStore"):
+        class Again(Store, prefix="ollama"):
+            pass
+    with pytest.raises(TypeError, match="store prefix 'c' is not a name"):
+        class Drive(Store, prefix="c"):
+            pass
+    assert known_prefixes() == PREFIXES
+
+
+def test_every_store_has_a_verify_walker() -> None:
+    fallback = verify_store.dispatch(Store)
+    assert [cls for cls in Store.registered.values() if verify_store.dispatch(cls) is fallback] == []
+
+
+def test_no_prefix_is_dispatched_by_a_startswith_chain() -> None:
+    """The prefixes are looked up in the registry only: no ``startswith("ollama:")`` or ``startswith(X_PREFIX)``
+    left anywhere in the package."""
+    literal = "|".join(map(re.escape, PREFIXES))
+    chain = re.compile(rf"startswith\((?:[\"'](?:{literal})[\"']|[A-Z_]*PREFIX\b)")
+    found = [f"{path.relative_to(PACKAGE)}:{n}" for path in PACKAGE.rglob("*.py")
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if chain.search(line)]
+    assert found == []
+
+
+# --- every command reaches a store's model ---------------------------------------------------------------
+
+def _reached(command: str, target: str, store: Path | None, other: Path) -> str:
+    """The file ``ggaudit COMMAND TARGET`` worked on, as its JSON says (diff: against ``other``)."""
+    extra = {"info": [], "scan": [], "rows": ["--ids", "0"], "diff": [other], "manifest": ["-o", "-"]}[command]
+    args = [command, target, *extra, *(["--store", store] if store is not None else []), "--json"]
+    result = run_cli(args)
+    assert result.exit_code in (0, 1), (args, result.exit_code, result.stderr)
+    model = json.loads(result.stdout)["models"][0]
+    if command == "manifest":
+        (entry,) = model["files"]
+        return f"{entry['name']} {entry['sha256']}"
+    return {"info": model.get("model"), "scan": (model.get("files") or [None])[0], "rows": model.get("file"),
+            "diff": model.get("a")}[command]
+
+
+def _said(command: str, path: Path) -> str:
+    if command == "manifest":
+        return f"{path.name} {hashlib.sha256(path.read_bytes()).hexdigest()}"
+    return os.fspath(path)
+
+
+@pytest.mark.parametrize("command", ["info", "scan", "rows", "diff", "manifest"])
+def test_every_command_opens_every_store_form(tmp_path: Path, command: str) -> None:
+    lmstudio = lmstudio_models(tmp_path / "lm")
+    gpt4all = gpt4all_folder(tmp_path / "g4")
+    local = hf_local_dir(tmp_path / "dl")
+    other = tmp_path / "other.gguf"
+    other.write_bytes(gguf(99))
+    forms = [("lmstudio:pub/good", tmp_path / "lm", lmstudio["good"]),
+             ("lmstudio:pub/split", tmp_path / "lm", lmstudio["split1"]),      # a split set: its first shard
+             ("gpt4all:badmd5.gguf", tmp_path / "g4", gpt4all["badmd5"]),
+             (f"hf-local:{local.root}", None, local.good)]
+    assert [_reached(command, target, store, other) for target, store, _ in forms] == \
+        [_said(command, path) for _, _, path in forms]
+
+
+def test_a_store_name_standing_for_several_models_says_which_there_are(tmp_path: Path) -> None:
+    gpt4all_folder(tmp_path / "g4")
+    assert_one_line_error(run_cli(["info", "gpt4all:", "--store", tmp_path / "g4"]),
+                          "gpt4all: holds 4 GGUF models: 'badmd5.gguf', 'badsize.gguf', 'good.gguf', 'other.gguf'",
+                          "name one as gpt4all:FILE")
+    assert_one_line_error(run_cli(["scan", "gpt4all:never.gguf", "--store", tmp_path / "g4"]),
+                          "model 'never.gguf' is not in the folder")
+
+
+def test_verify_takes_one_gpt4all_model(tmp_path: Path) -> None:
+    gpt4all_folder(tmp_path / "g4")
+    report = ggaudit.verify("gpt4all:badmd5.gguf", store=tmp_path / "g4")
+    assert [(m.kind, m.subject) for m in report.mismatches] == [("md5", "badmd5.gguf")]
+    assert [c.subject for c in report.checked] == ["badmd5.gguf"]
+    assert report.source == f"{tmp_path / 'g4'} badmd5.gguf"
+
+
+# --- unknown prefixes, and names that are files ----------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["info", "scan", "rows", "diff", "manifest", "verify"])
+def test_an_unknown_prefix_is_exit_2_listing_the_known_ones(tmp_path: Path, command: str) -> None:
+    extra = {"rows": ["--ids", "0"], "diff": ["foo:baz"], "manifest": ["-o", tmp_path / "m.json"]}.get(command, [])
+    line = assert_one_line_error(run_cli([command, "foo:bar", *extra]), "'foo:bar' is no file",
+                                 "'foo:' is no store prefix")
+    assert line.endswith("the prefixes are gpt4all:, hf-local:, hf:, lmstudio:, ollama:")
+    with pytest.raises(UsageError, match="the prefixes are gpt4all:, hf-local:, hf:, lmstudio:, ollama:"):
+        ggaudit.open_model("foo:bar")
+
+
+def _named_file(folder: Path, name: str) -> Path:
+    path = folder / name
+    path.write_bytes(gguf(7))
+    return path
+
+
+@pytest.mark.parametrize("command", ["info", "scan", "verify"])
+def test_a_drive_letter_path_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    """``C:\\...`` is a drive on Windows (tmp_path is one there), a plain name holding a colon elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    if WINDOWS:
+        path = _named_file(tmp_path, "x.gguf")
+        given = os.fspath(path)
+        assert re.match(r"[A-Za-z]:\\", given)
+    else:
+        path = _named_file(tmp_path, "C:\\x.gguf")
+        given = "C:\\x.gguf"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    extra = ["--sha256", digest] if command == "verify" else []
+    result = run_cli([command, given, *extra, "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert ggaudit.open_model(given).files[0].path == given
+
+
+@pytest.mark.skipif(WINDOWS, reason="Windows file names hold no colon")
+@pytest.mark.parametrize("name", ["a:b.gguf", "foo:bar.gguf"])
+def test_a_relative_file_named_with_a_colon_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      name: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    _named_file(tmp_path, name)
+    result = run_cli(["info", name, "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["models"][0]["model"] == name
+    assert ggaudit.open_model(name).files[0].path == name
+
+
+def test_a_missing_drive_letter_path_is_a_missing_file_not_a_prefix(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    line = assert_one_line_error(run_cli(["info", "C:\\nope.gguf"]))
+    assert "store prefix" not in line
