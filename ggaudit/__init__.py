@@ -38,7 +38,7 @@ if TYPE_CHECKING:       # what the names below are, for type checkers; at run ti
     from .verify.manifests.tensor import build_tensor_manifest as build_manifest
     from .verify.manifests.tensor import write_tensor_manifest as write_manifest
     from .verify.options import VerifyOptions
-    from .verify.run import VerifyReport
+    from .verify.report import VerifyReport
 
 #: Name -> "module:attribute" it is loaded from. ``scan`` and ``verify`` are their (callable) packages.
 _LAZY = {
@@ -58,7 +58,7 @@ _LAZY = {
     "build_manifest": "ggaudit.verify.manifests.tensor:build_tensor_manifest",
     "write_manifest": "ggaudit.verify.manifests.tensor:write_tensor_manifest",
     "VerifyOptions": "ggaudit.verify.options:VerifyOptions",
-    "VerifyReport": "ggaudit.verify.run:VerifyReport",
+    "VerifyReport": "ggaudit.verify.report:VerifyReport",
     "scan": "ggaudit.scan",
     "verify": "ggaudit.verify",
 }

@@ -6,6 +6,12 @@ of the same name in ``ggaudit/__init__.py`` would be replaced by the package as 
 ``ggaudit.scan.kernel``, or never be there if the front door is loaded lazily. Making the package
 callable gives ``ggaudit.scan`` one meaning whatever was imported first, and keeps ``import ggaudit``
 free of numpy until a job runs.
+
+The plainer layouts were weighed and each loses something: binding the functions eagerly in the front door
+(after their packages, so the binding wins) loads numpy on ``import ggaudit`` and breaks dotted access
+``ggaudit.scan.run.scan``; renaming the folders (``ggaudit/scanning/``) breaks ``import ggaudit.scan.run``
+and the house's folder-per-command table. Assigning a module's ``__class__`` to a ModuleType subclass is
+supported by Python for this (3.5+). Tested in tests/test_api.py (callable whatever was imported first).
 """
 
 from __future__ import annotations

@@ -310,7 +310,9 @@ DEFAULT_CHUNK_SIZE = 8 << 20
 DEFAULT_DEPTH = 3
 """Buffers in the ring: one being read while the consumers work on the others."""
 
-#: Told (bytes done, bytes in all) as a long read advances: once per chunk, in the calling thread.
+#: The one progress callback of the library and the CLI, told (done, in all) as a long job advances: bytes
+#: (once per chunk of a read, in the calling thread), or rows for ``rows`` (with its read path first:
+#: :data:`ggaudit.rows.replay.ReadPathProgress`).
 Progress = Callable[[int, int], None]
 
 
@@ -358,6 +360,26 @@ class Xxh3_128(Hasher):
 ALGORITHMS: dict[str, Callable[[], Sha256 | Xxh3_128]] = {"sha256": Sha256, "xxh3-128": Xxh3_128}
 
 
+class ChunkSource(Protocol):
+    """Where :func:`feed` gets its chunks: a read path over one file (``ggaudit.check`` reads each path so)."""
+
+    def buffer(self) -> Any:
+        """A new writable buffer (bytearray, memoryview) of the source's chunk size."""
+
+    def read_into(self, buf: Any) -> tuple[int, int] | None:
+        """Fill ``buf`` with the next chunk; (its file offset, its length), or None past the last."""
+
+
+def feed(source: ChunkSource, consumers: Sequence[ChunkConsumer], *, depth: int = DEFAULT_DEPTH,
+         threaded: bool = True) -> None:
+    """Give every chunk ``source`` reads to every consumer, as :func:`read_through` does for a buffered read:
+    each consumer in its own thread, a ring of ``depth`` buffers, a consumer's exception re-raised here."""
+    if threaded and consumers:
+        _run_threaded(source, consumers, depth)
+    else:
+        _run_inline(source, consumers)
+
+
 def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer], *,
                  start: int = 0, end: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  depth: int = DEFAULT_DEPTH, threaded: bool = True, progress: Progress | None = None) -> int:
@@ -375,11 +397,8 @@ def read_through(path: str | os.PathLike[str], consumers: Sequence[ChunkConsumer
         if not 0 <= start <= end:
             raise ValueError(f"bad range [{start}, {end})")
         advise(fd, start, end - start, "sequential")
-        reader = _ChunkReader(fd, os.fspath(path), start, end, chunk_size, progress)
-        if threaded and consumers:
-            _run_threaded(reader, consumers, depth)
-        else:
-            _run_inline(reader, consumers)
+        feed(_ChunkReader(fd, os.fspath(path), start, end, chunk_size, progress), consumers, depth=depth,
+             threaded=threaded)
         return end - start
     finally:
         os.close(fd)
@@ -409,7 +428,7 @@ class _ChunkReader:
         return offset, want
 
 
-def _run_inline(reader: _ChunkReader, consumers: Sequence[ChunkConsumer]) -> None:
+def _run_inline(reader: ChunkSource, consumers: Sequence[ChunkConsumer]) -> None:
     buf = reader.buffer()
     view = memoryview(buf)
     while (chunk := reader.read_into(buf)) is not None:
@@ -419,7 +438,7 @@ def _run_inline(reader: _ChunkReader, consumers: Sequence[ChunkConsumer]) -> Non
             consumer.update(offset, piece)
 
 
-def _run_threaded(reader: _ChunkReader, consumers: Sequence[ChunkConsumer], depth: int) -> None:
+def _run_threaded(reader: ChunkSource, consumers: Sequence[ChunkConsumer], depth: int) -> None:
     """Reader in the calling thread, one worker per consumer, a ring of ``depth`` buffers.
 
     A buffer goes back to the free list when every consumer has finished with it, so the reader can

@@ -177,6 +177,29 @@ KINDS = _kinds(
          meaning="The bytes outside the tensors, or the file facts (alignment, data offset, size), differ.",
          action="Tensor and metadata comparisons cannot see these bytes: find out what they are (`ggaudit scan` "
                 "flags them in each file) and use the copy without them. " + _REFETCH),
+    Kind(id="check/differs-from-published", severity=ERROR, title="The file on disk is not the one published",
+         meaning="Every byte was read and no read path delivered the bytes the published digest describes.",
+         action="The download is damaged or is another file: download it again (for Ollama, remove the blob "
+                "first: a pull keeps a blob that is already there) and check again."),
+    Kind(id="check/differs-from-manifest", severity=ERROR, title="The file differs from its tensor manifest",
+         meaning="The file's bytes are not those of the manifest made where the model was known good.",
+         action="The rows shown changed since the manifest was made: get the file again, or copy it from the "
+                "machine the manifest was made on."),
+    Kind(id="check/read-path-differs", severity=ERROR,
+         title="A read path delivers other bytes than the others on this machine",
+         meaning="Reading the same file through buffered reads, a memory mapping or direct I/O gave different bytes.",
+         action="Avoid the path that deviates (an engine's mmap or direct-I/O option) and report it to the maker of "
+                "the storage, filesystem, filter driver or VM layer; test the RAM when the page cache deviates."),
+    Kind(id="check/manifest-differs-from-published", severity=WARNING,
+         title="The manifest was made from another file than the published one",
+         meaning="The tensor manifest's sha256 of the file is not the published digest.",
+         action="Make the manifest again from a copy that matches the published digest."),
+    Kind(id="check/path-skipped", severity=WARNING, title="A read path could not be used on this file",
+         meaning="The filesystem refuses direct I/O (or the platform has none): the other paths were compared.",
+         action="Copy the file to a filesystem that supports direct I/O to compare the device's bytes too."),
+    Kind(id="check/no-published-reference", severity=NOTE, title="Nothing published says what the file should be",
+         meaning="No store digest, checksum file, --sha256 or manifest: the file was checked against itself only.",
+         action="Give --sha256, --sums or --manifest (made with `ggaudit manifest` where the model works)."),
 )
 
 

@@ -47,7 +47,7 @@ from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest
 from ggaudit.scan.run import scan
 from ggaudit.verify.dispatch import verify
-from ggaudit.verify.run import verify_sums
+from ggaudit.verify.walk.sums import verify_sums
 
 COLS = 4096                                  # Q4_K: 16 blocks of 144 bytes per row
 ROW_BYTES = COLS // 256 * 144

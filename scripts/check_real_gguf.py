@@ -31,7 +31,7 @@ from ggaudit.errors import GGAuditError
 from ggaudit.format.layout import GGUFFile, open_gguf, open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
 from ggaudit.scan.run import scan
-from ggaudit.verify.run import verify_tensor_manifest
+from ggaudit.verify.walk.tensors import verify_tensor_manifest
 
 
 def header_differences(ours: GGUFFile, ref: Any) -> list[str]:

@@ -55,7 +55,7 @@ class Bug(AssertionError):
 def _header_end(data: bytes) -> int:
     """Where the data section of a well-formed seed starts (or the whole length if unknown)."""
     try:
-        from tests.reliability_support import walk_header
+        from tests.support import walk_header
     except ImportError:  # pragma: no cover - run from elsewhere
         return len(data)
     return walk_header(data).data_offset
@@ -64,7 +64,7 @@ def _header_end(data: bytes) -> int:
 def field_starts(data: bytes) -> list[int]:
     """Offsets where header fields start in a well-formed seed: the best places to overwrite."""
     try:
-        from tests.reliability_support import walk_header
+        from tests.support import walk_header
     except ImportError:  # pragma: no cover
         return list(range(0, min(len(data), 256), 4))
     return sorted({leaf.start for leaf in walk_header(data).leaves})
@@ -72,7 +72,7 @@ def field_starts(data: bytes) -> list[int]:
 
 def seed_corpus(extra_dir: Path | None = None) -> list[bytes]:
     """Headers (plus a little data) of every fixture, and small whole models built here."""
-    from tests import reliability_support as rs
+    from tests import support as rs
 
     seeds: list[bytes] = []
     for path in rs.fixture_files():
@@ -119,7 +119,7 @@ def _round_trips(path: str, model: Model) -> None:
     """Invariants on an accepted file: it equals itself, and verifies against its own manifest."""
     from ggaudit.verify.diff import diff_models
     from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
-    from ggaudit.verify.run import verify_tensor_manifest
+    from ggaudit.verify.walk.tensors import verify_tensor_manifest
 
     if not diff_models(model, model).ok:
         raise Bug("diff of a file with itself found differences")

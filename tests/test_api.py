@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as T
 import ggaudit
 from ollama_support import ollama_store
 from platforms import needs_symlinks
-from reliability_support import write_small_model, write_split_set
+from support import write_small_model, write_split_set
 
 COMMIT = "c0ffee" + "0" * 34
 ROW = 68        # write_small_model: Q8_0 rows of 64 columns

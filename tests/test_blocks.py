@@ -30,7 +30,7 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.scan.kernel import OVERFLOW_KEY
 from ggaudit.scan.run import deep_supported, scan
 
-from reliability_support import run_cli
+from support import run_cli
 from scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke
 import itertools
 import json

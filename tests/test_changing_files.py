@@ -31,7 +31,7 @@ from ggaudit.format.build import TensorSpec, write_gguf
 
 import changing_driver
 from platforms import needs_fork
-from reliability_support import run_cli, tensor_payload
+from support import run_cli, tensor_payload
 
 MiB = 1 << 20
 

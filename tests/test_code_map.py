@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reliability_support import REPO
+from support import REPO
 
 CODE_MAP = REPO / "docs" / "code-map.md"
 PACKAGE = REPO / "ggaudit"

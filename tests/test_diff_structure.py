@@ -24,7 +24,7 @@ from ggaudit.format.layout import open_gguf, open_model
 from ggaudit.verify.diff import diff_models
 from ggaudit.verify.diff_structure import RegionChange
 
-from reliability_support import run_cli, write_split_set
+from support import run_cli, write_split_set
 from test_json_schema import errors
 from test_report_junit import cases, parsed
 from test_report_sarif import the_run, valid_sarif, where

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from ggaudit.verify import cache as digest_cache
-from ggaudit.verify import run
+from ggaudit.verify import collect
 from ggaudit.verify.cache import FILE_NAME, DigestCache, cache_folder
 from ggaudit.verify.dispatch import verify
 from ggaudit.errors import UsageError
 
 from ollama_support import ollama_store
-from reliability_support import run_cli
+from support import run_cli
 from platforms import needs_mode_bits
 from test_json_schema import errors
 
@@ -60,7 +60,7 @@ def no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     """From here on, a file read to hash it fails the test."""
     def refuse(path: Any, *args: Any, **kwargs: Any) -> int:
         raise AssertionError(f"read {path}")
-    monkeypatch.setattr(run, "read_through", refuse)
+    monkeypatch.setattr(collect, "read_through", refuse)
 
 
 def rows(folder: Path) -> list[tuple[str, str, str]]:
@@ -98,12 +98,12 @@ def test_the_default_verify_reads_every_byte_with_the_cache_filled(store: tuple[
     verify("ollama:tiny", store=root, cache=True)
     assert len(rows(folder)) == 2
     read: list[str] = []
-    real_read = run.read_through
+    real_read = collect.read_through
 
     def counting(path: Any, *args: Any, **kwargs: Any) -> Any:
         read.append(os.fspath(path))
         return real_read(path, *args, **kwargs)
-    monkeypatch.setattr(run, "read_through", counting)
+    monkeypatch.setattr(collect, "read_through", counting)
     again = verify("ollama:tiny", store=root, cache=True)
     assert read == [str(model), str(projector)]
     assert again.ok and (again.stats.cached, again.stats.bytes_hashed) == (0, len(MODEL) + len(PROJECTOR))
@@ -553,3 +553,42 @@ def test_cli_json_counts_validate(store: tuple[Path, Path, Path], folder: Path) 
     assert (stats["files"], stats["cached"], stats["unchecked"], stats["bytes_hashed"]) == (2, 2, 0, 0)
     assert [(c["source"], c["cached_at"]) for c in doc["models"][0]["checked"]] == \
         [("cache", "2023-11-14T22:13:20Z")] * 2
+
+
+def test_a_walker_uses_the_digest_cache_it_is_given_and_none_it_is_not(store: tuple[Path, Path, Path], folder: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache is an argument of the walker, passed down to its collector: no ambient cache a caller could
+    forget to set or leave set for the next check."""
+    from ggaudit.verify.walk.ollama import verify_ollama
+
+    root, model, _ = store
+    verify("ollama:tiny", store=root, cache=True)
+    set_computed(folder, 1_700_000_000.0)
+    without = verify_ollama("tiny", root)           # no cache given: every byte read, none from the cache
+    assert (without.stats.cached, without.stats.bytes_hashed) == (0, len(MODEL) + len(PROJECTOR))
+    no_reading(monkeypatch)
+    given = DigestCache(folder, trust=True)
+    try:
+        trusted = verify_ollama("tiny", root, digest_cache=given)
+    finally:
+        given.close()
+    assert (trusted.stats.cached, trusted.stats.bytes_hashed) == (2, 0)
+    assert (trusted.checked[0].path, trusted.checked[0].source, trusted.checked[0].cached_at) == (
+        str(model), "cache", "2023-11-14T22:13:20Z")
+
+
+def test_no_context_variable_is_left_in_verify() -> None:
+    """No module of ggaudit/verify imports contextvars: the digest cache comes in as an argument."""
+    import ast
+
+    import ggaudit.verify
+
+    found = []
+    for source in Path(ggaudit.verify.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] + [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
+                     [node.id] if isinstance(node, ast.Name) else [node.attr] if isinstance(node, ast.Attribute)
+                     else [])
+            found += [f"{source.name}:{node.lineno}" for n in names if n in ("contextvars", "ContextVar")]
+    assert found == []

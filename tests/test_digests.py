@@ -187,16 +187,3 @@ def test_missing_file_raises_oserror(tmp_path: Path) -> None:
         read_through(tmp_path / "nope", [Sha256()])
     assert not os.path.exists(tmp_path / "nope")
 
-
-def test_the_documented_import_path_still_reads(tmp_path: Path) -> None:
-    """docs/library.md: ``from ggaudit.verify.digests import read_through`` with ``Sha256``; the read lives in
-    ggaudit.io now (below the jobs), and the documented names are the same objects."""
-    from ggaudit import io
-    from ggaudit.verify import digests
-
-    assert (digests.read_through, digests.Sha256) == (io.read_through, io.Sha256)
-    path = tmp_path / "f.bin"
-    path.write_bytes(_data(5000))
-    sha = digests.Sha256()
-    assert digests.read_through(path, [sha]) == 5000
-    assert sha.hexdigest() == hashlib.sha256(_data(5000)).hexdigest()

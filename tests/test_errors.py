@@ -22,7 +22,7 @@ import pytest
 from click.testing import Result
 
 from platforms import IS_ROOT, needs_fifo, needs_mode_bits, needs_unix_socket
-from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
+from support import assert_one_line_error, run_cli, write_small_model, write_split_set
 
 HANG_GUARD = 20.0
 

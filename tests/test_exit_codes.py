@@ -31,10 +31,11 @@ from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.verify.manifests.tensor import build_tensor_manifest
 from ggaudit.rows.readers import open_reader
 from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
-from ggaudit.verify.run import verify_sums, verify_tensor_manifest
+from ggaudit.verify.walk.sums import verify_sums
+from ggaudit.verify.walk.tensors import verify_tensor_manifest
 
 from platforms import needs_linux
-from reliability_support import REPO, assert_one_line_error, run_cli
+from support import REPO, assert_one_line_error, run_cli
 
 FIXTURE = REPO / "fixtures" / "all_types.gguf"
 #: The module, not the command of the same name that ``ggaudit.cli`` exports.

@@ -21,7 +21,7 @@ from ggaudit.scan import workers as workers_module
 from ggaudit.scan.report import ExpertCounts
 from ggaudit.scan.run import scan
 
-from reliability_support import run_cli
+from support import run_cli
 from scan_support import NONFINITE_BITS, finite_tensor, poke
 
 UP = "blk.0.ffn_up_exps.weight"

@@ -26,7 +26,7 @@ from ggaudit.scan.run import scan  # noqa: E402
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, tensor_manifest_text  # noqa: E402
 
 from platforms import needs_posix_signals  # noqa: E402
-from reliability_support import run_cli  # noqa: E402
+from support import run_cli  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODELS = sorted(str(p) for p in FIXTURES.glob("*.gguf"))

@@ -23,7 +23,7 @@ import pytest
 from ggaudit.errors import FormatError
 from ggaudit.stores.sums import SumsEntry
 
-from reliability_support import load_script
+from support import load_script
 
 #: Unset: the smoke run. Set: the time box's scale.
 FUZZ_SECONDS = os.environ.get("GGAUDIT_FUZZ_SECONDS")
@@ -165,7 +165,7 @@ def test_signalling_nans_are_found_without_a_warning_on_stderr(tmp_path: Path) -
     from ggaudit.format.build import TensorSpec, write_gguf
     from ggaudit.scan.run import scan
 
-    from reliability_support import run_cli, tensor_payload
+    from support import run_cli, tensor_payload
 
     f32 = np.zeros(8, "<u4")
     f32[3] = 0x7F800001                       # signalling NaN

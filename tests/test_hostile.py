@@ -30,7 +30,7 @@ from ggaudit.stores.small_files import MAX_JSON_CONTAINERS, MAX_JSON_STRINGS
 from ggaudit.stores.sums import MAX_SUMS_LINES
 from ggaudit.format.layout import open_gguf
 
-from reliability_support import RICH_METADATA, all_types_specs, assert_one_line_error, run_cli, walk_header
+from support import RICH_METADATA, all_types_specs, assert_one_line_error, run_cli, walk_header
 
 MiB = 1 << 20
 #: The issue's bound for rejecting any malformed header; time is a generous hang guard (CI is shared).

@@ -29,7 +29,7 @@ from gguf import GGMLQuantizationType as GGMLType
 
 from ollama_support import ollama_store
 from stores_support import gpt4all_folder, hf_local_dir, lmstudio_models, ollama_everything
-from reliability_support import FIXTURES, run_cli
+from support import FIXTURES, run_cli
 
 SCHEMA = json.loads(resources.files("ggaudit").joinpath("schema/cli-output.schema.json").read_text("utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA)
@@ -43,6 +43,7 @@ SPLIT = FIXTURES / "split-00001-of-00002.gguf"
 SCAN, VERIFY, ROWS = "ggaudit/scan-report/1", "ggaudit/verify-report/1", "ggaudit/rows-report/1"
 DIFF, INFO, MANIFEST, FAILED = "ggaudit/diff-report/1", "ggaudit/info/1", "ggaudit-tensor-manifest", "failed"
 LLAMA = "llama-gguf-hash"
+CHECK = "ggaudit/check-report/1"
 STATUS_OF_EXIT = {0: "clean", 1: "findings", 2: "error"}
 
 
@@ -186,6 +187,10 @@ CASES: dict[str, tuple[Case, int, list[str]]] = {
     "manifest-fails": (lambda t: ["manifest", CLEAN, "-o", CLEAN, "--force"], 2, [FAILED]),
     "manifest-llama-hash": (lambda t: ["manifest", SPLIT, "-o", "-", "--manifest-format", LLAMA, "--hash", "all"], 0,
                             [LLAMA]),
+    "check-ollama": (lambda t: ["check", "ollama:tiny", "--store", store(t)], 0, [CHECK]),
+    "check-unverified-and-nonfinite": (lambda t: ["check", CLEAN, NAN], 1, [CHECK, CHECK]),
+    "check-damaged-against-manifest": (lambda t: ["check", *damaged_against_manifest(t)], 1, [CHECK]),
+    "check-fails": (lambda t: ["check", t / "missing.gguf"], 2, [FAILED]),
 }
 
 
@@ -210,7 +215,7 @@ def test_json_output_validates_against_the_shipped_schema(case: str, tmp_path: P
 
 def test_the_cases_reach_every_kind_of_element_and_of_finding() -> None:
     kinds = {k for _, _, ks in CASES.values() for k in ks}
-    assert kinds == {SCAN, VERIFY, ROWS, DIFF, INFO, MANIFEST, LLAMA, FAILED}
+    assert kinds == {SCAN, CHECK, VERIFY, ROWS, DIFF, INFO, MANIFEST, LLAMA, FAILED}
     assert len(SCHEMA["$defs"]["element"]["oneOf"]) == len(kinds)
 
 

@@ -22,7 +22,7 @@ from ggaudit.errors import FormatError, ReadError
 from ggaudit.format.layout import (MAX_ARRAY_DEPTH, MAX_ARRAY_STRINGS, MAX_ARRAYS, MAX_KEPT_TEXT, MAX_METADATA,
                                    MAX_STRING, MAX_TENSORS, open_gguf, open_model)
 
-from reliability_support import load_script
+from support import load_script
 import itertools
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

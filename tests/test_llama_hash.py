@@ -28,7 +28,7 @@ from ggaudit.verify.manifests.llama_hash import (MAX_LINE_CHARS, UUID_NAMESPACE,
                                                  read_llama_hash)
 
 from ollama_support import ollama_store
-from reliability_support import FIXTURES, assert_one_line_error, run_cli, tensor_payload
+from support import FIXTURES, assert_one_line_error, run_cli, tensor_payload
 
 NAMESPACE = bytes.fromhex("ef001206dadc5f6da15f3359e577d4e5")
 ALL = ("xxh64", "xxh3", "sha1", "sha256", "uuid")

@@ -35,9 +35,9 @@ from ggaudit.rows.replay import rows_geometry, table_geometry
 from ggaudit.rows.table import RowTable
 from ggaudit.rows.select import RowSelection, select_rows
 from ggaudit.scan.run import scan
-from ggaudit.verify.run import verify_blob
+from ggaudit.verify.walk.sums import verify_blob
 
-from reliability_support import FIXTURES, fixture_files, write_small_model
+from support import FIXTURES, fixture_files, write_small_model
 
 
 @pytest.fixture()

@@ -21,7 +21,7 @@ import ggaudit
 from ggaudit.errors import NothingChecked, UsageError
 from ggaudit.format.build import TensorSpec, gguf_bytes, write_gguf
 
-from reliability_support import assert_one_line_error, run_cli
+from support import assert_one_line_error, run_cli
 from test_json_schema import SCHEMA
 
 COMMIT = "c0ffee" + "0" * 34

@@ -20,7 +20,7 @@ from ggaudit.fleet import tasks
 from ggaudit.scan.report import ScanStats
 from ggaudit.scan.run import plan_scan, report_of
 from ggaudit.scan.workers import make_tasks, merge_results
-from reliability_support import write_small_model
+from support import write_small_model
 
 ALL_TYPES = Path(__file__).resolve().parent.parent / "fixtures" / "all_types.gguf"
 OPTIONS = [ggaudit.ScanOptions, ggaudit.VerifyOptions, ggaudit.DiffOptions, ggaudit.RowsOptions]

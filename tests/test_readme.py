@@ -8,6 +8,7 @@ any lines, none included), and ``$ echo $?`` is followed by the exit status of t
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from gguf import GGMLQuantizationType as T
 import ggaudit
 from ggaudit.format.build import TensorSpec, write_gguf
 
-from reliability_support import REPO, run_cli, tensor_payload
+from support import REPO, run_cli, tensor_payload
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -93,6 +94,62 @@ def test_the_library_example_runs_as_written(inf_row: int | None, printed: str, 
     if inf_row is not None:
         found = [(f["kind"], f["row"], f["field"]) for t in docs[0]["tensors"] for f in t["findings"]]
         assert found == [("+inf", INF_ROW, "d")]
+
+
+#: A python block after this mark runs from the checkout (on the bundled fixtures), and prints exactly the
+#: text block that follows it.
+FIXTURE_EXAMPLE_MARK = "<!-- tests/test_readme.py runs this example on the fixtures and compares what it prints -->"
+FIXTURE_EXAMPLE = re.compile(re.escape(FIXTURE_EXAMPLE_MARK) + r"\n```python\n(.*?)^```\n\n```text\n(.*?)^```$",
+                             re.DOTALL | re.MULTILINE)
+
+
+def _fixture_examples() -> list[tuple[str, int, str, str]]:
+    """(page, index, code, what it prints) of every marked example; a mark not followed by both blocks fails."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        examples = FIXTURE_EXAMPLE.findall(text)
+        assert len(examples) == text.count(FIXTURE_EXAMPLE_MARK), f"{_name(page)}: a mark without its two blocks"
+        found += [(_name(page), i, code, printed) for i, (code, printed) in enumerate(examples)]
+    return found
+
+
+FIXTURE_EXAMPLES = _fixture_examples()
+
+
+def test_the_library_page_shows_diagnostics_on_the_fixtures() -> None:
+    assert [(page, ".diagnostics()" in code) for page, _, code, _ in FIXTURE_EXAMPLES] == [("docs/library.md", True)]
+
+
+@pytest.mark.parametrize(("page", "index", "code", "printed"), FIXTURE_EXAMPLES,
+                         ids=[f"{p}#{i}" for p, i, _, _ in FIXTURE_EXAMPLES])
+def test_each_fixture_example_prints_what_is_shown(page: str, index: int, code: str, printed: str,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(REPO)
+    exec(compile(code, f"{page} example {index}", "exec"), {"__name__": "docs_example"})
+    assert capsys.readouterr().out == printed
+
+
+#: ``from ggaudit.X import a, b`` as the pages write it (in backquotes or a code block).
+DOCUMENTED_IMPORT = re.compile(r"from (ggaudit(?:\.\w+)*) import (\w+(?:, \w+)*)")
+
+
+def _defined_in(module: str, name: str) -> bool:
+    """Whether ``module`` has ``name`` and, for a class or function, defines it (not merely imports it)."""
+    found = getattr(importlib.import_module(module), name, None)
+    return found is not None and getattr(found, "__module__", module) == module
+
+
+def test_every_import_the_pages_show_imports_from_where_it_is_defined() -> None:
+    """A thing that moved leaves no alias behind (a module imports it, or re-exports it): the pages must name
+    the module that defines it."""
+    stale = [f"{_name(page)}: from {module} import {name}" for page in PAGES
+             for module, names in DOCUMENTED_IMPORT.findall(page.read_text(encoding="utf-8"))
+             for name in names.split(", ") if not _defined_in(module, name)]
+    assert stale == []
+    assert not _defined_in("ggaudit.verify.digests", "read_through")       # imported there, for hash_file
+    assert "from ggaudit.io import read_through, Sha256" in LIBRARY.read_text(encoding="utf-8")
 
 
 def _complete(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

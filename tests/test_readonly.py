@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from reliability_support import FIXTURES, run_cli
+from support import FIXTURES, run_cli
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 

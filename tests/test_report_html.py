@@ -21,7 +21,7 @@ from ggaudit.errors import ReadError
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import Buffer, Reader, open_reader
-from reliability_support import FIXTURES, run_cli
+from support import FIXTURES, run_cli
 from rows_support import crossing, make_table
 
 HOSTILE = "<script>\u202eevil"

@@ -168,7 +168,7 @@ def test_verify_limit_lists_the_first_mismatches_and_counts_the_rest(tmp_path: P
 
 
 def _verify_outcomes(path: Path, manifest: Path) -> list[Outcome[Any]]:
-    from ggaudit.verify.run import verify_manifest
+    from ggaudit.verify.walk.manifest import verify_manifest
     return [Outcome(str(path), result=verify_manifest(path, manifest))]
 
 

@@ -17,7 +17,7 @@ from ggaudit.scan import run as scan_module
 from ggaudit.scan import workers as workers_module
 from ggaudit.scan.run import AUTO_WORKERS_MIN_BYTES, scan
 from ggaudit.scan.workers import reader_pool
-from reliability_support import assert_one_line_error, run_cli
+from support import assert_one_line_error, run_cli
 
 
 def _model(path: Path, nan_at: int) -> Path:

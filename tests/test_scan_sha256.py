@@ -26,7 +26,7 @@ from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.scan.run import scan
 
-from reliability_support import all_types_specs, write_split_set
+from support import all_types_specs, write_split_set
 from scan_support import finite_tensor, poke
 
 Q4K_OFFSET_OF = "blk.0.ffn_down.weight"

@@ -19,12 +19,17 @@ from click.testing import CliRunner
 from ggaudit.cli import COMMANDS, main
 from ggaudit.format.blocks import GGML_QUANT_SIZES, LAYOUTS, GGMLQuantizationType, GGUFValueType
 from ggaudit.format.build import TensorSpec, write_gguf
+from ggaudit.stores.registry import STORE_MODULES
 
 #: What `--help` must not load: the libraries and the modules of the jobs.
-HEAVY = ("numpy", "gguf", "yaml", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.", "ggaudit.verify.run",
+HEAVY = ("numpy", "gguf", "yaml", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.", "ggaudit.verify.walk",
          "ggaudit.cli.reporters.text")
 #: What `ggaudit scan MODEL` must not load: the other jobs (rows; verify, with diff; check) and the fleet.
 NOT_SCAN = ("ggaudit.rows", "ggaudit.verify", "ggaudit.check", "ggaudit.fleet", "distributed")
+#: What a scan of a small model (read in-process) on a plain path without --anomalies must not load either:
+#: the reader processes, the scale model, and the stores (the registry imports a store for a name of it).
+NOT_SMALL_SCAN = ("multiprocessing", "ggaudit.scan.workers", "ggaudit.scan.anomalies", "ggaudit.scan.scales",
+                  *STORE_MODULES.values())
 
 
 #: Runs ``python -m ggaudit ARGS`` as -m does, then prints every loaded module on stderr. (-X importtime
@@ -72,18 +77,26 @@ def test_group_help_imports_no_command_and_scan_help_only_scan() -> None:
     assert [m for m in _imported("scan", "--help") if m in commands] == ["ggaudit.cli.scan"]
 
 
-@pytest.mark.parametrize("fmt", ["text", "json"])
+#: How each format says a scan of a clean model is clean.
+_CLEAN = {"text": lambda out: "result: clean" in out, "json": lambda out: json.loads(out)["status"] == "clean",
+          "sarif": lambda out: [run["results"] for run in json.loads(out)["runs"]] == [[]],
+          "junit": lambda out: 'failures="0" errors="0"' in out and "<testcase " in out,
+          "html": lambda out: "<html" in out and ">clean<" in out}
+
+
+@pytest.mark.parametrize("fmt", sorted(_CLEAN))
 def test_scan_loads_no_other_job_nor_the_fleet(tmp_path: Path, fmt: str) -> None:
-    """The scan's report names its types; the reporter finds their lines by the type's name, so showing a
-    scan does not import the rows, verify and diff jobs that make the other reports."""
+    """The scan's report names its types; each reporter finds its lines (or sections) by the type's name,
+    so showing a scan does not import the rows, verify and diff jobs that make the other reports."""
     model = tmp_path / "model.gguf"
     values = struct.pack("<16f", *range(16))
     write_gguf(model, [TensorSpec("a", GGMLQuantizationType.F32, (8, 2), values),
                        TensorSpec("b", GGMLQuantizationType.Q4_K, (256, 1), bytes(144))])
     stdout, modules = _run("scan", "--format", fmt, str(model))
     assert "ggaudit.scan.run" in modules and f"ggaudit.cli.reporters.{fmt}" in modules     # it ran, and showed
-    assert ("clean" in stdout) if fmt == "text" else json.loads(stdout)["status"] == "clean"
+    assert _CLEAN[fmt](stdout), stdout
     assert [m for m in modules if _within(m, NOT_SCAN)] == []
+    assert [m for m in modules if _within(m, NOT_SMALL_SCAN)] == []
 
 
 def test_help_lists_every_command_with_its_summary() -> None:

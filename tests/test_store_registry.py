@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +22,12 @@ from ggaudit.stores.hf_cache import HFStore
 from ggaudit.stores.hf_local import HFLocalStore
 from ggaudit.stores.lmstudio import LMStudioStore
 from ggaudit.stores.ollama import OllamaStore
-from ggaudit.stores.registry import Store, known_prefixes
+from ggaudit.stores.locate import resolve_model
+from ggaudit.stores.registry import STORE_MODULES, Store, known_prefixes
 from ggaudit.verify.dispatch import verify_store
 
-from platforms import WINDOWS
-from reliability_support import assert_one_line_error, run_cli
+from platforms import WINDOWS, needs_symlinks
+from support import assert_one_line_error, run_cli
 from stores_support import gguf, gpt4all_folder, hf_local_dir, lmstudio_models
 
 PACKAGE = Path(ggaudit.__file__).parent
@@ -35,6 +38,27 @@ def test_every_prefix_is_one_registered_store_class() -> None:
     assert known_prefixes() == PREFIXES
     assert Store.registered == {"ollama:": OllamaStore, "hf:": HFStore, "hf-local:": HFLocalStore,
                                 "lmstudio:": LMStudioStore, "gpt4all:": GPT4AllStore}
+    # The table the registry imports a store's module from names the module each class is defined in.
+    assert {prefix: cls.__module__ for prefix, cls in Store.registered.items()} == STORE_MODULES
+
+
+def test_a_store_class_must_be_listed_with_its_module() -> None:
+    with pytest.raises(TypeError, match=r"store prefix unlisted: of \S*test_store_registry is not in STORE_MODULES"):
+        class Unlisted(Store, prefix="unlisted"):
+            pass
+    assert known_prefixes() == PREFIXES and "unlisted:" not in Store.registered
+
+
+def test_a_store_module_is_imported_when_a_name_of_it_is_first_looked_up(tmp_path: Path) -> None:
+    """A plain path loads no store; ``hf-local:DIR`` loads that store's module and no other."""
+    local = hf_local_dir(tmp_path / "dl")
+    code = ("import sys\nfrom ggaudit.stores.locate import resolve_model\n"
+            "def stores():\n    return sorted(m for m in STORES if m in sys.modules)\n"
+            f"STORES = {sorted(STORE_MODULES.values())!r}\n"
+            f"print(resolve_model({os.fspath(local.good)!r}) == [{os.fspath(local.good)!r}], stores())\n"
+            f"print(resolve_model({'hf-local:' + os.fspath(local.root)!r}), stores())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["True []", f"{[os.fspath(local.good)]!r} ['ggaudit.stores.hf_local']"]
 
 
 def test_a_prefix_taken_or_a_drive_letter_cannot_be_registered() -> None:
@@ -106,6 +130,41 @@ def test_a_store_name_standing_for_several_models_says_which_there_are(tmp_path:
                           "name one as gpt4all:FILE")
     assert_one_line_error(run_cli(["scan", "gpt4all:never.gguf", "--store", tmp_path / "g4"]),
                           "model 'never.gguf' is not in the folder")
+
+
+def _hf_snapshot(cache: Path, files: dict[str, bytes]) -> Path:
+    """org/tiny in a Hugging Face cache at ``cache``: each file a link to the blob named by its sha256."""
+    commit = "c0ffee" + "0" * 34
+    repo = cache / "models--org--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit + "\n")
+    (repo / "blobs").mkdir()
+    snapshot = repo / "snapshots" / commit
+    for rel, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / digest).write_bytes(data)
+        (snapshot / rel).parent.mkdir(parents=True, exist_ok=True)
+        (snapshot / rel).symlink_to("../" * (rel.count("/") + 2) + f"blobs/{digest}")
+    return snapshot
+
+
+@needs_symlinks
+def test_a_projector_beside_the_model_goes_with_it_in_a_hugging_face_snapshot(tmp_path: Path) -> None:
+    """As in a folder store: ``mmproj-*.gguf`` is no second model, and goes with the model it is beside."""
+    snapshot = _hf_snapshot(tmp_path / "hub", {"q8/tiny-Q8_0.gguf": gguf(60), "q8/mmproj-tiny-f16.gguf": gguf(61),
+                                               "f16/mmproj-tiny-f16.gguf": gguf(62), "README.md": b"# tiny\n"})
+    assert resolve_model("hf:org/tiny", hf_cache=tmp_path / "hub") == [
+        os.path.join(snapshot, "q8", "tiny-Q8_0.gguf"), os.path.join(snapshot, "q8", "mmproj-tiny-f16.gguf")]
+    assert resolve_model("hf:org/tiny:f16/mmproj-tiny-f16.gguf", hf_cache=tmp_path / "hub") == [
+        os.path.join(snapshot, "f16", "mmproj-tiny-f16.gguf")]
+
+
+def test_a_projector_beside_the_model_goes_with_it_in_lm_studio_s_folder(tmp_path: Path) -> None:
+    paths = lmstudio_models(tmp_path / "lm")
+    projector = paths["good"].parent / "mmproj-good-f16.gguf"
+    projector.write_bytes(gguf(40))
+    assert resolve_model("lmstudio:pub/good", store=tmp_path / "lm") == [os.fspath(paths["good"]),
+                                                                        os.fspath(projector)]
 
 
 def test_verify_takes_one_gpt4all_model(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from ggaudit.stores.gpt4all import default_gpt4all_store
 from ggaudit.stores.lmstudio import default_lmstudio_store
 
 from platforms import needs_symlinks
-from reliability_support import assert_one_line_error, run_cli
+from support import assert_one_line_error, run_cli
 from stores_support import (MEDIA_CONFIG, MEDIA_DRAFT, MEDIA_MODEL, MEDIA_TENSOR, gguf, gpt4all_folder, hf_local_dir,
                             lmstudio_models, ollama_everything, sha256)
 

@@ -28,10 +28,12 @@ from ggaudit.stores.ollama import default_ollama_store
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.stores import ollama as ollama_mod
 from ggaudit.untrusted import quote
-from ggaudit.verify.run import verify_ollama, verify_sums, verify_tensor_manifest
+from ggaudit.verify.walk.ollama import verify_ollama
+from ggaudit.verify.walk.sums import verify_sums
+from ggaudit.verify.walk.tensors import verify_tensor_manifest
 
 from platforms import needs_fifo, needs_linux, needs_symlinks
-from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
+from support import assert_one_line_error, run_cli, write_small_model, write_split_set
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SECRET = "root:x:0:0:secret first line"

@@ -25,7 +25,7 @@ from ggaudit.format.layout import open_gguf, open_model
 from ggaudit.format.structure import PROBE_BYTES, StructureFinding, check_structure
 from ggaudit.scan.run import scan
 
-from reliability_support import fixture_files, run_cli
+from support import fixture_files, run_cli
 
 ALIGN = 32
 ROWS_A = np.arange(32, dtype="<f4").reshape(4, 8)        # 128 bytes: ends aligned
@@ -347,7 +347,7 @@ def test_names_in_a_structure_line_are_escaped(tmp_path: Path) -> None:
 def test_verify_reports_a_payload_after_the_weights(tmp_path: Path, manifest_format: str) -> None:
     """llama-gguf-hash hashes tensor data only, so 28 appended bytes keep every digest: the structure check
     is what fails the run, at the exact offset and length."""
-    from reliability_support import run_cli, write_small_model
+    from support import run_cli, write_small_model
 
     model = write_small_model(tmp_path / "m.gguf")
     manifest = tmp_path / "m.manifest"

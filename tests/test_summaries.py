@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 import ggaudit
 from ggaudit.format.build import TensorSpec, write_gguf
 
-from reliability_support import run_cli
+from support import run_cli
 
 VALIDATOR = Draft202012Validator(json.loads(
     resources.files("ggaudit").joinpath("schema/cli-output.schema.json").read_text("utf-8")))

@@ -16,7 +16,7 @@ from ggaudit.errors import FormatError
 from ggaudit.format.layout import open_gguf, open_model
 from ggaudit.scan.run import scan
 
-from reliability_support import (acceptable_cut_offsets, assert_one_line_error, fixture_files, run_cli,
+from support import (acceptable_cut_offsets, assert_one_line_error, fixture_files, run_cli,
                                  walk_header, write_rich_model, write_small_model, write_split_set)
 
 

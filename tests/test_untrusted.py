@@ -27,7 +27,7 @@ from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.text import escape
 
 from platforms import WINDOWS, needs_symlinks
-from reliability_support import assert_one_line_error, run_cli, tensor_payload
+from support import assert_one_line_error, run_cli, tensor_payload
 
 CLEAR = "\x1b[2J"
 #: Names a hostile file might carry: screen clear, title set (OSC ... BEL), a fake line, bidi override,

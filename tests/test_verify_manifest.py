@@ -16,7 +16,7 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
-from ggaudit.verify.run import verify_tensor_manifest
+from ggaudit.verify.walk.tensors import verify_tensor_manifest
 from test_errors import _run_unprivileged, needs_drop
 
 # Q8_0 rows of 256 columns are 8 blocks x 34 bytes = 272 bytes; a 2 KiB group holds 7 rows.

@@ -18,7 +18,7 @@ from ggaudit.cli import main
 from ggaudit.format.layout import open_model
 from ggaudit.errors import ManifestError
 from ggaudit.stores.ollama import MEDIA_MODEL, MEDIA_PROJECTOR
-from ggaudit.verify.run import verify_ollama
+from ggaudit.verify.walk.ollama import verify_ollama
 
 from platforms import needs_symlinks
 

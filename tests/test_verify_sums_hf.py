@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from ggaudit.cli import main
-from ggaudit.verify.run import verify_hf, verify_sums
+from ggaudit.verify.walk.hf import verify_hf
+from ggaudit.verify.walk.sums import verify_sums
 
 from platforms import needs_symlinks
 

@@ -18,7 +18,7 @@ from ggaudit.lines import format_value
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.verify.diff import diff_paths
 
-from reliability_support import run_cli
+from support import run_cli
 
 VALIDATOR = Draft202012Validator(json.loads(
     resources.files("ggaudit").joinpath("schema/cli-output.schema.json").read_text("utf-8")))

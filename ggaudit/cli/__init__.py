@@ -16,6 +16,7 @@ from .common import OneLineErrorsGroup
 #: summaries from here, so it imports no command; tests/test_startup_cost.py checks each equals the
 #: first sentence of its command's docstring.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("check", "Read every byte of each TARGET through every read path and say whether it is intact."),
     "diff": ("diff", "Compare models A and B (files, split sets, or ollama:NAME): metadata keys only in one or "
                      "with another type or value (for arrays, the first differing element), tensors only in one, "
                      "type or shape changes, and for differing data the first differing byte and the number of "

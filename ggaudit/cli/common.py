@@ -9,7 +9,6 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -19,11 +18,6 @@ from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
 from ..errors import GGAuditError, caused_by_ctrl_c
 from ..text import escape_message, escape_path
 from ..untrusted import shorten
-
-if TYPE_CHECKING:   # imported where used: `ggaudit --help` loads no job (tests/test_startup_cost.py)
-    from ..diagnostic import Diagnostic
-    from ..verify.manifests.llama_hash import LlamaHashManifest
-    from ..verify.manifests.tensor import TensorManifest
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = STATUS_CLEAN, STATUS_FINDINGS, STATUS_ERROR
@@ -322,28 +316,3 @@ STORE_HELP = ("Root of the store MODEL names: Ollama's (default: $OLLAMA_MODELS 
 
 #: ``-o -`` writes to stdout.
 STDOUT = "-"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ManifestWritten:
-    """What ``ggaudit manifest`` made, as a report: the manifest, and where it was written (STDOUT, or a
-    file). Its JSON is the manifest's own (``format``/``version`` name it, as in the file)."""
-
-    output: str
-    manifest: TensorManifest | LlamaHashManifest
-
-    @property
-    def ok(self) -> bool:
-        return True
-
-    def diagnostics(self) -> Iterator[Diagnostic]:
-        """None: making a manifest finds nothing."""
-        return iter(())
-
-    def to_json(self) -> dict[str, Any]:
-        from ..verify.manifests.llama_hash import LlamaHashManifest, llama_hash_to_json
-        from ..verify.manifests.tensor import tensor_manifest_to_json
-
-        if isinstance(self.manifest, LlamaHashManifest):
-            return llama_hash_to_json(self.manifest)
-        return tensor_manifest_to_json(self.manifest)

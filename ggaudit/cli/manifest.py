@@ -15,9 +15,10 @@ from ..stores.locate import description_files, resolve_model
 from ..io import Progress
 from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
+from ..verify.manifests.report import ManifestWritten
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
                                        write_tensor_manifest)
-from .common import STDOUT, STORE_HELP, ManifestWritten, PathParam, handle_errors, model_inputs, writing_to
+from .common import STDOUT, STORE_HELP, PathParam, handle_errors, model_inputs, writing_to
 from .progress import run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options_also
 

@@ -20,11 +20,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..text import escape_path
 from .common import stderr_is_tty
 from .reporters import Rendering
+
+if TYPE_CHECKING:
+    from ..io import Progress
 
 #: The time left is shown once the rate has been measured over this long ...
 MIN_SECONDS = 0.5
@@ -36,10 +39,6 @@ SMOOTHING_SECONDS = 3.0
 REDRAW_SECONDS = 0.1
 
 BYTES, ROWS = "bytes", "rows"
-
-#: Told (done, total) as an item advances.
-Tick = Callable[[int, int], None]
-
 
 def shows_progress(rendering: Rendering) -> bool:
     """Progress is for a person watching a terminal: never in a pipe or a log, never with -q."""
@@ -112,7 +111,7 @@ class RunProgress:
         return Meter(min_amount=MIN_BYTES if self.unit == BYTES else 1)
 
     @contextlib.contextmanager
-    def item(self) -> Iterator[Tick | None]:
+    def item(self) -> Iterator[Progress | None]:
         """Start the next item; yields its callback (None when not enabled). When it ends, however it
         ends, its total becomes what it did."""
         if not self.enabled:

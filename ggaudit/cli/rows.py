@@ -10,11 +10,12 @@ from ..batch import run_models
 from ..errors import NothingChecked, UsageError
 from ..rows import MODES
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
-from .progress import ROWS, RunProgress, Tick, run_progress
+from .progress import ROWS, RunProgress, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
-    from ..rows.replay import Progress, RowsReport
+    from ..io import Progress
+    from ..rows.replay import ReadPathProgress, RowsReport
 
 
 def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -106,7 +107,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
 
 
-def _by_read_path(bar: RunProgress, tick: Tick) -> Progress:
+def _by_read_path(bar: RunProgress, tick: Progress) -> ReadPathProgress:
     """check_rows' progress (read path, rows done, rows in all) on the line: each pass over the rows (a
     read path, its prefetch stage) named, and counted from 0 with its own rate."""
     current = ("", 0)

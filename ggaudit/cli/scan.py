@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import click
@@ -15,6 +16,8 @@ from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from ..batch import Outcome
     from ..scan.options import ScanOptions
     from ..scan.report import ScanReport
@@ -62,7 +65,6 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     from ..stores.locate import resolve_model
     from ..scan.options import ScanOptions
     from ..scan.run import scan as scan_model
-    from ..scan.workers import reader_pool
 
     if jobs > 1 and workers:
         # Forking reader processes from several job threads at once is unsafe: jobs read in-process.
@@ -87,9 +89,19 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
                 path = resolve_model(model, store=store)[0]  # re-raises what expand_models kept back
                 return scan_model(path, options=options, progress=progress)
 
-        with reader_pool():
+        with _shared_pool(paths, options):
             outcomes = run_models(paths, one, jobs=jobs)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
+
+
+def _shared_pool(paths: list[str], options: ScanOptions) -> AbstractContextManager[None]:
+    """One pool of reader processes for the run's scans when several models may read in them; for one
+    model there is nothing to share, and without workers no pool (nor multiprocessing) is loaded."""
+    if len(paths) < 2 or options.workers == 0:
+        return contextlib.nullcontext()
+    from ..scan.workers import reader_pool
+
+    return reader_pool()
 
 
 def _on_dask(address: str, paths: list[str], options: ScanOptions, store: str | None) -> list[Outcome[ScanReport]]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..batch import Outcome
     from ..io import Progress
     from ..verify.options import VerifyOptions
-    from ..verify.run import VerifyReport
+    from ..verify.report import VerifyReport
 
 
 @click.command()
@@ -197,7 +197,7 @@ def _audits(items: list[str], options: VerifyOptions) -> tuple[list[str], dict[s
     --manifest) becomes one target per model of the store, then the store itself (its orphan blobs and
     stray partial downloads)."""
     from ..verify.dispatch import verify as check
-    from ..verify.run import verify_ollama_store
+    from ..verify.walk.ollama import verify_ollama_store
     from ..stores.ollama import list_ollama_models
 
     targets: list[str] = []
@@ -220,9 +220,9 @@ def _audits(items: list[str], options: VerifyOptions) -> tuple[list[str], dict[s
 def _ollama_model(options: VerifyOptions, name: str, *, progress: Progress | None) -> VerifyReport:
     """One model of ``ollama:*``; partials=False: the store's report says the stray partial downloads
     once, not each model's."""
-    from ..verify.cache import in_session
-    from ..verify.run import verify_ollama
+    from ..verify.cache import open_cache
+    from ..verify.walk.ollama import verify_ollama
 
-    return in_session(options.cache, functools.partial(verify_ollama, name, options.store, fail_fast=options.fail_fast,
-                                                       partials=False, progress=progress),
-                      trust=options.trust_cache, quick=options.quick)
+    with open_cache(options.cache, trust=options.trust_cache, quick=options.quick) as digest_cache:
+        return verify_ollama(name, options.store, fail_fast=options.fail_fast, partials=False, progress=progress,
+                             digest_cache=digest_cache)

@@ -27,9 +27,9 @@ from ..scan.options import ScanOptions
 from ..scan.run import report_of
 from ..scan.workers import TASK_BYTES, merge_results, make_tasks
 from ..stores.small_files import is_count
-from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, FileDigest, TensorDigest, TensorManifest
+from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, ManifestFile, TensorDigest, TensorManifest
 from ..verify.options import VerifyOptions
-from ..verify.run import VerifyReport
+from ..verify.report import VerifyReport
 from .tasks import Failed, Planned, digest_file, guarded, model_files, plan_model, scan_range, scan_whole, verify_target
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ class _ManifestJob(_Job[TensorManifest]):
     def __init__(self, model: str, group_bytes: int, store: str | None) -> None:
         super().__init__(model)
         self.group_bytes, self.store = group_bytes, store
-        self.digests: dict[int, tuple[FileDigest, tuple[TensorDigest, ...]]] = {}
+        self.digests: dict[int, tuple[ManifestFile, tuple[TensorDigest, ...]]] = {}
 
     def first(self) -> _Call:
         return _Call(model_files, (self.model, self.store), _FIRST)

@@ -21,9 +21,9 @@ from ..scan.report import ScanReport
 from ..scan.options import ScanOptions
 from ..scan.run import ScanPlan, plan_scan, scan
 from ..scan.workers import Task, run_task
-from ..verify.manifests.tensor import FileDigest, TensorDigest, digest_gguf_file
+from ..verify.manifests.tensor import ManifestFile, TensorDigest, digest_gguf_file
 from ..verify.options import VerifyOptions
-from ..verify.run import VerifyReport
+from ..verify.report import VerifyReport
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def model_files(target: str, store: str | None) -> list[str]:
     return [f.path for path in resolve_model(target, store=store) for f in open_path(path).files]
 
 
-def digest_file(path: str, group_bytes: int) -> tuple[FileDigest, tuple[TensorDigest, ...]]:
+def digest_file(path: str, group_bytes: int) -> tuple[ManifestFile, tuple[TensorDigest, ...]]:
     """One file's manifest entries: its sha256 and its tensors' digests, in one sequential read."""
     gguf: GGUFFile = open_gguf(path)
     return digest_gguf_file(gguf, group_bytes)

@@ -4,7 +4,7 @@ the file (byte, block, column), what kind of fault it looks like (KINDS) and whe
 A row arrives in one of two forms: raw bytes (every read path, a raw capture) or decoded values (a
 float16/float32 capture, compared with ggaudit's own decode of the file's row). The forms differ only in
 how content is compared, searched for and shown (RawRow, DecodedRow); the questions, asked in one order,
-the search for the content's source and the Mismatch built from the answers are shared:
+the search for the content's source and the RowMismatch built from the answers are shared:
 
 1. a cache hit holding the content of another place in the file: cache-crosstalk;
 2. a buffer handed out before its read landed, or the content of the row gathered just before: stale;
@@ -26,7 +26,7 @@ from .gather import Sample, uniform
 from .readers import POISON, WINDOW_64K, BufferedReader
 from .table import RowTable
 
-__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Mismatch", "RawRow", "captured", "locate"]
+__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "RawRow", "RowMismatch", "captured", "locate"]
 
 KINDS = ("short-read", "stale", "misplaced", "cache-crosstalk", "garbage")
 #: Mismatches beyond the reporting cap are counted under this name instead of being classified.
@@ -38,7 +38,7 @@ MAX_HITS = 64
 
 
 @dataclass(frozen=True, kw_only=True)
-class Mismatch:
+class RowMismatch:
     """One row whose content from a read path (or capture) differs from the file."""
 
     kind: str            # one of KINDS
@@ -270,7 +270,7 @@ def captured(table: RowTable, row: int, expected: bytes, got: np.ndarray) -> For
 
 
 class Classifier:
-    """Turns a row that differs from the file into a located, classified Mismatch; reads the file around
+    """Turns a row that differs from the file into a located, classified RowMismatch; reads the file around
     the row through the reference when looking for where the row's content came from."""
 
     def __init__(self, table: RowTable, reference: BufferedReader) -> None:
@@ -278,7 +278,7 @@ class Classifier:
         self.reference = reference
 
     def mismatch(self, sample: Sample, expected: bytes, mode: str, stage: str,
-                 previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> Mismatch:
+                 previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> RowMismatch:
         """A read path's row; *batch* holds the file's bytes of rows it may have been confused with."""
         # A view into a live buffer is classified by what it shows now (bytes(bytes) is no copy).
         form = RawRow(self.table, sample.row, expected, bytes(sample.data))
@@ -287,7 +287,7 @@ class Classifier:
 
     def classify(self, form: Form, mode: str, stage: str, *, previous: bytes | None = None,
                  batch: dict[int, bytes] | None = None, unlanded: bool = False,
-                 via_cache: bool = False) -> Mismatch:
+                 via_cache: bool = False) -> RowMismatch:
         """*previous* is the file's bytes of the row gathered just before this one."""
         t, row = self.table, form.row
         verdict = self._verdict(form, previous, batch or {}, unlanded, via_cache)
@@ -295,12 +295,12 @@ class Classifier:
         at = t.row_offset(row)
         expected, actual = form.shown()
         expected_finite, actual_finite = form.finite()
-        return Mismatch(kind=verdict.kind, mode=mode, stage=stage, file=t.path, tensor=t.name, row=row,
-                        row_offset=at, length=t.row_bytes, byte=byte, offset=at + byte, block=block, column=column,
-                        expected=expected, actual=actual, differing=form.differing,
-                        expected_finite=expected_finite, actual_finite=actual_finite, other_row=verdict.other_row,
-                        other_offset=verdict.other_offset, max_abs_diff=form.max_abs_diff,
-                        detail=verdict.detail + form.note, unit=form.unit)
+        return RowMismatch(kind=verdict.kind, mode=mode, stage=stage, file=t.path, tensor=t.name, row=row,
+                           row_offset=at, length=t.row_bytes, byte=byte, offset=at + byte, block=block,
+                           column=column, expected=expected, actual=actual, differing=form.differing,
+                           expected_finite=expected_finite, actual_finite=actual_finite, other_row=verdict.other_row,
+                           other_offset=verdict.other_offset, max_abs_diff=form.max_abs_diff,
+                           detail=verdict.detail + form.note, unit=form.unit)
 
     def _verdict(self, form: Form, previous: bytes | None, batch: dict[int, bytes], unlanded: bool,
                  via_cache: bool) -> _Verdict:

@@ -143,7 +143,7 @@ def plan_reads(base: int, row_bytes: int, rows: list[int], align: int, max_read:
     return plan
 
 
-class Prepared(NamedTuple):
+class ReadyWave(NamedTuple):
     """A wave made ready: for each read, a poisoned buffer from the pool, its span (start, length), and
     the job a worker takes: (index, a view of the buffer as long as the span, start)."""
 
@@ -199,7 +199,7 @@ class Gatherer:
             self._wave(batch, plan[w:w + self.wave], out, held)
         return out
 
-    def _prepare(self, reads: list[Read], ready: Prepared) -> None:
+    def _prepare(self, reads: list[Read], ready: ReadyWave) -> None:
         """For each read a poisoned buffer from the pool, the span the read path fetches, and the job."""
         span, take = self.reader.span, self.pool.take
         for k, (first, end, _, _) in enumerate(reads):
@@ -211,7 +211,7 @@ class Gatherer:
             ready.jobs.append((k, buf.view[:length], start))
 
     def _wave(self, rows: list[int], wave: list[Read], out: list[Sample], held: list[Buffer] | None) -> None:
-        ready = Prepared([], [], [])
+        ready = ReadyWave([], [], [])
         try:
             self._prepare(wave, ready)
             landed = [0] * len(wave)
@@ -236,7 +236,7 @@ class Gatherer:
         for k, view, start in jobs:
             landed[k] = read_into(view, start)
 
-    def _finish(self, rows: list[int], reads: list[Read], ready: Prepared, landed: list[int],
+    def _finish(self, rows: list[int], reads: list[Read], ready: ReadyWave, landed: list[int],
                 out: list[Sample], held: list[Buffer] | None) -> None:
         """Note short reads and unlanded buffers, and slice each read's rows into *out*."""
         rb, base, size, new = self.row_bytes, self.base, self.reader.size, tuple.__new__

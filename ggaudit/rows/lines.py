@@ -10,7 +10,7 @@ from ..scan.report import CAUSE_OVERFLOW
 from ..text import escape, escape_path
 
 if TYPE_CHECKING:
-    from .classify import Mismatch
+    from .classify import RowMismatch
     from .replay import RowsReport, ShortRead
 
 __all__ = ["describe_row_mismatch", "describe_short_read", "nonfinite_text"]
@@ -24,7 +24,7 @@ def _differ(n: int, unit: str) -> str:
     return f"{n} {unit} differ" if n != 1 else f"1 {unit.rstrip('s')} differs"
 
 
-def describe_row_mismatch(m: Mismatch, *, elements: bool = False) -> list[str]:
+def describe_row_mismatch(m: RowMismatch, *, elements: bool = False) -> list[str]:
     """A mismatch the way fio reports a verify failure: where, then expected before actual. ``elements``:
     the table's type holds one value a block (F32, F16, BF16), so the column alone says where."""
     other = f" (row {m.other_row})" if m.other_row is not None else ""

@@ -38,15 +38,15 @@ from .readers import PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailab
 from .table import RowTable
 from .gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall, Sweep,
                      through_cache)
-from .classify import KINDS, UNCLASSIFIED, Classifier, Mismatch, captured
+from .classify import KINDS, UNCLASSIFIED, Classifier, RowMismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
 from .lines import describe_row_mismatch, describe_short_read, nonfinite_text
-from .select import (MAX_SELECTED, Capture, RowIds, RowSelection, Selection, crosses, crossing_mask, crossing_rows,
-                     crossing_rows_of, int_text, load_capture, select_rows)
+from .select import (MAX_SELECTED, Capture, RowChoice, RowIds, RowSelection, Selection, crosses, crossing_mask,
+                     crossing_rows, crossing_rows_of, int_text, load_capture, select_rows)
 
 __all__ = [
-    "KINDS", "CaptureResult", "Classifier", "Geometry", "Mismatch", "NonFiniteValue", "PathStats", "RowCache",
-    "RowSelection", "RowsOptions", "RowsReport", "Selection", "ShortRead", "check_rows", "crosses",
+    "KINDS", "CaptureResult", "Classifier", "Geometry", "NonFiniteValue", "PathStats", "RowCache", "RowChoice",
+    "RowMismatch", "RowSelection", "RowsOptions", "RowsReport", "Selection", "ShortRead", "check_rows", "crosses",
     "crossing_rows", "crossing_rows_of", "geometry_of", "load_capture", "pick_tensor", "select_rows",
     "table_geometry",
 ]
@@ -62,8 +62,9 @@ MAX_ROW_BYTES = 64 << 20
 MAX_REPORTED = 1000
 
 ReaderFactory = Callable[[str, str], Reader]
-#: Called as (read path, rows done, rows in all) after each batch or sweep chunk.
-Progress = Callable[[str, int, int], None]
+#: Called as (read path, rows done, rows in all) after each batch or sweep chunk: :data:`ggaudit.io.Progress`
+#: with the read path first, since each path's pass over the rows is counted from 0.
+ReadPathProgress = Callable[[str, int, int], None]
 
 
 def pick_tensor(model: Model, name: str | None) -> Tensor:
@@ -77,7 +78,7 @@ def pick_tensor(model: Model, name: str | None) -> Tensor:
                                    "replay", field="tensor")
 
 
-# --- findings (Mismatch: ggaudit.rows.classify) ---------------------------------------------------
+# --- findings (RowMismatch: ggaudit.rows.classify) ------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
 class ShortRead:
@@ -168,15 +169,15 @@ class RowsReport:
     row_bytes: int
     n_rows: int
     table_offset: int
-    selection: str
-    seed: int | None
+    #: How the rows were chosen (``selection`` says it in words).
+    choice: RowChoice
     modes: tuple[str, ...]
     rows_checked: int
     geometry: Geometry
     mismatch_geometry: Geometry
     mismatch_count: int
     by_kind: tuple[tuple[str, int], ...]
-    mismatches: tuple[Mismatch, ...]
+    mismatches: tuple[RowMismatch, ...]
     short_reads: tuple[ShortRead, ...]
     short_read_count: int
     capture: CaptureResult | None
@@ -191,6 +192,29 @@ class RowsReport:
         """What was compared with the file: each read path that ran, then "capture"."""
         ran = tuple(dict.fromkeys(s.mode for s in self.stats))
         return ran + (("capture",) if self.capture is not None else ())
+
+    @property
+    def selection(self) -> str:
+        """How the rows were chosen, in words: ``rows 4,100-102 + random 5 seed 1``, ``all 5000 rows``."""
+        return self.choice.description
+
+    @property
+    def seed(self) -> int | None:
+        """The seed that chose the random rows (None: no random rows)."""
+        return self.choice.seed
+
+    @property
+    def checked_ranges(self) -> tuple[tuple[int, int], ...] | None:
+        """The rows checked as (first, last) ranges, when the report knows which: every row, or the IDs
+        listed (see RowChoice.ranges); None for a random sample, page-crossing rows or a capture's IDs."""
+        if self.rows_checked == self.n_rows:
+            return ((0, self.n_rows - 1),)
+        return self.choice.ranges
+
+    def crossing_rows(self, boundary: int) -> Iterator[np.ndarray]:
+        """The rows of the whole table crossing a multiple of *boundary* (PAGE, SECTOR, WINDOW_64K), in
+        absolute file offsets, ascending, in pieces: a table of 600M rows has 13M crossing a page."""
+        return crossing_rows_of(self.table_offset, self.row_bytes, self.n_rows, boundary)
 
     @property
     def delivered(self) -> bool:
@@ -233,7 +257,8 @@ class RowsReport:
         return {
             "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "file": self.file, "tensor": self.tensor,
             "ggml_type": self.ggml_type, "n_cols": self.n_cols, "row_bytes": self.row_bytes, "n_rows": self.n_rows,
-            "table_offset": self.table_offset, "selection": self.selection, "seed": self.seed,
+            "table_offset": self.table_offset, "selection": self.selection, "choice": self.choice.to_json(),
+            "seed": self.seed,
             "modes": list(self.modes), "rows_checked": self.rows_checked, "compared": list(self.compared),
             "delivered": self.delivered, "geometry": self.geometry.to_json(),
             "mismatch_geometry": self.mismatch_geometry.to_json(), "mismatch_count": self.mismatch_count,
@@ -292,7 +317,7 @@ class RowsOptions:
     reader_factory: ReaderFactory | None = None
     cache_factory: CacheFactory = default_cache
     pool_factory: PoolFactory = BufferPool
-    progress: Progress | None = None
+    progress: ReadPathProgress | None = None
 
     def __post_init__(self) -> None:
         for name, least in (("workers", 1), ("batch", 1), ("cache_rows", 0)):
@@ -319,7 +344,7 @@ class _Findings:
 
     def __init__(self, fail_fast: bool) -> None:
         self.fail_fast = fail_fast
-        self.kept: list[Mismatch] = []
+        self.kept: list[RowMismatch] = []
         self.count = 0
         self.kinds: Counter[str] = Counter()
         # Every mismatched row as 8 bytes (a set of Python ints costs ten times that), the first
@@ -328,7 +353,7 @@ class _Findings:
         self.short_reads: list[ShortRead] = []
         self.short_count = 0
 
-    def add(self, row: int, make: Callable[[], Mismatch]) -> None:
+    def add(self, row: int, make: Callable[[], RowMismatch]) -> None:
         self.count += 1
         if len(self.rows) < MAX_SELECTED:
             self.rows.append(row)
@@ -592,7 +617,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
     by_kind = tuple((k, findings.kinds[k]) for k in (*KINDS, UNCLASSIFIED) if findings.kinds[k])
     report = RowsReport(file=t.path, tensor=t.name, ggml_type=t.ggml_type.name, n_cols=t.n_cols, row_bytes=t.row_bytes,
-                      n_rows=t.n_rows, table_offset=t.offset, selection=selection.description, seed=selection.seed,
+                      n_rows=t.n_rows, table_offset=t.offset, choice=selection.choice,
                       modes=modes, rows_checked=table.n_rows if selection.rows is None else len(selection.rows),
                       geometry=geometry, mismatch_geometry=bad_geometry, mismatch_count=findings.count,
                       by_kind=by_kind, mismatches=tuple(findings.kept), short_reads=tuple(findings.short_reads),

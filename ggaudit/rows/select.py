@@ -169,14 +169,82 @@ def crossing_rows_of(base: int, row_bytes: int, n_rows: int, boundary: int,
         yield rows[new]
 
 
+#: Runs of listed IDs a RowChoice keeps: enough to say and to draw a short list; a longer one is cut.
+MAX_RUNS = 256
+#: Characters of listed IDs the description shows before it is cut with "...".
+IDS_WIDTH = 60
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowChoice:
+    """How the rows checked were chosen, as data; :attr:`description` says it in words.
+
+    ``all_rows``: every row of ``n_rows``, swept. ``listed``: the runs of consecutive IDs listed, as
+    (first, last), in the order given (None: no IDs listed); at most MAX_RUNS of them, ``listed_complete``
+    False when there were more. ``random``/``seed``: the random rows added and the seed that chose them;
+    ``page_crossing``: every row crossing a 4096-byte page added; ``capture_ids``: nothing was chosen, so
+    the capture's IDs were checked.
+    """
+
+    n_rows: int
+    all_rows: bool = False
+    listed: tuple[tuple[int, int], ...] | None = None
+    listed_complete: bool = True
+    random: int | None = None
+    seed: int | None = None
+    page_crossing: bool = False
+    capture_ids: bool = False
+
+    @property
+    def description(self) -> str:
+        """``rows 4,100-102 + random 5 seed 1 + page-crossing``, ``all 5000 rows``, ``capture IDs``."""
+        if self.all_rows:
+            return f"all {self.n_rows} rows"
+        parts = []
+        if self.listed is not None:
+            parts.append(f"rows {self._listed_text() or '[]'}")
+        if self.random is not None:
+            parts.append(f"random {self.random} seed {self.seed}")
+        if self.page_crossing:
+            parts.append("page-crossing")
+        return " + ".join(parts) or "capture IDs"
+
+    def _listed_text(self) -> str:
+        text = ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.listed or ())
+        return text if len(text) <= IDS_WIDTH and self.listed_complete else text[:IDS_WIDTH - 3] + "..."
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...] | None:
+        """The rows chosen as (first, last) ranges when this says which: every row (a sweep), or the IDs
+        listed when nothing else was chosen and every run is kept; None otherwise (a random sample is
+        known by its seed, page-crossing rows by the table's geometry)."""
+        if self.all_rows:
+            return ((0, self.n_rows - 1),)
+        only_listed = self.random is None and not self.page_crossing and not self.capture_ids
+        return self.listed if only_listed and self.listed_complete else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"all_rows": self.all_rows,
+                "listed": None if self.listed is None else [list(run) for run in self.listed],
+                "listed_complete": self.listed_complete, "random": self.random, "seed": self.seed,
+                "page_crossing": self.page_crossing, "capture_ids": self.capture_ids}
+
+
 @dataclass(frozen=True)
 class Selection:
     """The rows to replay (int64, each once, in first-chosen order; None for all_rows: the whole table,
     streamed) and how they were chosen."""
 
     rows: np.ndarray | None = field(compare=False)
-    description: str
-    seed: int | None = None
+    choice: RowChoice
+
+    @property
+    def description(self) -> str:
+        return self.choice.description
+
+    @property
+    def seed(self) -> int | None:
+        return self.choice.seed
 
 
 def select_rows(table: RowTable, rows: object = None, select: RowSelection | None = None, *,
@@ -190,45 +258,43 @@ def select_rows(table: RowTable, rows: object = None, select: RowSelection | Non
     if sel.all_rows:
         if listed is not None:
             raise UsageError(None, "sweeps the whole table; drop rows", field="all_rows")
-        return Selection(None, f"all {table.n_rows} rows")
+        return Selection(None, RowChoice(n_rows=table.n_rows, all_rows=True))
     picked = [np.asarray(extra if isinstance(extra, np.ndarray) else list(extra), dtype=np.int64)]
-    parts = []
+    runs, complete = (None, True) if listed is None else id_runs(listed)
     if listed is not None:
         picked.append(listed)
-        parts.append(f"rows {describe_ids(listed) or '[]'}")
     seed = sel.seed
     if sel.random is not None:
         seed, sample = _random_rows(table, sel.random, sel.seed)
         picked.append(sample)
-        parts.append(f"random {sel.random} seed {seed}")
     if sel.page_crossing:
         picked.append(crossing_rows(table))
-        parts.append("page-crossing")
+    chose = listed is not None or sel.random is not None or sel.page_crossing
+    choice = RowChoice(n_rows=table.n_rows, listed=runs, listed_complete=complete, random=sel.random, seed=seed,
+                       page_crossing=sel.page_crossing, capture_ids=not chose)
     chosen = _first_occurrences(np.concatenate(picked))
-    if not chosen.size and not parts:
+    if not chosen.size and not chose:
         raise UsageError(None, "none given and none selected: pass row IDs, or select=RowSelection(all_rows=True),"
                                " RowSelection(random=N) or RowSelection(page_crossing=True)", field="rows")
     if not chosen.size:
-        raise NothingChecked(None, f"{' + '.join(parts)} selected no rows; nothing was checked")
+        raise NothingChecked(None, f"{choice.description} selected no rows; nothing was checked")
     if chosen.size > MAX_SELECTED:
         raise UsageError(None, f"{chosen.size} rows selected, more than {MAX_SELECTED}; sweep the table with "
                                "RowSelection(all_rows=True)")
-    return Selection(chosen, " + ".join(parts) or "capture IDs", seed)
+    return Selection(chosen, choice)
 
 
-def describe_ids(ids: np.ndarray, width: int = 60) -> str:
-    """"4,100-102" for [4, 100, 101, 102]: runs of consecutive IDs as ranges, cut to *width* characters
-    (only the runs that fit are looked at: the IDs may be millions)."""
-    out: list[str] = []
-    length, i = 0, 0
-    while i < ids.size and length <= width:
+def id_runs(ids: np.ndarray, most: int = MAX_RUNS) -> tuple[tuple[tuple[int, int], ...], bool]:
+    """The runs of consecutive IDs (each one more than the last) as (first, last): [4, 100, 101, 102]
+    gives ((4, 4), (100, 102)); at most *most* of them (only those are looked at: the IDs may be
+    millions), and whether that was all."""
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < ids.size and len(runs) < most:
         j = _run_end(ids, i)
-        lo, hi = int(ids[i]), int(ids[j - 1])
-        out.append(str(lo) if j - i == 1 else f"{lo}-{hi}")
-        length += len(out[-1]) + 1
+        runs.append((int(ids[i]), int(ids[j - 1])))
         i = j
-    text = ",".join(out)
-    return text if len(text) <= width and i == ids.size else text[:width - 3] + "..."
+    return tuple(runs), i == ids.size
 
 
 def _run_end(ids: np.ndarray, i: int, chunk: int = 1 << 16) -> int:

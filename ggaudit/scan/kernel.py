@@ -14,6 +14,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,7 +24,9 @@ from .report import (CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding,
                      finite_or_none, hex_bits)
 from ..arrays import distinct
 from .histogram import count_codes
-from .anomalies import AnomalyAcc, GroupModel, columns, score, settle
+
+if TYPE_CHECKING:   # the scale model is imported where a plan has one: a scan without anomalies loads none
+    from .anomalies import AnomalyAcc, GroupModel
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +235,8 @@ class Acc:
             self.add_scales(name, counts)
         if other.anomaly is not None:
             if self.anomaly is None:
+                from .anomalies import AnomalyAcc
+
                 self.anomaly = AnomalyAcc()
             self.anomaly.merge(other.anomaly)
 
@@ -395,6 +400,8 @@ def _score_scales(plan: Plan, acc: Acc, group: Group, keys: np.ndarray, first_un
     model = next((m for m in plan.anomaly or () if m.key == group.offset), None)
     if model is None:
         return
+    from .anomalies import AnomalyAcc, columns, score
+
     state = acc.anomaly = acc.anomaly or AnomalyAcc(units=plan.units, per_row=plan.units_per_row)
     if model.positions is None:
         state.keep(model, first_unit, keys)
@@ -513,8 +520,8 @@ def finding_at(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, val
         row, block = divmod(unit, plan.units_per_row)
         column, width = block * layout.block_size + f.first_col, f.width
     return Finding(tensor=plan.name, path=plan.path, kind=kind, row=row, column=column, width=width, block=block,
-                   field=f.name, offset=offset, size=f.size, bits=bits, value=value, cause=cause,
-                   expert=plan.expert_of_row(row))
+                   field=f.name, offset=offset, size=f.size, bits=bits, value=value, encoding=f.encoding.value,
+                   cause=cause, expert=plan.expert_of_row(row))
 
 
 def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: int,
@@ -548,7 +555,7 @@ def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: i
             cands.makers.append(functools.partial(
                 Finding, tensor=plan.name, path=plan.path, kind=kind, row=row, column=block * bs + col, width=1,
                 block=block, field="decoded", offset=offset, size=bb, bits=hex_bits(int(value.view(np.uint32)), 4),
-                value=None, cause=CAUSE_DECODED, expert=expert))
+                value=None, encoding=Encoding.F32.value, cause=CAUSE_DECODED, expert=expert))
 
 
 def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates) -> None:
@@ -573,7 +580,11 @@ def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates)
 def settle_anomalies(accs: Iterable[Acc]) -> None:
     """Model the tensors among ``accs`` whose keys have all arrived (kept for a model of the whole
     tensor), those of one shape together: called where several tensors' slices have just been scanned."""
-    settle(a.anomaly for a in accs if a.anomaly is not None and a.anomaly.kept)
+    kept = [a.anomaly for a in accs if a.anomaly is not None and a.anomaly.kept]
+    if kept:
+        from .anomalies import settle
+
+        settle(kept)
 
 
 def by_file(plans: Iterable[Plan]) -> dict[str, list[Plan]]:

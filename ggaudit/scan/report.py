@@ -19,9 +19,9 @@ from ..lines import between, block_layout, format_value, location
 from ..text import escape
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
-           "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "FileDigest", "Finding", "ScaleHistogram",
-           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "counted_kinds", "describe_finding",
-           "describe_structure", "finite_or_none", "hex_bits"]
+           "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "Finding", "ScaleHistogram",
+           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "WholeFileDigests", "counted_kinds",
+           "counts_text", "describe_finding", "describe_structure", "describe_tensor", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
@@ -81,6 +81,9 @@ class Finding:
     ``bits`` is the raw stored value (for IQ1_M the assembled f16; for a ``decoded`` finding the
     float32 bits of the decoded value). ``value`` is the decoded field when it is finite (an outlier,
     or a scale that overflows when decoded), else None: the kind says which non-finite it is.
+    ``encoding`` is how ``bits`` are stored, from the block table (:class:`ggaudit.format.blocks.Encoding`
+    values: ``f16``, ``bf16``, ``f32``, ``f64``, ``e8m0``, ``ue4m3``, ``iq1m_f16``, ``e4m3``; ``f32`` for a
+    ``decoded`` finding): the width a value is shown at.
     ``expert``: in a mixture-of-experts tensor (``ffn_*_exps``, experts along the last axis), the expert
     the value belongs to, ``row // (rows per expert)`` (``row`` counts across all experts); else None.
     An ``anomaly`` also has ``score`` (its distance from the scale model, in robust spreads: positive
@@ -100,6 +103,7 @@ class Finding:
     size: int
     bits: str
     value: float | None
+    encoding: str
     cause: str = CAUSE_FIELD
     expert: int | None = None
     score: float | None = None
@@ -117,28 +121,14 @@ class Finding:
         return doc
 
 
-def finding_encoding(f: Finding, ggml_type: str | None) -> str | None:
-    """How a finding's value is stored: decoded values are float32; a field's encoding is the type's
-    (the tensor type given), else told by its bits' width where that is unambiguous."""
-    if f.cause == CAUSE_DECODED:
-        return "f32"
-    layout = block_layout(ggml_type)
-    if layout is not None:
-        return next((field.encoding.value for field in layout.fields if field.name == f.field), None)
-    digits = len(f.bits) - 2
-    if digits == 8:
-        return "f32"
-    return "f16" if digits == 4 and f.field != "value" else None    # an element of 16 bits: f16 or bf16
-
-
-def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str | None = None) -> str:
+def describe_finding(f: Finding, max_abs: float | None = None) -> str:
     """One fio-like line: where, then expected before actual, in hex. An element of a float tensor is
-    said by its column; a quantized block's field by block, columns and field name. ``ggml_type``: the
-    tensor's type name, which tells how the value is stored (f16 or bf16) for its shortest text."""
+    said by its column; a quantized block's field by block, columns and field name; values as the
+    shortest text that reads back at the finding's encoding."""
     element = f.field == "value"
     where = location(f.path, f.offset, f.size, tensor=f.tensor, expert=f.expert, row=f.row,
                      block=None if element else f.block, column=f.column, width=f.width)
-    encoding = finding_encoding(f, ggml_type)
+    encoding = f.encoding
     expected = f"|x| <= {format_value(max_abs)}" if f.kind == "outlier" else "finite"
     if f.kind == "anomaly" and f.expected is not None and f.typical is not None:
         expected = (f"|{escape(f.field)}| near {format_value(f.expected, encoding)} (this tensor: "
@@ -153,6 +143,18 @@ def describe_finding(f: Finding, max_abs: float | None = None, *, ggml_type: str
     return f"{f.kind} at {where}{field}: expected {expected}, got {actual}"
 
 
+def counts_text(counts: Mapping[str, int]) -> str:
+    """``nan 1, +inf 0, -inf 0, outlier 0`` (and ``anomaly N`` when there are any)."""
+    return ", ".join(f"{k} {counts.get(k, 0)}" for k in KINDS if k != "anomaly" or counts.get(k))
+
+
+def describe_tensor(t: TensorScan) -> str:
+    """A tensor with findings in one line: name, type and shape, its counts, its largest finite |x|."""
+    shown = ", ".join(str(n) for n in t.shape)
+    return (f"tensor {escape(t.name)} ({t.type} [{shown}]): {counts_text(t.counts)}; "
+            f"max finite |x| {format_value(t.max_abs, t.value_encoding)}")
+
+
 def describe_structure(s: StructureFinding) -> str:
     """One line: what and where (file, offset, length; the tensors on either side), expected before actual."""
     return (f"structure {s.kind} at {location(s.path, s.offset, s.length)}: {between(s.after, s.before)}: "
@@ -164,10 +166,10 @@ def structure_diagnostic(s: StructureFinding) -> Diagnostic:
                       extras=s.to_json())
 
 
-def finding_diagnostic(f: Finding, max_abs: float | None, ggml_type: str) -> Diagnostic:
+def finding_diagnostic(f: Finding, max_abs: float | None) -> Diagnostic:
     """A finding's diagnostic; an element of a float tensor has a column and no block (as its line says)."""
     element = f.field == "value"
-    return Diagnostic(kind=f.kind, message=describe_finding(f, max_abs, ggml_type=ggml_type), file=f.path,
+    return Diagnostic(kind=f.kind, message=describe_finding(f, max_abs), file=f.path,
                       offset=f.offset, length=f.size, tensor=f.tensor, row=f.row, column=f.column,
                       block=None if element else f.block, field=f.field, expert=f.expert,
                       extras={"tensor": f.tensor, "file": f.path, **f.to_json()})
@@ -247,6 +249,15 @@ class TensorScan:
         """More findings were counted than are listed (--limit)."""
         return self.total > len(self.findings)
 
+    @property
+    def value_encoding(self) -> str | None:
+        """How the tensor's values are stored (its elements, or its blocks' float fields when they share
+        one encoding), from the block table; None when they do not. ``max_abs`` is shown at this width:
+        with --deep it may be a decoded float32, which a width it does not fit prints exactly."""
+        layout = block_layout(self.type)
+        encodings = {f.encoding.value for f in layout.fields} if layout is not None else set()
+        return encodings.pop() if len(encodings) == 1 else None
+
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "type": self.type, "counts": dict(self.counts),
                                "max_abs": finite_or_none(self.max_abs),
@@ -271,7 +282,7 @@ class ScanStats:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FileDigest:
+class WholeFileDigests:
     """Digests of one whole file, computed in the same read as the scan (``scan(..., hashes=...)``)."""
 
     path: str
@@ -295,7 +306,7 @@ class ScanReport:
     max_abs: float | None = None     # the --max-abs threshold, when given
     stats: ScanStats = field(default_factory=lambda: ScanStats(bytes=0, seconds=0.0, workers=0))
     hashes: tuple[str, ...] = ()          # digest algorithms asked for (empty: none)
-    digests: tuple[FileDigest, ...] = ()  # per file read to its end; --fail-fast may leave some out
+    digests: tuple[WholeFileDigests, ...] = ()  # per file read to its end; --fail-fast may leave some out
     structure: tuple[StructureFinding, ...] = ()    # per file, in file order
     anomalies: bool = False         # block scales were modelled (scan(..., anomalies=True))
 
@@ -315,7 +326,7 @@ class ScanReport:
         counts: ``TensorScan.total``)."""
         yield from (structure_diagnostic(s) for s in self.structure)
         for t in self.tensors:
-            yield from (finding_diagnostic(f, self.max_abs, t.type) for f in t.findings)
+            yield from (finding_diagnostic(f, self.max_abs) for f in t.findings)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

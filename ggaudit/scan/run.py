@@ -39,18 +39,16 @@ import numpy as np
 
 from .. import io
 from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
-from ..io import ALGORITHMS, read_through
+from ..io import ALGORITHMS, Progress, read_through
 from ..errors import NothingChecked, ReadError, UsageError, options_from
 from ..format.layout import GGUFFile, Model, Tensor
 from ..stores.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
-from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, FileDigest, ScaleHistogram,
-                     ScanReport, ScanStats, TensorScan)
+from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, ScaleHistogram, ScanReport,
+                     ScanStats, TensorScan, WholeFileDigests)
 from .histogram import histogram_of
 from .kernel import Acc, Options, Plan, by_file, count_expert, deep_supported, scan_units, settle_anomalies
 from .options import ScanOptions
-from .scales import anomaly_findings, fit_plans
-from .workers import run_mapped
 from ..text import escape
 
 __all__ = ["ScanConsumer", "ScanOptions", "ScanPlan", "add_anomalies", "deep_supported", "plan_scan", "scan"]
@@ -71,9 +69,6 @@ _GAP_BYTES = 1 << 20
 #: their ``.bias``): the experts are its last axis. Shared experts (``ffn_*_shexp``) are not split.
 EXPERTS_NAME = re.compile(r"(?:^|\.)ffn_\w*_exps(?:\.|$)")
 
-ProgressCallback = Callable[[int, int], None]
-
-
 class _Stopped(Exception):
     """Raised by the streamed path to end the read at the first finding (--fail-fast)."""
 
@@ -88,10 +83,10 @@ class ScanConsumer:
     """
 
     def __init__(self, plans: Sequence[Plan], opts: Options,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 advance: Callable[[int], None] | None = None) -> None:
         self._plans = sorted(plans, key=lambda p: p.offset)
         self._opts = opts
-        self._progress = progress
+        self._advance = advance     # told the bytes newly scanned (scan() turns them into Progress)
         self.accs: dict[int, Acc] = {p.index: Acc() for p in self._plans}
         self.reached: set[int] = set()   # plans that have received bytes
         # Bytes of all plans before plan i: progress is a lookup, not a sum per chunk.
@@ -118,8 +113,8 @@ class ScanConsumer:
             if self._done == plan.units:
                 self._i, self._done = self._i + 1, 0
         settle_anomalies(self.accs.values())
-        if self._progress is not None:
-            self._progress(self._position() - before)
+        if self._advance is not None:
+            self._advance(self._position() - before)
 
     @property
     def stopped(self) -> bool:
@@ -155,10 +150,10 @@ class ScanConsumer:
         self._carry += piece[whole * bb:].tobytes()
 
 
-def _run_streamed(plans: Sequence[Plan], opts: Options, progress: Callable[[int], None]) -> dict[int, Acc]:
+def _run_streamed(plans: Sequence[Plan], opts: Options, advance: Callable[[int], None]) -> dict[int, Acc]:
     accs: dict[int, Acc] = {}
     for path, group in by_file(plans).items():
-        consumer = ScanConsumer(group, opts, progress)
+        consumer = ScanConsumer(group, opts, advance)
         try:
             for start, end in _runs(group):
                 read_through(path, [consumer], start=start, end=end, chunk_size=STREAM_CHUNK_BYTES,
@@ -176,12 +171,12 @@ class _Hashed:
     """What the one read of each whole file gave."""
 
     accs: dict[int, Acc] = dataclasses.field(default_factory=dict)
-    digests: list[FileDigest] = dataclasses.field(default_factory=list)
+    digests: list[WholeFileDigests] = dataclasses.field(default_factory=list)
     structure: list[StructureFinding] = dataclasses.field(default_factory=list)
 
 
 def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], hashes: Sequence[str],
-                progress: Callable[[int], None]) -> _Hashed:
+                advance: Callable[[int], None]) -> _Hashed:
     """Read each whole file once, feeding the hashers, the structure checks and the scan the same chunks.
 
     A file's digests are kept only when it was read to its end (--fail-fast may stop the read); the
@@ -196,14 +191,14 @@ def _run_hashed(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile],
             continue
         hashers = [ALGORITHMS[name]() for name in hashes]
         structure = StructureConsumer(f)
-        scanner = ScanConsumer(groups[f.path], opts, progress) if f.path in groups else None
+        scanner = ScanConsumer(groups[f.path], opts, advance) if f.path in groups else None
         try:
             read_through(f.path, [*hashers, structure, *([scanner] if scanner else [])], end=f.identity.size,
                          chunk_size=STREAM_CHUNK_BYTES)
         except _Stopped:
             pass
         else:
-            out.digests.append(FileDigest(path=f.path, size=f.identity.size, digests={
+            out.digests.append(WholeFileDigests(path=f.path, size=f.identity.size, digests={
                 name: h.hexdigest() for name, h in zip(hashes, hashers, strict=True)}))
         out.structure.extend(structure.findings() if structure.complete else check_structure(f))
         if scanner is not None:
@@ -265,6 +260,8 @@ def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
     selected = select_tensors(model, options.tensors)
     plans, warnings = make_plans(selected, fp8, options.deep)
     if options.anomalies:
+        from .scales import fit_plans       # here: a scan without anomalies loads no scale model
+
         plans = fit_plans(plans)
     for f in model.files:
         f.check_unchanged("since it was opened")
@@ -273,7 +270,7 @@ def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
 
 
 def scan(model: Model | str | os.PathLike[str], *, options: ScanOptions | None = None,
-         progress: ProgressCallback | None = None, **keywords: Any) -> ScanReport:
+         progress: Progress | None = None, **keywords: Any) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
 
     The options are a :class:`ggaudit.scan.options.ScanOptions` (``options=``) or its fields as keywords
@@ -321,14 +318,14 @@ def scan(model: Model | str | os.PathLike[str], *, options: ScanOptions | None =
 
     started = time.perf_counter()
     kernel_opts = opts.kernel
-    digests: list[FileDigest] = []
+    digests: list[WholeFileDigests] = []
     if hashes:
         hashed = _run_hashed(plan.plans, kernel_opts, m.files, hashes, advance)
         accs, digests = hashed.accs, hashed.digests
         structure = tuple(hashed.structure)
     else:
         structure = tuple(finding for f in m.files for finding in check_structure(f))
-        accs = run_mapped(plan.plans, kernel_opts, m.files, n_workers, advance) if n_workers else \
+        accs = _run_mapped(plan.plans, kernel_opts, m.files, n_workers, advance) if n_workers else \
             _run_streamed(plan.plans, kernel_opts, advance)
     for f in m.files:
         f.check_unchanged("during scan")
@@ -359,6 +356,8 @@ def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) ->
     returns the warnings. Nothing when --fail-fast stopped the scan (its rows were not all scored)."""
     if any(a.stopped for a in accs.values()):
         return []
+    from .scales import anomaly_findings
+
     settle_anomalies(accs.values())
     warnings: list[str] = []
     for plan in plans:
@@ -373,6 +372,14 @@ def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) ->
             if f.expert is not None:
                 count_expert(acc.experts, f.expert, "anomaly")
     return warnings
+
+
+def _run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], workers: int,
+                advance: Callable[[int], None]) -> dict[int, Acc]:
+    # Imported here: a model under AUTO_WORKERS_MIN_BYTES is read in this process, without multiprocessing.
+    from .workers import run_mapped
+
+    return run_mapped(plans, opts, files, workers, advance)
 
 
 def _workers(workers: int | None, total: int) -> int:

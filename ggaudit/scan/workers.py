@@ -255,7 +255,7 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], workers: int,
-               progress: Callable[[int], None]) -> dict[int, Acc]:
+               advance: Callable[[int], None]) -> dict[int, Acc]:
     """Scan ``plans`` in ``workers`` processes (a :func:`reader_pool`'s, if one is open); results are
     merged in file order.
 
@@ -266,7 +266,7 @@ def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], 
     pool = shared.get(workers) if shared is not None else _new_pool(workers)
     with _StopOnSignals(pool) as guard:
         try:
-            accs = _drive(pool, plans, opts, files, workers, progress, guard)
+            accs = _drive(pool, plans, opts, files, workers, advance, guard)
         except BaseException:
             if shared is not None:
                 shared.discard()
@@ -280,7 +280,7 @@ def run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile], 
 
 
 def _drive(pool: ProcessPoolExecutor, plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile],
-           workers: int, progress: Callable[[int], None], guard: _StopOnSignals) -> dict[int, Acc]:
+           workers: int, advance: Callable[[int], None], guard: _StopOnSignals) -> dict[int, Acc]:
     """Submit the tasks and merge their results in file order.
 
     A new task is submitted whenever any worker finishes, not only when the oldest task does: on a
@@ -313,7 +313,7 @@ def _drive(pool: ProcessPoolExecutor, plans: Sequence[Plan], opts: Options, file
                 current, future = pending.popleft()
                 if merge_results(accs, future.result(), opts):
                     return accs
-                progress(current.nbytes)
+                advance(current.nbytes)
     except BrokenProcessPool:
         guard.check()
         path = current.path if current is not None else files[0].path

@@ -4,9 +4,6 @@ LM Studio's (:mod:`.lmstudio`) and GPT4All's (:mod:`.gpt4all`) folders; and sha2
 (:mod:`.sums`), which ``verify --sums`` names by option rather than by prefix. :mod:`.locate` turns a
 MODEL into files through the registry. Below the jobs: nothing here imports scan, verify, rows or cli.
 
-Every store module is imported here, so each store is registered before any name is looked up.
+No store module is imported here: the registry imports each when a name of its prefix is first looked up
+(:data:`.registry.STORE_MODULES`), so a command on a plain path loads none of them.
 """
-
-from . import gpt4all, hf_cache, hf_local, lmstudio, ollama
-
-__all__ = ["gpt4all", "hf_cache", "hf_local", "lmstudio", "ollama"]

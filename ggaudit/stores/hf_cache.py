@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
 from .small_files import HEX64, read_text
 from .ollama import home_folder
-from .registry import Store, one_model, opens_a_model
+from .registry import Store, is_projector, one_model, opens_a_model
 
 log = logging.getLogger(__name__)
 
@@ -167,14 +168,17 @@ class HFStore(Store, prefix="hf"):
         return read_hf_snapshot(self.name, self.roots.hf_cache)
 
     def model_files(self) -> list[str]:
-        """The path, inside the snapshot, of the GGUF model ``ORG/NAME[@REV][:FILE]`` names."""
+        """The path, inside the snapshot, of the GGUF model ``ORG/NAME[@REV][:FILE]`` names; without ``:FILE``,
+        then the projectors (``mmproj-*.gguf``) beside it, as a folder's model is opened."""
         repo, _, wanted = self.name.partition(":")
         snapshot = read_hf_snapshot(repo, self.roots.hf_cache)
         where = f"hf:{snapshot.spec.repo_id}@{snapshot.commit[:12]}"
         if not wanted:
-            model = one_model(where, [f.name for f in snapshot.files if opens_a_model(f.name)],
-                              f"name one as hf:{shorten(repo)}:FILE")
-            return [_openable(next(f for f in snapshot.files if f.name == model))]
+            models = [f.name for f in snapshot.files if opens_a_model(f.name) and not is_projector(f.name)]
+            model = one_model(where, models, f"name one as hf:{shorten(repo)}:FILE")
+            beside = [f for f in snapshot.files if is_projector(f.name)            # names are slash-joined
+                      and posixpath.dirname(f.name) == posixpath.dirname(model)]
+            return [_openable(f) for f in [next(f for f in snapshot.files if f.name == model), *beside]]
         named = [f for f in snapshot.files if f.name == wanted]
         if len(named) != 1:
             raise UsageError(None, f"{where} has no file {quote(wanted)}", field="model")

@@ -1,5 +1,6 @@
 """The stores, one class each, registered by the prefix that names them (``ollama:NAME``): a new store is
-one subclass of :class:`Store`, ``class X(Store, prefix="x")``, and every command takes its names.
+one subclass of :class:`Store`, ``class X(Store, prefix="x")``, and one line in :data:`STORE_MODULES` (its
+module, imported when a name of it is first looked up), and every command takes its names.
 
 A store offers (a) the GGUF files a name stands for, for the commands that open a model, and (b) what it
 keeps of them to check against (digests, sizes, the layout of its folders), for ``verify``, whose walkers
@@ -8,6 +9,7 @@ check that data. It reads descriptions (manifests, metadata, folder listings), n
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Sequence
@@ -16,6 +18,17 @@ from typing import Any, ClassVar
 
 from ..errors import UsageError
 from ..untrusted import quote
+
+#: Every store's prefix and the module that defines its class, imported when a name with that prefix is
+#: first looked up, so a plain path loads no store. A store class registers only a prefix listed here, by
+#: the module listed (tests/test_store_registry.py checks the table against the classes).
+STORE_MODULES: dict[str, str] = {
+    "gpt4all:": "ggaudit.stores.gpt4all",
+    "hf-local:": "ggaudit.stores.hf_local",
+    "hf:": "ggaudit.stores.hf_cache",
+    "lmstudio:": "ggaudit.stores.lmstudio",
+    "ollama:": "ggaudit.stores.ollama",
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,8 @@ class Store:
             raise TypeError(f"store prefix {prefix!r} is not a name of two or more letters, digits or -")
         if key in Store.registered:
             raise TypeError(f"store prefix {key} is taken by {Store.registered[key].__qualname__}")
+        if STORE_MODULES.get(key) != cls.__module__:
+            raise TypeError(f"store prefix {key} of {cls.__module__} is not in STORE_MODULES: list it there")
         cls.prefix = key
         Store.registered[key] = cls
 
@@ -73,7 +88,16 @@ _LEADING_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]+:")
 
 
 def known_prefixes() -> list[str]:
-    return sorted(Store.registered)
+    return sorted(STORE_MODULES)
+
+
+def store_class(prefix: str) -> type[Store] | None:
+    """The store class of ``prefix`` (``ollama:``), its module imported on first use; None if none has it."""
+    module = STORE_MODULES.get(prefix)
+    if module is None:
+        return None
+    importlib.import_module(module)
+    return Store.registered[prefix]
 
 
 def find_store(text: str, roots: Roots, field: str = "model") -> Store | None:
@@ -83,7 +107,7 @@ def find_store(text: str, roots: Roots, field: str = "model") -> Store | None:
     leading = _LEADING_PREFIX.match(text)
     if leading is None:
         return None
-    store = Store.registered.get(leading.group())
+    store = store_class(leading.group())
     if store is not None:
         return store(text[leading.end():], roots)
     if os.path.lexists(text):      # a file whose name holds a colon

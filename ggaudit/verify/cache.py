@@ -36,10 +36,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from ..errors import UsageError
 from ..io import WINDOWS
@@ -64,8 +62,6 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS digests (
 
 #: What a caller may pass as ``cache``: on (the user's cache folder), off, or a folder of its own.
 CacheChoice = bool | str | os.PathLike[str]
-
-R = TypeVar("R")
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -392,14 +388,6 @@ def _reason(err: BaseException) -> str:
     return (err.strerror if isinstance(err, OSError) and err.strerror else str(err)) or type(err).__name__
 
 
-_ACTIVE: ContextVar[DigestCache | None] = ContextVar("ggaudit_digest_cache", default=None)
-
-
-def active_cache() -> DigestCache | None:
-    """The cache the verify running in this thread uses, if any (see :func:`using_cache`)."""
-    return _ACTIVE.get()
-
-
 def check_cache_use(cache: object, *, trust: object, quick: object) -> None:
     """UsageError unless ``cache`` is True, False or a folder and ``trust`` and ``quick`` are True or False,
     neither of them with the cache off."""
@@ -413,23 +401,15 @@ def check_cache_use(cache: object, *, trust: object, quick: object) -> None:
 
 
 @contextmanager
-def using_cache(cache: CacheChoice, *, trust: bool = False, quick: bool = False) -> Iterator[DigestCache | None]:
-    """Let the checks run inside use the digest cache (``cache``: True for the user's cache folder, a
-    folder of its own, or False for none): every file is read and its digest stored; with ``trust``, a
-    file unchanged since it was hashed is not read again, its digest taken from the cache; with
-    ``quick``, hash nothing and take digests from it only."""
+def open_cache(cache: CacheChoice, *, trust: bool = False, quick: bool = False) -> Iterator[DigestCache | None]:
+    """The digest cache of one run, closed when it ends, for the caller to pass to the checks (``cache``:
+    True for the user's cache folder, a folder of its own, or False for none, given as None): every file
+    is read and its digest stored; with ``trust``, a file unchanged since it was hashed is not read again,
+    its digest taken from the cache; with ``quick``, hash nothing and take digests from it only."""
     check_cache_use(cache, trust=trust, quick=quick)
     session = None if cache is False else DigestCache(None if cache is True else cache, trust=trust, quick=quick)
-    token = _ACTIVE.set(session)
     try:
         yield session
     finally:
-        _ACTIVE.reset(token)
         if session is not None:
             session.close()
-
-
-def in_session(cache: CacheChoice, audit: Callable[[], R], *, trust: bool = False, quick: bool = False) -> R:
-    """``audit()`` run inside :func:`using_cache`."""
-    with using_cache(cache, trust=trust, quick=quick):
-        return audit()

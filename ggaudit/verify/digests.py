@@ -5,9 +5,6 @@ The read itself, the chunk-consumer protocol and the whole-file hashers (sha256,
 verify adds on top of it: per-range digests (a tensor manifest's), git's blob id, several light consumers
 in one thread, a whole file hashed by algorithm name, and :class:`Tally`, several reads told as one
 ``progress(done, total)``.
-
-``read_through`` and ``Sha256`` are still importable from here (``from ggaudit.verify.digests import
-read_through``, as the README's library section documents).
 """
 
 from __future__ import annotations
@@ -20,10 +17,9 @@ from collections.abc import Iterable, Sequence
 import xxhash
 
 from ..errors import ReadError, UsageError, one_or_many
-from ..io import ALGORITHMS, DEFAULT_CHUNK_SIZE, ChunkConsumer, Hasher, Progress, Sha256, read_through
+from ..io import ALGORITHMS, DEFAULT_CHUNK_SIZE, ChunkConsumer, Hasher, Progress, read_through
 
-__all__ = ["GitBlobSha1", "Segment", "SegmentDigest", "SegmentDigests", "Sha256", "Tally", "Tee", "hash_file",
-           "read_through"]
+__all__ = ["GitBlobSha1", "Segment", "SegmentDigest", "SegmentDigests", "Tally", "Tee", "hash_file"]
 
 
 class GitBlobSha1(Hasher):

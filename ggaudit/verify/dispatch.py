@@ -15,11 +15,15 @@ from ..stores.lmstudio import LMStudioStore
 from ..stores.locate import Target, resolve_model, target_text
 from ..stores.ollama import OllamaStore
 from ..stores.registry import Roots, Store, find_store
-from .cache import using_cache
+from .cache import DigestCache, open_cache
 from .options import VerifyOptions
 from ..io import Progress
-from .run import (VerifyReport, verify_blob, verify_gpt4all, verify_hf, verify_hf_local, verify_lmstudio,
-                  verify_manifest, verify_ollama, verify_ollama_store, verify_sha256, verify_sums)
+from .report import VerifyReport
+from .walk.folders import verify_gpt4all, verify_lmstudio
+from .walk.hf import verify_hf, verify_hf_local
+from .walk.manifest import verify_manifest
+from .walk.ollama import verify_ollama, verify_ollama_store
+from .walk.sums import verify_blob, verify_sha256, verify_sums
 
 
 def verify(target: Target | None = None, *, options: VerifyOptions | None = None, progress: Progress | None = None,
@@ -65,75 +69,90 @@ def verify(target: Target | None = None, *, options: VerifyOptions | None = None
     from the cache counts its file's bytes done at once.
     """
     o = options_from(VerifyOptions, options, keywords)
-    with using_cache(o.cache, trust=o.trust_cache, quick=o.quick):
+    with open_cache(o.cache, trust=o.trust_cache, quick=o.quick) as digest_cache:
         return _verify(target, manifest=o.manifest, sums=o.sums, store=o.store, hf_cache=o.hf_cache,
                        fail_fast=o.fail_fast, sha256=o.sha256, ignore_missing=o.ignore_missing, base=o.base,
-                       progress=progress)
+                       progress=progress, digest_cache=digest_cache)
 
 
 def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, sums: str | os.PathLike[str] | None,
             store: str | os.PathLike[str] | None, hf_cache: str | os.PathLike[str] | None, fail_fast: bool,
             sha256: str | None, ignore_missing: bool, base: str | os.PathLike[str] | None,
-            progress: Progress | None) -> VerifyReport:
+            progress: Progress | None, digest_cache: DigestCache | None) -> VerifyReport:
     if sums is not None:
         if target is not None or manifest is not None:
             raise UsageError(None, "takes no target and no manifest", field="sums")
         if sha256 is not None:
             raise UsageError(None, "checks one target file, not a checksum file's", field="sha256")
-        return verify_sums(sums, ignore_missing=ignore_missing, base=base, fail_fast=fail_fast, progress=progress)
+        return verify_sums(sums, ignore_missing=ignore_missing, base=base, fail_fast=fail_fast, progress=progress,
+                           digest_cache=digest_cache)
     if ignore_missing or base is not None:
         raise UsageError(None, "is for a checksum file: give sums", field="base" if base is not None
                          else "ignore_missing")
     if sha256 is not None:
         if target is None or manifest is not None or isinstance(target, Model):
             raise UsageError(None, "checks one file: give it as the target, and no manifest", field="sha256")
-        return verify_sha256(target_text(target, "target"), sha256, progress=progress)
+        return verify_sha256(target_text(target, "target"), sha256, progress=progress, digest_cache=digest_cache)
     if target is None:
         raise UsageError(None, "give a model (a path, ollama:NAME, hf:ORG/NAME or a Model) or sums",
                          field="target")
     if manifest is not None:
         if isinstance(target, Model):
-            return verify_manifest(target, manifest, fail_fast=fail_fast, progress=progress)
+            return verify_manifest(target, manifest, fail_fast=fail_fast, progress=progress,
+                                   digest_cache=digest_cache)
         paths = resolve_model(target_text(target, "target"), store=store, hf_cache=hf_cache)
-        return verify_manifest(paths[0], manifest, also=paths[1:], fail_fast=fail_fast, progress=progress)
+        return verify_manifest(paths[0], manifest, also=paths[1:], fail_fast=fail_fast, progress=progress,
+                               digest_cache=digest_cache)
     if isinstance(target, Model):
         raise UsageError(None, "an opened model is checked against a manifest: give manifest", field="target")
     text = target_text(target, "target")
     found = find_store(text, Roots(store, hf_cache), field="target")
     if found is None:
-        return verify_blob(text, progress=progress)
-    return verify_store(found, fail_fast=fail_fast, progress=progress)
+        return verify_blob(text, progress=progress, digest_cache=digest_cache)
+    return verify_store(found, fail_fast=fail_fast, progress=progress, digest_cache=digest_cache)
 
 
 @singledispatch
-def verify_store(store: Store, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+def verify_store(store: Store, *, fail_fast: bool, progress: Progress | None,
+                 digest_cache: DigestCache | None = None) -> VerifyReport:
     """Check what ``store``'s name stands for against the expectations the store keeps: one walker per
-    store class, registered below (tests/test_store_registry.py: every registered store has one)."""
+    store class, registered below (tests/test_store_registry.py: every registered store has one);
+    ``digest_cache``: the run's digest cache, or None."""
     raise TypeError(f"no verify walker for the store {type(store).__qualname__}")
 
 
 @verify_store.register
-def _(store: OllamaStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
+def _(store: OllamaStore, *, fail_fast: bool, progress: Progress | None,
+      digest_cache: DigestCache | None = None) -> VerifyReport:
     if store.every_model:
-        return verify_ollama_store(store.roots.store, fail_fast=fail_fast, progress=progress)
-    return verify_ollama(store.name, store.roots.store, fail_fast=fail_fast, progress=progress)
+        return verify_ollama_store(store.roots.store, fail_fast=fail_fast, progress=progress,
+                                   digest_cache=digest_cache)
+    return verify_ollama(store.name, store.roots.store, fail_fast=fail_fast, progress=progress,
+                         digest_cache=digest_cache)
 
 
 @verify_store.register
-def _(store: HFStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
-    return verify_hf(store.name, store.roots.hf_cache, fail_fast=fail_fast, progress=progress)
+def _(store: HFStore, *, fail_fast: bool, progress: Progress | None,
+      digest_cache: DigestCache | None = None) -> VerifyReport:
+    return verify_hf(store.name, store.roots.hf_cache, fail_fast=fail_fast, progress=progress,
+                     digest_cache=digest_cache)
 
 
 @verify_store.register
-def _(store: HFLocalStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
-    return verify_hf_local(store.name, fail_fast=fail_fast, progress=progress)
+def _(store: HFLocalStore, *, fail_fast: bool, progress: Progress | None,
+      digest_cache: DigestCache | None = None) -> VerifyReport:
+    return verify_hf_local(store.name, fail_fast=fail_fast, progress=progress, digest_cache=digest_cache)
 
 
 @verify_store.register
-def _(store: LMStudioStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
-    return verify_lmstudio(store.name, store.roots.store, fail_fast=fail_fast, progress=progress)
+def _(store: LMStudioStore, *, fail_fast: bool, progress: Progress | None,
+      digest_cache: DigestCache | None = None) -> VerifyReport:
+    return verify_lmstudio(store.name, store.roots.store, fail_fast=fail_fast, progress=progress,
+                           digest_cache=digest_cache)
 
 
 @verify_store.register
-def _(store: GPT4AllStore, *, fail_fast: bool, progress: Progress | None) -> VerifyReport:
-    return verify_gpt4all(store.roots.store, name=store.name, fail_fast=fail_fast, progress=progress)
+def _(store: GPT4AllStore, *, fail_fast: bool, progress: Progress | None,
+      digest_cache: DigestCache | None = None) -> VerifyReport:
+    return verify_gpt4all(store.roots.store, name=store.name, fail_fast=fail_fast, progress=progress,
+                          digest_cache=digest_cache)

@@ -1,4 +1,4 @@
-"""The lines of verify's findings (a :class:`~ggaudit.verify.run.Mismatch` each), as the text report
+"""The lines of verify's findings (a :class:`~ggaudit.verify.report.Mismatch` each), as the text report
 prints them and :meth:`VerifyReport.diagnostics` says them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..text import escape, escape_path
 
 if TYPE_CHECKING:
-    from .run import Mismatch
+    from .report import Mismatch
 
 __all__ = ["describe_mismatch"]
 

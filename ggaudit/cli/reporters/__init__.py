@@ -122,12 +122,12 @@ def _check_report_file(path: str, inputs: tuple[str, ...]) -> None:
 def _write_report(text: str, path: str, inputs: Iterable[str]) -> None:
     """``-o FILE``: replaced atomically (a CI job writes the same report name every run), but never when it
     is one of the run's inputs (``inputs``: its targets, and every file it read), and never a GGUF file."""
-    from ...verify.manifests.tensor import write_manifest_text
+    from ...verify.manifests.tensor import write_output_file
 
     files = _files(inputs)
     _check_report_file(path, files)
     with writing_to(path, "the report"):
-        write_manifest_text(text, path, replace=True, inputs=files, what="the report")
+        write_output_file(text, path, replace=True, inputs=files, what="the report")
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -14,24 +14,24 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._version import __version__
 from ...batch import STATUS_CLEAN, STATUS_ERROR, Outcome, Report, overall_status
 from ...format.info import ModelInfo
 from ...lines import format_value, plural, shape_text
-from ...rows.lines import describe_row_mismatch
-from ...rows.readers import PAGE, SECTOR
-from ...rows.replay import RowsReport
-from ...rows.select import crossing_rows_of
-from ...scan.report import Finding, ScaleHistogram, ScanReport, TensorScan, describe_finding, describe_structure
+from ...scan.report import (Finding, ScaleHistogram, ScanReport, TensorScan, counts_text, describe_finding,
+                            describe_structure)
 from ...text import escape, escape_message, escape_path
-from ...verify.diff import DiffReport
-from ...verify.diff_structure import describe_structure_diff
-from ...verify.run import VerifyReport
 from . import DEFAULT, Rendering
 from . import text as plain
 from ._svg import Bar, Lane, Span, file_map, histogram, row_strip, runs, strip_bins
+
+if TYPE_CHECKING:   # sections are found by the report type's name: a scan's page loads no other job
+    from ...check.report import CheckReport
+    from ...rows.replay import RowsReport
+    from ...verify.diff import DiffReport
+    from ...verify.report import VerifyReport
 
 NAME = "html"
 
@@ -162,7 +162,7 @@ def _section(outcome: Outcome[Report], rendering: Rendering) -> list[str]:
                 f"<p>{html.escape(escape_message(str(outcome.error)))}</p></section>"]
     result = outcome.result
     assert result is not None     # an outcome holds a result or an error
-    render = _SECTIONS.get(type(result))
+    render = _SECTIONS.get(type(result).__name__)
     body = render(result, rendering) if render is not None else []
     return [f"<section><h2>{_p(outcome.model)} {_status(result.ok)}</h2>", *body, _lines(result), "</section>"]
 
@@ -190,8 +190,8 @@ def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
 def _tensor_table(tensors: Sequence[TensorScan]) -> str:
     shown = _capped(tensors)
     rows = ([_td(_t(t.name), "mono"), _td(t.type), _td(shape_text(t.shape)), _num(t.nbytes),
-             _td(html.escape(plain.counts_text(t.counts) if t.total else "none")),
-             _td(html.escape(format_value(t.max_abs, plain.tensor_encoding(t))), "num")] for t in shown)
+             _td(html.escape(counts_text(t.counts) if t.total else "none")),
+             _td(html.escape(format_value(t.max_abs, t.value_encoding)), "num")] for t in shown)
     return _table(["name", "type", "shape", "bytes", "findings", "max finite |x|"], rows, len(tensors), "tensors",
                   hits=lambda i: bool(shown[i].total))
 
@@ -213,8 +213,8 @@ def _scan_map(r: ScanReport, path: str) -> list[str]:
                       f"tensor {escape(t.name)} ({t.type} {shape_text(t.shape)}): offset {t.offset}, {t.nbytes} bytes")
                  for i, t in enumerate(tensors)]
     marks = [Span(s.offset, s.length, "structure", describe_structure(s)) for s in structure]
-    findings = [(f, t) for t in tensors for f in t.findings]
-    marks += [_finding_mark(f, r.max_abs, t.type) for f, t in findings[:MAX_MARKS]]
+    findings = [f for t in tensors for f in t.findings]
+    marks += [_finding_mark(f, r.max_abs) for f in findings[:MAX_MARKS]]
     left = len(findings) - MAX_MARKS
     label = f"map of {escape_path(path)}: tensors and findings by offset"
     out = [f"<h3>Map of {_p(path)}</h3>", file_map(extent, segments, marks, label),
@@ -230,8 +230,8 @@ def _scan_map(r: ScanReport, path: str) -> list[str]:
     return out
 
 
-def _finding_mark(f: Finding, max_abs: float | None, ggml_type: str) -> Span:
-    return Span(f.offset, f.size, _KIND_CSS.get(f.kind, "nan"), describe_finding(f, max_abs, ggml_type=ggml_type))
+def _finding_mark(f: Finding, max_abs: float | None) -> Span:
+    return Span(f.offset, f.size, _KIND_CSS.get(f.kind, "nan"), describe_finding(f, max_abs))
 
 
 def _histograms(r: ScanReport) -> list[str]:
@@ -306,6 +306,9 @@ def _rows(r: RowsReport, rendering: Rendering) -> list[str]:
 
 
 def _rows_strip(r: RowsReport) -> str:
+    from ...rows.lines import describe_row_mismatch
+    from ...rows.readers import PAGE, SECTOR
+
     bins = strip_bins(r.n_rows)
 
     def lane_runs(rows: Iterable[int], what: str) -> list[Span]:
@@ -313,13 +316,12 @@ def _rows_strip(r: RowsReport) -> str:
         return [Span(b, n, "", f"rows {b * r.n_rows // bins}..{((b + n) * r.n_rows - 1) // bins}: {what}")
                 for b, n in runs(binned)]
 
-    checked = _checked_ranges(r)
+    checked = r.checked_ranges
     lanes = [Lane("checked" if checked is not None else "checked (not located)", "checked",
                   lane_runs((b * r.n_rows // bins for lo, hi in checked or ()
                              for b in range(lo * bins // r.n_rows, hi * bins // r.n_rows + 1)), "checked"))]
     for name, css, boundary in (("4096-byte page", "page", PAGE), ("512-byte sector", "sector", SECTOR)):
-        crossing = (int(row) for piece in crossing_rows_of(r.table_offset, r.row_bytes, r.n_rows, boundary)
-                    for row in _thin(piece, r.n_rows, bins))
+        crossing = (int(row) for piece in r.crossing_rows(boundary) for row in _thin(piece, r.n_rows, bins))
         lanes.append(Lane(f"crosses a {name}", css, lane_runs(crossing, f"some cross a {name}")))
     by_row: dict[int, list[str]] = {}
     for m in r.mismatches:
@@ -337,24 +339,6 @@ def _thin(rows: Any, n_rows: int, bins: int) -> Any:
     first = np.ones(binned.size, dtype=bool)
     first[1:] = binned[1:] != binned[:-1]
     return rows[first]
-
-
-def _checked_ranges(r: RowsReport) -> list[tuple[int, int]] | None:
-    """The rows checked as (first, last) ranges, when the report says which: every row (a sweep), or the
-    rows listed in full in the selection ("rows 4,100-102"); None when it does not (a random sample names
-    only its seed)."""
-    if r.rows_checked == r.n_rows:
-        return [(0, r.n_rows - 1)]
-    text = r.selection
-    if not text.startswith("rows ") or "+" in text or text.endswith("..."):
-        return None
-    ranges = []
-    for part in text[5:].split(","):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            return None
-        ranges.append((int(lo), int(hi or lo)))
-    return ranges
 
 
 # --- verify, diff, info, manifest -------------------------------------------------------------------
@@ -404,6 +388,8 @@ def _diff(r: DiffReport, rendering: Rendering) -> list[str]:
               _td(f"{html.escape(c.type_b)} {shape_text(c.shape_b)}")] for c in r.layout_changes),
             len(r.layout_changes), "changes")]
     # The text report's lines (escaped for a terminal already): each names both files' offsets and lengths.
+    from ...verify.diff_structure import describe_structure_diff
+
     found = [lines for s in r.structure for lines in describe_structure_diff(s)]
     if found:
         out += ["<h3>Structure</h3>", _table(
@@ -433,6 +419,26 @@ def _info(info: ModelInfo, rendering: Rendering) -> list[str]:
     return out
 
 
-_SECTIONS: dict[type[Any], Callable[[Any, Rendering], list[str]]] = {
-    ScanReport: _scan, RowsReport: _rows, VerifyReport: _verify, DiffReport: _diff, ModelInfo: _info,
+def _check(r: CheckReport, rendering: Rendering) -> list[str]:
+    """The verdict first, in words; then each conclusion, each path's read and the next step."""
+    from ...check.lines import headline
+
+    out = [f'<p class="verdict"><strong>{html.escape(headline(r))}</strong></p>',
+           "<h3>Conclusions</h3>", _table(["code", "conclusion"], ([_td(html.escape(c.code)), _td(_t(c.text))]
+                                                                   for c in r.conclusions), len(r.conclusions),
+                                           "conclusions")]
+    reads = [(f, p) for f in r.files for p in f.reads]
+    out += ["<h3>Read paths</h3>", _table(
+        ["file", "path", "bytes", "seconds", "alignment", "xxh3-128"],
+        ([_td(_p(f.path), "mono"), _td(html.escape(p.stats.mode)), _num(p.stats.bytes),
+          _td(f"{p.stats.seconds:.3f}", "num"), _num(p.stats.alignment), _td(p.fingerprint, "mono")]
+         for f, p in reads), len(reads), "reads")]
+    out += [f"<p>next: {_t(step)}</p>" for step in r.next_steps]
+    return out
+
+
+#: Each report type's section, by the type's name (``type(report).__name__``), as text.py finds its lines.
+_SECTIONS: dict[str, Callable[[Any, Rendering], list[str]]] = {
+    "ScanReport": _scan, "RowsReport": _rows, "VerifyReport": _verify, "DiffReport": _diff, "ModelInfo": _info,
+    "CheckReport": _check,
 }

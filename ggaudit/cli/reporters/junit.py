@@ -20,17 +20,19 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...batch import Outcome, Report
 from ...diagnostic import Diagnostic
 from ...format.info import ModelInfo
-from ...lines import format_value, plural
-from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan
+from ...lines import plural
+from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan, describe_tensor
 from ...text import escape, escape_message, escape_path
-from ..common import ManifestWritten
 from . import DEFAULT, Rendering
 from . import text
+
+if TYPE_CHECKING:   # found by its type's name: `ggaudit scan` loads nothing of verify
+    from ...verify.manifests.report import ManifestWritten
 
 NAME = "junit"
 
@@ -158,10 +160,8 @@ def _tensor_case(target: str, t: TensorScan, found: list[Diagnostic]) -> Case:
     if t.check == CHECK_NONE:
         case.skipped = "not applicable (integer data)"
     elif t.total:
-        shown = ", ".join(str(n) for n in t.shape)
-        # The text report's lines (its tensor line has no function of its own: it is built as scan_lines does).
-        headline = (f"tensor {escape(t.name)} ({t.type} [{shown}]): {text.counts_text(t.counts)}; "
-                    f"max finite |x| {format_value(t.max_abs, text.tensor_encoding(t))}")
+        # The text report's lines: its tensor line, then the findings'.
+        headline = describe_tensor(t)
         lines = [d.message for d in found]
         if t.truncated:
             lines.append(f"... {t.total - len(t.findings)} more not listed (--limit)")
@@ -208,10 +208,10 @@ def _rows(target: str, r: Any) -> Iterable[Case]:
     by_path: dict[tuple[str, str], list[Diagnostic]] = {}
     nonfinite: list[Diagnostic] = []
     for d in r.diagnostics():      # mismatches and short reads name their read path and stage
-        if "mode" in d.extras:
-            by_path.setdefault((d.extras["mode"], d.extras["stage"]), []).append(d)
-        else:
+        if d.kind == "rows/nonfinite":
             nonfinite.append(d)
+        else:
+            by_path.setdefault((d.extras["mode"], d.extras["stage"]), []).append(d)
     classname = f"{escape_path(r.file)}: {escape(r.tensor)}"
     for key in dict.fromkeys([*seconds, *by_path]):
         mode, stage = key
@@ -256,13 +256,26 @@ def _manifest(target: str, r: ManifestWritten) -> Iterable[Case]:
     return [Case(target, f"manifest written to {escape_path(r.output)}")]
 
 
+def _check(target: str, r: Any) -> Iterable[Case]:
+    """A case per file and read path (failing when that path's bytes are wrong), then the verdict's case
+    (failing, with every finding's line, when something is wrong)."""
+    for f in r.files:
+        for p in f.reads:
+            wrong = p.stats.mode in f.decision.wrong
+            yield Case(escape_path(f.path), p.stats.mode, failure=(
+                f"{p.stats.mode} reads deliver other bytes", "check/read-path-differs", []) if wrong else None)
+    lines = [d.message for d in r.diagnostics() if d.severity != "note"]
+    yield Case(target, "verdict", failure=(r.verdict, r.verdict, lines) if not r.ok else None)
+
+
 #: By the report type's name: naming a type imports nothing of its job.
 _CASES: dict[str, Callable[[str, Any], Iterable[Case]]] = {
     "ScanReport": _scan, "VerifyReport": _verify, "RowsReport": _rows, "DiffReport": _diff, "ModelInfo": _info,
-    "ManifestWritten": _manifest,
+    "ManifestWritten": _manifest, "CheckReport": _check,
 }
 
 _SECONDS: dict[str, Callable[[Any], float]] = {
+    "CheckReport": lambda r: r.seconds,
     "ScanReport": lambda r: r.stats.seconds, "VerifyReport": lambda r: r.stats.seconds,
     "DiffReport": lambda r: r.stats.seconds, "RowsReport": lambda r: sum(s.seconds for s in r.stats),
 }

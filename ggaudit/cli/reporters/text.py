@@ -11,26 +11,29 @@ with one line counting them; ``-q`` shows each report as its one-line summary (:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...batch import Outcome, Report
 from ...format.info import ModelInfo, bytes_per_type
 from ...format.layout import MetaValue
-from ...lines import block_layout, format_value, plural, show_value
+from ...lines import plural, show_value
 from ...lines import verb as _verb
-from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan, describe_finding, describe_structure
+from ...scan.report import (CHECK_NONE, KINDS, ScanReport, TensorScan, counts_text, describe_finding,
+                            describe_structure, describe_tensor)
 from ...text import escape, escape_message, escape_path
-from ..common import STDOUT, ManifestWritten
+from ..common import STDOUT
 from . import DEFAULT, Rendering
 
 if TYPE_CHECKING:
     # Only the job that made a report loads its module: the renderers below are found by the report type's
     # name and import what they use when they run, so `ggaudit scan` loads nothing of rows, verify or diff
     # (tests/test_startup_cost.py).
+    from ...check.report import CheckReport
     from ...rows.replay import Geometry, RowsReport
     from ...verify.diff import DiffReport
     from ...verify.manifests.llama_hash import LlamaHashManifest
-    from ...verify.run import Checked, VerifyReport
+    from ...verify.manifests.report import ManifestWritten
+    from ...verify.report import Checked, VerifyReport
 
 NAME = "text"
 
@@ -72,17 +75,13 @@ def summary_line(result: Report) -> str:
 
 def _quiet_lines(result: Report) -> list[str]:
     # A manifest written to stdout is the output asked for, not a report about it: -q keeps it whole.
-    if isinstance(result, ManifestWritten) and result.output == STDOUT:
-        return manifest_lines(result)
+    written = cast("ManifestWritten", result)     # known by its type's name, as the renderers below
+    if type(result).__name__ == "ManifestWritten" and written.output == STDOUT:
+        return manifest_lines(written)
     return [summary_line(result)]
 
 
 # --- scan ------------------------------------------------------------------------------------------
-
-def counts_text(counts: Mapping[str, int]) -> str:
-    """``nan 1, +inf 0, -inf 0, outlier 0`` (and ``anomaly N`` when there are any)."""
-    return ", ".join(f"{k} {counts.get(k, 0)}" for k in KINDS if k != "anomaly" or counts.get(k))
-
 
 def expert_lines(t: TensorScan) -> Iterator[str]:
     """A mixture-of-experts tensor's findings per expert (every finding counted, not only those listed)."""
@@ -108,11 +107,9 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
             continue
         if not t.total:
             continue
-        shown = ", ".join(str(n) for n in t.shape)
-        yield (f"tensor {escape(t.name)} ({t.type} [{shown}]): {counts_text(t.counts)}; "
-               f"max finite |x| {format_value(t.max_abs, tensor_encoding(t))}")
+        yield describe_tensor(t)
         for finding in t.findings:
-            yield "  " + describe_finding(finding, report.max_abs, ggml_type=t.type)
+            yield "  " + describe_finding(finding, report.max_abs)
         if t.truncated:
             yield f"  ... {t.total - len(t.findings)} more not listed (--limit)"
         yield from expert_lines(t)
@@ -134,14 +131,6 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
         also = [w for w, on in (("outliers", report.max_abs is not None), ("anomalous scales", report.anomalies))
                 if on]
         yield f"result: clean: no non-finite values{''.join(' or ' + w for w in also)}"
-
-
-def tensor_encoding(t: TensorScan) -> str | None:
-    """How a tensor's values (elements, or its blocks' fields when they share one encoding) are stored.
-    With --deep the largest value may be a decoded float32: a width it does not fit prints it exactly."""
-    layout = block_layout(t.type)
-    encodings = {f.encoding.value for f in layout.fields} if layout is not None else set()
-    return encodings.pop() if len(encodings) == 1 else None
 
 
 def scan_summary(report: ScanReport) -> str:
@@ -189,7 +178,7 @@ def verify_lines(report: VerifyReport, *, limit: int | None = None) -> list[str]
 def digest_source(item: Checked) -> str | None:
     """``digest from the cache of DATE, not read again`` for a file whose digest the cache gave, else None
     (its bytes were read)."""
-    from ...verify.run import not_read_again
+    from ...verify.report import not_read_again
 
     return None if item.cached_at is None else not_read_again(item.cached_at)
 
@@ -355,6 +344,21 @@ def rows_summary(report: RowsReport) -> str:
     return f"rows {escape_path(report.file)}, tensor {escape(report.tensor)}: {verdict}"
 
 
+# --- check ---------------------------------------------------------------------------------------
+
+def check_lines(report: CheckReport) -> Iterable[str]:
+    """The verdict first (ggaudit.check.lines words it), then the evidence and the next step."""
+    from ...check.lines import check_lines as words
+
+    return words(report)
+
+
+def check_summary(report: CheckReport) -> str:
+    from ...check.lines import headline
+
+    return headline(report)
+
+
 # --- manifest --------------------------------------------------------------------------------------
 
 def manifest_lines(written: ManifestWritten) -> list[str]:
@@ -403,9 +407,11 @@ _RENDERERS: dict[str, Callable[[Any, Rendering], Iterable[str]]] = {
     "ScanReport": lambda r, _: scan_lines(r), "VerifyReport": lambda r, how: verify_lines(r, limit=how.limit),
     "RowsReport": lambda r, _: rows_lines(r), "DiffReport": lambda r, _: diff_lines(r),
     "ModelInfo": lambda r, _: info_lines(r), "ManifestWritten": lambda r, _: manifest_lines(r),
+    "CheckReport": lambda r, _: check_lines(r),
 }
 
 _SUMMARIES: dict[str, Callable[[Any], str]] = {
     "ScanReport": scan_summary, "VerifyReport": verify_summary, "RowsReport": rows_summary,
     "DiffReport": diff_summary, "ModelInfo": info_summary, "ManifestWritten": manifest_summary,
+    "CheckReport": lambda r: check_summary(r),
 }

@@ -35,7 +35,7 @@ from ...untrusted import quote
 from ...io import Progress, read_through
 from ..digests import Tally
 from ...stores.small_files import read_text
-from .tensor import write_manifest_text
+from .tensor import write_output_file
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,7 @@ def write_llama_hash(manifest: LlamaHashManifest, path: str | os.PathLike[str], 
                      inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
     """Write the manifest atomically, as :func:`ggaudit.verify.manifests.tensor.write_tensor_manifest`
     writes its own (never over an input, an existing file only with ``replace``)."""
-    write_manifest_text(llama_hash_text(manifest), path, replace=replace, inputs=inputs)
+    write_output_file(llama_hash_text(manifest), path, replace=replace, inputs=inputs)
 
 
 # --- matching a manifest to a model ----------------------------------------------------------------------

@@ -34,7 +34,9 @@ DEFAULT_GROUP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
-class FileDigest:
+class ManifestFile:
+    """A file a tensor manifest names: its base name, size and sha256 (its tensors are TensorDigests)."""
+
     name: str           # base name of the file (shards of a split set share a folder)
     size: int
     sha256: str
@@ -68,7 +70,7 @@ class TensorDigest:
 @dataclass(frozen=True)
 class TensorManifest:
     group_bytes: int
-    files: tuple[FileDigest, ...]
+    files: tuple[ManifestFile, ...]
     tensors: tuple[TensorDigest, ...]
     created_by: str = ""
     version: int = MANIFEST_VERSION
@@ -81,7 +83,7 @@ def rows_per_group(row_bytes: int, group_bytes: int = DEFAULT_GROUP_BYTES) -> in
 
 def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES,
                      extra: Sequence[ChunkConsumer] = (), *,
-                     progress: Progress | None = None) -> tuple[FileDigest, tuple[TensorDigest, ...]]:
+                     progress: Progress | None = None) -> tuple[ManifestFile, tuple[TensorDigest, ...]]:
     """sha256 of one GGUF file and xxh3-128 of each of its tensors and row groups, in ONE read.
 
     ``extra`` chunk consumers (a scanner, say) ride along on the same read. ``progress(done, total)``:
@@ -100,7 +102,7 @@ def digest_gguf_file(gguf_file: GGUFFile, group_bytes: int = DEFAULT_GROUP_BYTES
         TensorDigest(t.name, name, t.ggml_type.name, t.shape, t.offset, t.nbytes, t.row_bytes, t.n_rows, rpg,
                      results[str(i)].digest, results[str(i)].groups)
         for i, (t, rpg) in enumerate(plan))
-    return FileDigest(name, gguf_file.size, sha.hexdigest()), digests
+    return ManifestFile(name, gguf_file.size, sha.hexdigest()), digests
 
 
 def build_tensor_manifest(model: Target | Sequence[Target], *, group_bytes: int = DEFAULT_GROUP_BYTES,
@@ -118,7 +120,7 @@ def build_tensor_manifest(model: Target | Sequence[Target], *, group_bytes: int 
     if not is_count(group_bytes, 1):    # 0 or less would make no groups (or endless ones)
         raise UsageError(None, f"must be a positive integer, not {group_bytes!r}", field="group_bytes")
     models = [m for t in _targets(model) for m in _open_all(t, store, hf_cache)]
-    files: list[FileDigest] = []
+    files: list[ManifestFile] = []
     tensors: list[TensorDigest] = []
     unique = {os.path.basename(f.path): f for m in models for f in m.files}   # the same file given twice: once
     tally = Tally(progress)
@@ -181,13 +183,13 @@ def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]
     """Write the manifest as JSON, atomically: a temporary file in the same folder, flushed to disk, then
     renamed over ``path``. An existing ``path`` is refused unless ``replace``, and is never one of
     ``inputs`` (the files the manifest describes, however they are named) nor anything but a file."""
-    write_manifest_text(tensor_manifest_text(manifest), path, replace=replace, inputs=inputs)
+    write_output_file(tensor_manifest_text(manifest), path, replace=replace, inputs=inputs)
 
 
-def write_manifest_text(text: str, path: str | os.PathLike[str], *, replace: bool = False,
-                        inputs: Iterable[str | os.PathLike[str]] = (), what: str = "the manifest") -> None:
-    """Write a manifest's text (UTF-8, ``\\n`` line ends on every OS) atomically, as
-    :func:`write_tensor_manifest` says; ``what`` it is (the command line's reports are written so too)
+def write_output_file(text: str, path: str | os.PathLike[str], *, replace: bool = False,
+                      inputs: Iterable[str | os.PathLike[str]] = (), what: str = "the manifest") -> None:
+    """Write an output's text (UTF-8, ``\\n`` line ends on every OS: a manifest of either format, or the
+    command line's report, ``-o FILE``) atomically, as :func:`write_tensor_manifest` says; ``what`` it is
     names it in errors."""
     target = os.fspath(path)
     inputs = one_or_many("inputs", inputs, (str, os.PathLike), "a path")    # checked twice: not a used-up iterator
@@ -307,7 +309,7 @@ class _Checker:
         return value  # type: ignore[return-value]
 
 
-def _check_tensor_files(check: _Checker, files: tuple[FileDigest, ...],
+def _check_tensor_files(check: _Checker, files: tuple[ManifestFile, ...],
                         tensors: tuple[TensorDigest, ...]) -> None:
     """Every tensor belongs to a listed file, and no name repeats where it would be ambiguous."""
     names = {f.name for f in files}     # a set: a list made this quadratic in files x tensors
@@ -320,14 +322,14 @@ def _check_tensor_files(check: _Checker, files: tuple[FileDigest, ...],
         seen.add((t.file, t.name))
 
 
-def _file_entry(check: _Checker, entry: object, field: str) -> FileDigest:
+def _file_entry(check: _Checker, entry: object, field: str) -> ManifestFile:
     e = check.obj(entry, field)
     where = f"{field}."
     name = check.text(e, "name", where)
     check.that("\0" not in name, f"{where}name", "holds a NUL byte, which no file name can")
     check.that(name not in ("", ".", "..") and "/" not in name and "\\" not in name, f"{where}name",
                "is not a plain file name")
-    return FileDigest(name, check.count(e, "size", where), check.hexdigest(e, "sha256", where, 64))
+    return ManifestFile(name, check.count(e, "size", where), check.hexdigest(e, "sha256", where, 64))
 
 
 #: What a tensor entry's ``type`` may be: the names ggaudit writes (``GGMLQuantizationType`` names).

@@ -22,10 +22,10 @@ from ggaudit.format.build import TensorSpec, gguf_bytes, write_gguf
 from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.llama_hash import build_llama_hash
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, tensor_manifest_to_json, write_tensor_manifest
-from ggaudit.verify.run import Mismatch
+from ggaudit.verify.report import Mismatch
 
 from ollama_support import ollama_store
-from reliability_support import assert_one_line_error, run_cli
+from support import assert_one_line_error, run_cli
 from test_json_schema import SCHEMA
 
 NAN_F32 = struct.pack("<I", 0x7FC00000)

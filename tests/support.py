@@ -1,5 +1,5 @@
-"""Shared helpers of the reliability tests (issue 6): small models, an independent header walker,
-and a CLI runner that checks the one-line error contract.
+"""Helpers many tests share: the repository's paths, small models, an independent header walker, and a
+CLI runner that checks the one-line error contract (the helpers of one area are its ``*_support.py``).
 
 The header walker here is deliberately separate from ``ggaudit.format.layout``: it lists where every field of
 a *well-formed* header starts and ends, so a truncation test can say which offset a cut must be

@@ -1,6 +1,6 @@
-"""Issue 11, classes 5 and 7: no output replaces an input (`manifest -o`), and answers that were wrong
-(a whole-tensor digest nobody compared, repeated options keeping only the last, an empty selection
-called clean, NaN rows called clean, a capture-only run said to have run read paths)."""
+"""No output replaces an input: ``manifest -o`` and every report's ``-o FILE`` refuse to name any file the run
+reads (however it is spelled: another path, a link, another case), and replace an existing output only
+atomically (a temporary file, fsync, rename, fsync of the folder)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as T
 
-from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
-from ggaudit.rows.replay import RowSelection, check_rows
 from ollama_support import ollama_store
 from stores_support import ollama_everything
 from platforms import WINDOWS, needs_fifo, needs_symlinks
-from reliability_support import assert_one_line_error, run_cli, write_small_model, write_split_set
+from support import assert_one_line_error, run_cli, write_small_model, write_split_set
 
 ROW = 68            # write_small_model: Q8_0, 64 columns = 2 blocks of 34 bytes
 EMB = "token_embd.weight"
@@ -33,7 +30,7 @@ def _input_refused(out: Path, input_name: str) -> str:
     return f"ggaudit: error: {out}: is an input of this run ({input_name}); an output never replaces an input"
 
 
-# --- class 5: manifest -o never replaces an input ---------------------------------------------------
+# --- manifest -o never replaces an input ---------------------------------------------------------
 
 def test_output_naming_the_model_is_refused_even_with_force(tmp_path: Path) -> None:
     model = write_small_model(tmp_path / "m.gguf")
@@ -177,7 +174,7 @@ def test_unwritable_output_folder_is_one_line_naming_the_output(tmp_path: Path) 
     assert assert_one_line_error(result).startswith(f"ggaudit: error: {out}: cannot write the manifest: ")
 
 
-# --- class 5: a report's -o FILE never replaces an input of the run either --------------------------
+# --- a report's -o FILE never replaces an input of the run either --------------------------------
 
 def _spellings(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """``path`` as given, through ``..``, relative to the working folder (made ``tmp_path``), through a hard
@@ -204,13 +201,13 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     import ggaudit.rows.replay
     import ggaudit.verify.diff
     import ggaudit.verify.dispatch
-    import ggaudit.verify.run
+    import ggaudit.verify.walk.ollama
 
     def started(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run started before -o FILE was refused")
 
-    for module, name in ((ggaudit.verify.dispatch, "verify"), (ggaudit.verify.run, "verify_ollama"),
-                         (ggaudit.verify.run, "verify_ollama_store"), (ggaudit.rows.replay, "check_rows"),
+    for module, name in ((ggaudit.verify.dispatch, "verify"), (ggaudit.verify.walk.ollama, "verify_ollama"),
+                         (ggaudit.verify.walk.ollama, "verify_ollama_store"), (ggaudit.rows.replay, "check_rows"),
                          (ggaudit.verify.diff, "diff_paths"), (ggaudit.cli.info, "open_model")):
         monkeypatch.setattr(module, name, started)
 
@@ -389,191 +386,6 @@ def test_existing_report_is_replaced_but_never_a_model(tmp_path: Path) -> None:
                                             "replaces a model"
     assert other.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["m.gguf", "m.json", "other.gguf", "report.json"]
-
-
-# --- class 7: verify --manifest compares the whole-tensor digest too ---------------------------------
-
-def _manifest_cli(tmp_path: Path) -> tuple[Path, Path, dict]:
-    model = write_small_model(tmp_path / "m.gguf", rows=64)
-    out = tmp_path / "m.json"
-    assert run_cli(["manifest", model, "-o", out, "--group-bytes", str(8 * ROW)]).exit_code == 0
-    return model, out, json.loads(out.read_text())
-
-
-def test_whole_tensor_digest_alone_differing_is_a_tensor_data_mismatch(tmp_path: Path) -> None:
-    model, out, doc = _manifest_cli(tmp_path)
-    tensor = doc["tensors"][0]
-    good = tensor["xxh3_128"]
-    tensor["xxh3_128"] = "0" * 32                      # the row-group digests are left as they were
-    out.write_text(json.dumps(doc))
-    result = run_cli(["verify", model, "--manifest", out])
-    assert result.exit_code == 1, result.output
-    lines = result.stdout.splitlines()
-    sha, size = doc["files"][0]["sha256"], doc["files"][0]["size"]
-    assert lines == [
-        f"verify manifest: {model}",
-        f"ok sha256 {sha}: file {model}, {size} bytes (m.gguf)",     # the file's bytes are as listed
-        f"MISMATCH tensor-data: file {model}, offset {tensor['offset']}, length {64 * ROW}; tensor {EMB}, "
-        "rows 0-63: xxh3-128 of the whole tensor differs (no row group's does)",
-        f"  expected: {'0' * 32}",
-        f"  actual:   {good}",
-        f"summary: 1 file checked, 0 from the cache, {size} bytes hashed, 1 mismatch",
-    ]
-    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)["models"][0]
-    assert [(m["kind"], m["tensor"], m["rows"], m["expected"], m["actual"]) for m in as_json["mismatches"]] == [
-        ("tensor-data", EMB, [0, 63], "0" * 32, good)]
-
-
-def test_row_group_digest_alone_differing_is_still_reported(tmp_path: Path) -> None:
-    model, out, doc = _manifest_cli(tmp_path)
-    tensor = doc["tensors"][0]
-    good = tensor["row_groups"][2]
-    tensor["row_groups"][2] = "f" * 32                 # the whole-tensor digest is left as it was
-    out.write_text(json.dumps(doc))
-    result = run_cli(["verify", model, "--manifest", out])
-    assert result.exit_code == 1, result.output
-    assert result.stdout.splitlines()[2:5] == [
-        f"MISMATCH tensor-data: file {model}, offset {tensor['offset'] + 16 * ROW}, length {8 * ROW}; "
-        f"tensor {EMB}, rows 16-23: xxh3-128 of 1 row group(s) differs",
-        f"  expected: {'f' * 32}",
-        f"  actual:   {good}",
-    ]
-
-
-def test_real_damage_still_reports_row_groups_only(tmp_path: Path) -> None:
-    model, out, doc = _manifest_cli(tmp_path)
-    with open(model, "r+b") as f:
-        f.seek(doc["tensors"][0]["offset"] + 40 * ROW + 10)
-        f.write(b"\x55")
-    as_json = json.loads(run_cli(["verify", model, "--manifest", out, "--json"]).stdout)["models"][0]
-    assert [(m["kind"], m["rows"], m["detail"]) for m in as_json["mismatches"]] == [
-        ("sha256", None, "sha256 differs"), ("tensor-data", [40, 47], "xxh3-128 of 1 row group(s) differs")]
-
-
-# --- class 7: rows: repeated options add up; an empty selection is an error --------------------------
-
-def _nan_rows(path: Path, rows: list[int]) -> Path:
-    """Block 1's f16 scale of each row set to NaN (0x7e00)."""
-    offset = open_model(path).tensor(EMB).offset
-    with open(path, "r+b") as f:
-        for row in rows:
-            f.seek(offset + row * ROW + 34)
-            f.write(b"\x00\x7e")
-    return path
-
-
-def test_repeated_ids_ids_files_and_modes_are_joined(tmp_path: Path) -> None:
-    # NaN planted in rows each selector names (and one no selector names): the count proves which rows ran.
-    model = _nan_rows(write_small_model(tmp_path / "m.gguf"), [1, 6, 30, 40, 50])
-    (tmp_path / "a").write_text("30\n# a comment\n")
-    (tmp_path / "b").write_text("40, 41\n")
-    result = run_cli(["rows", model, "--ids", "1", "--ids", "5-6", "--ids-file", tmp_path / "a",
-                      "--ids-file", tmp_path / "b", "--modes", "mmap", "--modes", "buffered", "--json"])
-    assert result.exit_code == 1, result.output
-    doc = json.loads(result.stdout)["models"][0]
-    assert doc["selection"] == "rows 1,5-6,30,40-41"
-    assert doc["rows_checked"] == 6
-    assert doc["modes"] == ["mmap", "buffered"]
-    assert [(s["mode"], s["rows"]) for s in doc["stats"]] == [("mmap", 6), ("buffered", 6)]
-    assert (doc["nonfinite_rows"], doc["delivered"], doc["ok"]) == (4, True, False)
-    assert doc["compared"] == ["mmap", "buffered"]
-
-
-@pytest.mark.parametrize("args, shown", [
-    (["--ids", ""], "--ids ''"),
-    (["--ids", " , "], "--ids  , "),
-    (["--ids-file", "{comments}"], "--ids-file {comments}"),
-    (["--ids", "", "--ids-file", "{comments}"], "--ids '' + --ids-file {comments}"),
-])
-def test_empty_selection_is_exit_2_nothing_checked(tmp_path: Path, args: list[str], shown: str) -> None:
-    model = write_small_model(tmp_path / "m.gguf")
-    comments = tmp_path / "ids.txt"
-    comments.write_text("# nothing here\n\n   \n# still nothing\n")
-    args = [a.format(comments=comments) for a in args]
-    result = run_cli(["rows", model, *args, "--modes", "buffered"])
-    assert assert_one_line_error(result) == (f"ggaudit: error: no rows selected by {shown.format(comments=comments)}; "
-                                             "nothing was checked")
-    assert result.stdout == ""
-
-
-def test_empty_modes_is_exit_2(tmp_path: Path) -> None:
-    model = write_small_model(tmp_path / "m.gguf")
-    for args in (["--modes", ""], ["--modes", ",", "--modes", ""]):
-        result = run_cli(["rows", model, "--ids", "1", *args])
-        assert assert_one_line_error(result) == "ggaudit: error: --modes needs at least one of buffered,mmap,direct"
-
-
-def test_library_refuses_what_would_check_nothing(tmp_path: Path) -> None:
-    model = write_small_model(tmp_path / "m.gguf")
-    with pytest.raises(UsageError, match=r"^rows \[\] selected no rows; nothing was checked$"):
-        check_rows(model, [], modes=["buffered"])
-    with pytest.raises(UsageError, match=r"^modes: no read path, and no capture to compare \(against\): nothing to "):
-        check_rows(model, [1], modes=())
-    with pytest.raises(UsageError, match=r"^rows: none given and none selected: pass row IDs, or select="):
-        check_rows(model, select=RowSelection(seed=3), modes=["buffered"])
-    report = check_rows(model, [1], modes=["buffered"])
-    assert report.rows_checked == 1 and report.ok
-
-
-# --- class 7: rows: bytes delivered, values non-finite; a capture-only run says so ------------------
-
-def test_nan_scale_in_a_selected_row_is_exit_1_with_both_facts(tmp_path: Path) -> None:
-    model = _nan_rows(write_small_model(tmp_path / "m.gguf"), [5, 9])
-    offset = open_model(model).tensor(EMB).offset
-    result = run_cli(["rows", model, "--ids", "0-20", "--modes", "buffered,mmap"])
-    assert result.exit_code == 1, result.output
-    assert result.stdout.splitlines()[-1] == (
-        "result: every path delivered the file's bytes; 2 selected rows hold non-finite values "
-        f"(first: row 5, block 1, field d = 0x7e00 nan, offset {offset + 5 * ROW + 34})")
-    one = run_cli(["rows", model, "--ids", "9", "--modes", "buffered", "--json"])
-    doc = json.loads(one.stdout)["models"][0]
-    assert one.exit_code == 1
-    assert doc["first_nonfinite"] == {"kind": "nan", "row": 9, "block": 1, "column": 32, "field": "d",
-                                      "offset": offset + 9 * ROW + 34, "bits": "0x7e00", "cause": "field"}
-    assert (doc["nonfinite_rows"], doc["delivered"], doc["ok"], doc["mismatch_count"]) == (1, True, False, 0)
-    # Rows around them are fine: exit 0 and the old line.
-    clean = run_cli(["rows", model, "--ids", "0-4,6-8", "--modes", "buffered"])
-    assert clean.exit_code == 0 and clean.stdout.splitlines()[-1] == \
-        "result: clean: every path delivered the file's bytes"
-
-
-def test_inf_element_of_a_float_table_names_its_column(tmp_path: Path) -> None:
-    values = np.ones((4, 8), dtype="<f4")
-    values[2, 3] = np.inf
-    path = tmp_path / "f.gguf"
-    offsets = write_gguf(path, [TensorSpec(EMB, T.F32, (8, 4), values.tobytes())], {"general.architecture": "llama"})
-    result = run_cli(["rows", path, "--all", "--modes", "buffered"])
-    assert result.exit_code == 1, result.output
-    assert result.stdout.splitlines()[-1] == (
-        "result: every path delivered the file's bytes; 1 selected row holds non-finite values "
-        f"(first: row 2, column 3 = 0x7f800000 +inf, offset {offsets[EMB] + 2 * 32 + 12})")
-
-
-def test_capture_without_read_paths_says_what_was_compared(tmp_path: Path) -> None:
-    model = write_small_model(tmp_path / "m.gguf")
-    t = open_model(model).tensor(EMB)
-    data = model.read_bytes()
-    ids = np.array([3, 7, 11])
-    rows = np.stack([np.frombuffer(data[t.row_offset(r):t.row_offset(r) + ROW], np.uint8) for r in ids])
-    np.savez(tmp_path / "cap.npz", ids=ids, rows=rows)
-    alone = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
-    assert alone.exit_code == 0, alone.output
-    assert alone.stdout.splitlines()[-1] == ("result: clean: the capture matched the file in all 3 rows "
-                                             "(no read path run)")
-    doc = json.loads(run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--json"]).stdout)
-    doc = doc["models"][0]
-    assert (doc["compared"], doc["stats"], doc["delivered"], doc["ok"]) == (["capture"], [], True, True)
-    both = run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--modes", "buffered"])
-    assert both.exit_code == 0, both.output
-    assert both.stdout.splitlines()[-1] == "result: clean: every path and the capture delivered the file's bytes"
-    _nan_rows(model, [7])
-    nan = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
-    assert nan.exit_code == 1
-    assert nan.stdout.splitlines()[-1].startswith(
-        "result: 1 mismatch (garbage 1), 0 short reads; mismatched rows crossing: ")
-    assert nan.stdout.splitlines()[-1].endswith(
-        f"; 1 selected row holds non-finite values (first: row 7, block 1, field d = 0x7e00 nan, "
-        f"offset {t.row_offset(7) + 34})")
 
 
 def test_scan_report_naming_a_shard_or_an_ollama_manifest_is_refused(tmp_path: Path, nothing_runs: None) -> None:

@@ -1,4 +1,4 @@
-"""Issue 23, item 7: numpy's floating-point warnings never reach stderr.
+"""numpy's floating-point warnings never reach stderr (issue 23, item 7).
 
 A row, a capture or a file that decodes to NaN or Inf is what ggaudit looks for: it is a finding in the
 report, and numpy's ``RuntimeWarning: invalid value encountered in multiply`` (gguf.quants' ``d * q`` with

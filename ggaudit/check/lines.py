@@ -1,0 +1,51 @@
+"""A check report in words, for a terminal: the verdict first, naming the model as the user typed it; then
+the evidence (what was compared with what, bytes, paths); then what it rules out and the next step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..lines import plural
+from ..text import escape_message, escape_path
+from .decide import DAMAGED, INTACT, NONFINITE, READ_PATH
+from .report import CheckReport
+
+__all__ = ["check_lines", "check_summary", "headline"]
+
+
+def headline(r: CheckReport) -> str:
+    """The verdict in one sentence."""
+    paths = " and ".join(r.modes) if len(r.modes) < 3 else f"{', '.join(r.modes[:-1])} and {r.modes[-1]}"
+    if r.verdict == INTACT:
+        what = f"intact: every byte matches what was published, and {paths} reads deliver the same bytes"
+    elif r.verdict == DAMAGED:
+        what = "damaged: the file on disk is not the one published"
+    elif r.verdict == NONFINITE:
+        what = "the file holds NaN or Inf values as stored (the bytes are read right)"
+    elif r.verdict == READ_PATH:
+        what = "this machine reads the file differently depending on the read path"
+    else:
+        what = (f"unverified: no published reference, so the file can only be checked against itself; {paths} "
+                "reads agree" if r.ok else "unverified: no published reference")
+    return f"{escape_path(r.target)}: {what}"
+
+
+def check_lines(r: CheckReport) -> Iterator[str]:
+    yield headline(r)
+    for f in r.files:
+        reads = ", ".join(f"{p.stats.mode} {plural(p.stats.bytes, 'byte')} in {p.stats.seconds:.3f} s"
+                          f"{'' if p.stats.alignment == 1 else f' (alignment {p.stats.alignment})'}" for p in f.reads)
+        yield f"file {escape_path(f.path)}: {reads}"
+        for mode, why in f.skipped.items():
+            yield f"  {mode} reads skipped: {escape_message(why)}"
+    for c in r.conclusions:
+        yield f"- {escape_message(c.text)}"
+    for d in (d for s in r.scans for d in s.diagnostics()):
+        yield from ("  " + line for line in d.lines)
+    for step in r.next_steps:
+        yield f"next: {escape_message(step)}"
+    yield f"verdict: {r.verdict} (reference: {r.reference or 'none'}; paths compared: {', '.join(r.modes)})"
+
+
+def check_summary(r: CheckReport) -> str:
+    return f"check {escape_path(r.target)}: {r.verdict}"

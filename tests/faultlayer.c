@@ -1,0 +1,317 @@
+/* A fault layer below the process, for ggaudit's tests: preloaded (LD_PRELOAD) into a Python process, it
+ * corrupts what reads of ONE file deliver on ONE read path, as a storage stack, a VM disk path, a filter
+ * driver or bad RAM under the page cache would. tests/fault_support.py compiles it and sets the variables:
+ *
+ *   FAULT_PATH    the file (matched by st_dev/st_ino of the descriptor, so any spelling of the path matches)
+ *   FAULT_ON      buffered (reads of a descriptor without O_DIRECT), direct (with O_DIRECT), mmap (read-only
+ *                 mappings), pagecache (buffered and mmap: every path through the page cache)
+ *   FAULT_KIND    data faults, on the bytes of each range [o, o + FAULT_LENGTH) for o in FAULT_OFFSET:
+ *                   flip (xor FAULT_MASK), zero, fill (FAULT_BYTE), shift (the bytes of o + FAULT_SHIFT);
+ *                 request faults (buffered and direct), on a read whose request overlaps a range:
+ *                   short (returns only the bytes before the range), stale (delivers the previous request's
+ *                   bytes on that path), eio, eintr, eagain (fails with that errno, the buffer untouched)
+ *   FAULT_OFFSET  comma-separated absolute file offsets; FAULT_LENGTH the range length (default 1)
+ *   FAULT_TIMES   once, always (default) or a count: how many reads (or mappings) are faulted
+ *   FAULT_LOG     optional file: one line per injected fault ("PATH KIND OFFSET LENGTH"), so a test can show
+ *                 that the fault fired even when the reader retried past it
+ *
+ * Reads go through the real system call first (so O_DIRECT alignment rules still hold) and are corrupted
+ * after. A mapping of the file becomes a private copy-on-write mapping whose faulted pages are patched, so
+ * pages outside the ranges stay the page cache's. A bad setting ends the process (exit 86): a layer that
+ * silently does nothing would make a test pass that should not.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum { BUFFERED = 1, DIRECT = 2, MAPPED = 4 };
+enum kind { FLIP, ZERO, FILL, SHIFT, SHORT, STALE, FAIL_EIO, FAIL_EINTR, FAIL_EAGAIN };
+static const char *const KINDS[] = {"flip", "zero", "fill", "shift", "short", "stale", "eio", "eintr", "eagain"};
+#define MAX_OFFSETS 16
+
+static struct {
+    int on; /* which read paths (BUFFERED | DIRECT | MAPPED); 0: the layer is off */
+    dev_t dev;
+    ino_t ino;
+    enum kind kind;
+    long long offsets[MAX_OFFSETS];
+    int n_offsets;
+    long long length, shift;
+    unsigned char mask, byte;
+    long times;   /* faults left to inject; -1: always */
+    int clean_fd; /* the file opened by the layer itself, for shift's bytes */
+    int log_fd;
+} F = {.log_fd = -1, .clean_fd = -1};
+
+/* Guards the fault counter and stale's copy of the previous request (the reader may use threads). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *previous;
+static size_t previous_len;
+
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+static ssize_t (*real_pread64)(int, void *, size_t, off64_t);
+static ssize_t (*real_read)(int, void *, size_t);
+static ssize_t (*real_preadv)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_preadv64)(int, const struct iovec *, int, off64_t);
+static ssize_t (*real_preadv2)(int, const struct iovec *, int, off_t, int);
+static ssize_t (*real_preadv64v2)(int, const struct iovec *, int, off64_t, int);
+static void *(*real_mmap64)(void *, size_t, int, int, int, off64_t);
+
+static void die(const char *what, const char *value) {
+    fprintf(stderr, "faultlayer: bad %s: %s\n", what, value ? value : "(unset)");
+    _exit(86);
+}
+
+static long long number(const char *name, const char *text, long long fallback) {
+    if (!text || !*text) return fallback;
+    char *end;
+    long long n = strtoll(text, &end, 0);
+    if (*end) die(name, text);
+    return n;
+}
+
+static void configure(void) {
+    const char *path = getenv("FAULT_PATH"), *on = getenv("FAULT_ON"), *kind = getenv("FAULT_KIND");
+    const char *times = getenv("FAULT_TIMES"), *log = getenv("FAULT_LOG");
+    struct stat st;
+    if (!path || !*path) return;
+    if (stat(path, &st) != 0) die("FAULT_PATH (cannot stat)", path);
+    F.dev = st.st_dev, F.ino = st.st_ino;
+    F.kind = (enum kind)(sizeof KINDS / sizeof *KINDS);
+    for (size_t i = 0; kind && i < sizeof KINDS / sizeof *KINDS; i++)
+        if (strcmp(kind, KINDS[i]) == 0) F.kind = (enum kind)i;
+    if (F.kind == sizeof KINDS / sizeof *KINDS) die("FAULT_KIND", kind);
+    int paths = !on ? 0 : !strcmp(on, "buffered") ? BUFFERED : !strcmp(on, "direct") ? DIRECT
+              : !strcmp(on, "mmap") ? MAPPED : !strcmp(on, "pagecache") ? BUFFERED | MAPPED : 0;
+    if (!paths || (F.kind > SHIFT && (paths & MAPPED))) die("FAULT_ON (a mapping takes data faults only)", on);
+    char *list = strdup(getenv("FAULT_OFFSET") ? getenv("FAULT_OFFSET") : ""), *save = NULL;
+    for (char *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+        if (F.n_offsets == MAX_OFFSETS) die("FAULT_OFFSET (too many)", o);
+        F.offsets[F.n_offsets++] = number("FAULT_OFFSET", o, 0);
+    }
+    free(list);
+    if (!F.n_offsets) die("FAULT_OFFSET", getenv("FAULT_OFFSET"));
+    F.length = number("FAULT_LENGTH", getenv("FAULT_LENGTH"), 1);
+    F.shift = number("FAULT_SHIFT", getenv("FAULT_SHIFT"), 0);
+    F.mask = (unsigned char)number("FAULT_MASK", getenv("FAULT_MASK"), 0);
+    F.byte = (unsigned char)number("FAULT_BYTE", getenv("FAULT_BYTE"), 0);
+    if (F.length < 1 || (F.kind == FLIP && !F.mask) || (F.kind == SHIFT && !F.shift))
+        die("FAULT_LENGTH, FAULT_MASK or FAULT_SHIFT for this kind", kind);
+    F.times = !times || !strcmp(times, "always") ? -1
+            : !strcmp(times, "once") ? 1 : number("FAULT_TIMES", times, 0);
+    if (F.times == 0 || F.times < -1) die("FAULT_TIMES", times);
+    if ((F.clean_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) die("FAULT_PATH (cannot open)", path);
+    if (log && *log && (F.log_fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
+        die("FAULT_LOG", log);
+    F.on = paths;
+}
+
+__attribute__((constructor)) static void init(void) {
+    real_pread = dlsym(RTLD_NEXT, "pread");
+    real_pread64 = dlsym(RTLD_NEXT, "pread64");
+    real_read = dlsym(RTLD_NEXT, "read");
+    real_preadv = dlsym(RTLD_NEXT, "preadv");
+    real_preadv64 = dlsym(RTLD_NEXT, "preadv64");
+    real_preadv2 = dlsym(RTLD_NEXT, "preadv2");
+    real_preadv64v2 = dlsym(RTLD_NEXT, "preadv64v2");
+    real_mmap64 = dlsym(RTLD_NEXT, "mmap64");
+    configure();
+}
+
+static int is_target(int fd) {
+    struct stat st;
+    return F.on && fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == F.dev && st.st_ino == F.ino;
+}
+
+/* The faulted read path this descriptor's reads take (0: not the file, or not the faulted path). */
+static int faulted_path(int fd) {
+    if (!is_target(fd)) return 0;
+    int flags = fcntl(fd, F_GETFL);
+    return (flags >= 0 && (flags & O_DIRECT) ? DIRECT : BUFFERED) & F.on;
+}
+
+static int overlaps(long long at, long long n) {
+    for (int i = 0; i < F.n_offsets; i++)
+        if (F.offsets[i] < at + n && F.offsets[i] + F.length > at) return 1;
+    return 0;
+}
+
+/* Whether this read (or mapping) gets the fault: FAULT_TIMES counts down, under the lock. */
+static int take_turn(int path, long long at, long long n) {
+    pthread_mutex_lock(&lock);
+    int yes = F.times != 0;
+    if (F.times > 0) F.times--;
+    pthread_mutex_unlock(&lock);
+    if (yes && F.log_fd >= 0) {
+        const char *name = path == DIRECT ? "direct" : path == MAPPED ? "mmap" : "buffered";
+        dprintf(F.log_fd, "%s %s %lld %lld\n", name, KINDS[F.kind], at, n);
+    }
+    return yes;
+}
+
+/* Apply a data fault to *p*, which holds the file's bytes [at, at + n). */
+static void corrupt(unsigned char *p, long long at, long long n) {
+    for (int i = 0; i < F.n_offsets; i++) {
+        long long lo = F.offsets[i] > at ? F.offsets[i] : at;
+        long long hi = F.offsets[i] + F.length < at + n ? F.offsets[i] + F.length : at + n;
+        if (lo >= hi) continue;
+        unsigned char *q = p + (lo - at);
+        if (F.kind == FLIP) for (long long k = 0; k < hi - lo; k++) q[k] ^= F.mask;
+        if (F.kind == ZERO || F.kind == FILL) memset(q, F.kind == ZERO ? 0 : F.byte, (size_t)(hi - lo));
+        if (F.kind == SHIFT) {
+            memset(q, 0, (size_t)(hi - lo)); /* bytes from before the start or past the end read as zeros */
+            long long from = lo + F.shift;
+            if (from >= 0) real_pread64(F.clean_fd, q, (size_t)(hi - lo), from);
+        }
+    }
+}
+
+static size_t iov_total(const struct iovec *iov, int cnt) {
+    size_t n = 0;
+    for (int i = 0; i < cnt; i++) n += iov[i].iov_len;
+    return n;
+}
+
+/* Copy n bytes between *mem* and the buffers from byte *skip* of the request on (into them when *in*). */
+static void iov_copy(const struct iovec *iov, int cnt, size_t skip, unsigned char *mem, size_t n, int in) {
+    for (int i = 0; i < cnt && n; i++) {
+        if (skip >= iov[i].iov_len) { skip -= iov[i].iov_len; continue; }
+        size_t k = iov[i].iov_len - skip < n ? iov[i].iov_len - skip : n;
+        unsigned char *b = (unsigned char *)iov[i].iov_base + skip;
+        memcpy(in ? b : mem, in ? mem : b, k);
+        mem += k, n -= k, skip = 0;
+    }
+}
+
+static ssize_t real_request(int fd, const struct iovec *iov, int cnt, off_t off) {
+    return real_preadv64v2 ? real_preadv64v2(fd, iov, cnt, off, 0) : real_preadv64(fd, iov, cnt, off);
+}
+
+/* short: the real read, then the bytes from the first faulted one on put back as they were. */
+static ssize_t short_read(int fd, const struct iovec *iov, int cnt, off_t off, long long at, size_t want) {
+    size_t keep = want;
+    for (int i = 0; i < F.n_offsets; i++) {
+        size_t before = F.offsets[i] > at ? (size_t)(F.offsets[i] - at) : 0;
+        int in_request = F.offsets[i] < at + (long long)want && F.offsets[i] + F.length > at;
+        if (in_request && before < keep) keep = before;
+    }
+    unsigned char *saved = malloc(want - keep + 1);
+    if (!saved) { errno = ENOMEM; return -1; }
+    iov_copy(iov, cnt, keep, saved, want - keep, 0);
+    ssize_t got = real_request(fd, iov, cnt, off);
+    if (got > (ssize_t)keep) {
+        iov_copy(iov, cnt, keep, saved, want - keep, 1);
+        got = (ssize_t)keep;
+        if (off < 0) lseek(fd, at + (off_t)keep, SEEK_SET); /* read(): the file position as if it stopped */
+    }
+    free(saved);
+    return got;
+}
+
+/* stale: every request on the path is remembered; a faulted one delivers the previous request's bytes. */
+static ssize_t stale_read(int fd, const struct iovec *iov, int cnt, off_t off, int hit) {
+    pthread_mutex_lock(&lock);
+    ssize_t got = real_request(fd, iov, cnt, off);
+    if (got > 0) {
+        if (hit) iov_copy(iov, cnt, 0, previous, previous_len < (size_t)got ? previous_len : (size_t)got, 1);
+        unsigned char *now = malloc((size_t)got);
+        if (now) {
+            iov_copy(iov, cnt, 0, now, (size_t)got, 0);
+            free(previous);
+            previous = now, previous_len = (size_t)got;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return got;
+}
+
+/* One read of the faulted file on the faulted path; off < 0 reads at (and moves) the file position. */
+static ssize_t faulted(int fd, int path, const struct iovec *iov, int cnt, off_t off) {
+    long long at = off >= 0 ? off : lseek(fd, 0, SEEK_CUR);
+    size_t want = iov_total(iov, cnt);
+    if (F.kind > SHIFT) {
+        int hit = overlaps(at, (long long)want) && take_turn(path, at, (long long)want);
+        if (F.kind == STALE) return stale_read(fd, iov, cnt, off, hit);
+        if (!hit) return real_request(fd, iov, cnt, off);
+        if (F.kind == SHORT) return short_read(fd, iov, cnt, off, at, want);
+        errno = F.kind == FAIL_EIO ? EIO : F.kind == FAIL_EINTR ? EINTR : EAGAIN;
+        return -1;
+    }
+    ssize_t got = real_request(fd, iov, cnt, off);
+    if (got > 0 && overlaps(at, got) && take_turn(path, at, got)) {
+        size_t done = 0;
+        for (int i = 0; i < cnt && done < (size_t)got; i++) {
+            size_t n = iov[i].iov_len < (size_t)got - done ? iov[i].iov_len : (size_t)got - done;
+            corrupt(iov[i].iov_base, at + (long long)done, (long long)n);
+            done += n;
+        }
+    }
+    return got;
+}
+
+#define ONE_BUFFER(fd, buf, n, off, real_call)               \
+    int path = faulted_path(fd);                             \
+    if (!path) return real_call;                             \
+    struct iovec one = {.iov_base = (buf), .iov_len = (n)};  \
+    return faulted(fd, path, &one, 1, off)
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    ONE_BUFFER(fd, buf, n, off, real_pread(fd, buf, n, off));
+}
+ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
+    ONE_BUFFER(fd, buf, n, off, real_pread64(fd, buf, n, off));
+}
+ssize_t read(int fd, void *buf, size_t n) {
+    ONE_BUFFER(fd, buf, n, -1, real_read(fd, buf, n));
+}
+
+#define VECTORS(fd, iov, cnt, off, real_call)                \
+    int path = faulted_path(fd);                             \
+    return path ? faulted(fd, path, iov, cnt, off) : real_call
+
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
+    VECTORS(fd, iov, cnt, off, real_preadv(fd, iov, cnt, off));
+}
+ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+    VECTORS(fd, iov, cnt, off, real_preadv64(fd, iov, cnt, off));
+}
+/* preadv2's flags (RWF_HIPRI, RWF_NOWAIT, ...) are dropped on the faulted file: the tests pass none. */
+ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags) {
+    VECTORS(fd, iov, cnt, off, real_preadv2(fd, iov, cnt, off, flags));
+}
+ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags) {
+    VECTORS(fd, iov, cnt, off, real_preadv64v2(fd, iov, cnt, off, flags));
+}
+
+/* A read-only mapping of the file overlapping a range: mapped private, the faulted bytes patched in. */
+static void *faulted_map(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
+    struct stat st;
+    if (!(F.on & MAPPED) || (prot & PROT_WRITE) || (flags & MAP_ANONYMOUS) || !is_target(fd)
+        || fstat(fd, &st) != 0)
+        return real_mmap64(addr, len, prot, flags, fd, off);
+    long long end = off + (long long)len < st.st_size ? off + (long long)len : st.st_size;
+    if (end <= off || !overlaps(off, end - off) || !take_turn(MAPPED, off, end - off))
+        return real_mmap64(addr, len, prot, flags, fd, off);
+    void *p = real_mmap64(addr, len, prot, (flags & ~MAP_SHARED_VALIDATE) | MAP_PRIVATE, fd, off);
+    if (p == MAP_FAILED) return p;
+    if (mprotect(p, len, prot | PROT_WRITE) != 0) die("mapping (mprotect failed)", strerror(errno));
+    corrupt(p, off, end - off); /* only the pages written become private copies */
+    if (mprotect(p, len, prot) != 0) die("mapping (mprotect back failed)", strerror(errno));
+    return p;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    return faulted_map(addr, len, prot, flags, fd, off);
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
+    return faulted_map(addr, len, prot, flags, fd, off);
+}

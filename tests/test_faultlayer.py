@@ -1,0 +1,221 @@
+"""The fault layer itself (tests/faultlayer.c): a child process reading a file through each read path sees
+exactly the corrupted bytes at exactly the offsets on the faulted path, and the file's own bytes on every
+other path and in every other file. The expectations are computed here from the file's bytes, not by the
+layer."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fault_support import BAD_SETTING, faulted_env, layer_library, run_python
+from platforms import needs_linux
+
+pytestmark = needs_linux
+
+SIZE = 32768
+POISON = 0xA5
+
+#: The child: runs a plan of reads (JSON in argv[1]) and prints what each delivered. Buffers are poisoned
+#: with 0xa5 first, so bytes a read did not deliver show up; direct reads use a page-aligned mmap buffer.
+CHILD = r"""
+import errno, json, mmap, os, sys, threading
+
+def read(step):
+    path, how, offset, length = step["file"], step["how"], step["offset"], step["length"]
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if how == "direct" else 0))
+    try:
+        if how == "mmap":
+            with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=offset) as m:
+                return {"count": length, "bytes": m[:].hex()}
+        buf = mmap.mmap(-1, length)
+        buf[:] = b"\xa5" * length
+        out = {}
+        if how == "read":
+            with open(fd, "rb", buffering=0, closefd=False) as f:
+                f.seek(offset)
+                n = f.readinto(buf)
+                out["pos"] = f.tell()
+        elif how == "pread":
+            data = os.pread(fd, length, offset)
+            buf[:len(data)], n = data, len(data)
+        else:
+            n = os.preadv(fd, [buf], offset)
+        return dict(out, count=n, bytes=buf[:].hex())
+    except OSError as err:
+        return {"errno": errno.errorcode[err.errno]}
+    finally:
+        os.close(fd)
+
+def in_threads(step):
+    seen, lock = {}, threading.Lock()
+    def work():
+        for _ in range(step["repeat"]):
+            got = read(step)["bytes"]
+            with lock:
+                seen[got] = seen.get(got, 0) + 1
+    threads = [threading.Thread(target=work) for _ in range(step["threads"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"seen": seen}
+
+print(json.dumps([in_threads(s) if "threads" in s else read(s) for s in json.loads(sys.argv[1])]))
+"""
+
+#: How the child reads on each read path; "pagecache" is buffered and mmap together.
+HOWS = {"buffered": ("pread", "read", "preadv"), "direct": ("direct",), "mmap": ("mmap",)}
+FAULTED = {"buffered": {"buffered"}, "direct": {"direct"}, "mmap": {"mmap"}, "pagecache": {"buffered", "mmap"}}
+#: (offset, length) windows each way of reading reads: whole file, unaligned, and windows inside it.
+WINDOWS = {"pread": [(0, SIZE), (4000, 5100)], "read": [(4000, 5100)], "preadv": [(0, SIZE)],
+           "direct": [(0, SIZE), (8192, 4096)], "mmap": [(0, SIZE), (8192, 8192)]}
+#: Each data fault, with ranges that cross a page boundary and that two windows see differently.
+DATA = {
+    "flip": {"offset": [4095, 9000], "length": 2, "mask": 0x5A},
+    "zero": {"offset": [512, 8704], "length": 512},
+    "fill": {"offset": [9000], "length": 600, "byte": 0xFF},
+    "shift": {"offset": [4000, 31000], "length": 300, "shift": 1500},
+}
+
+
+def faulted_bytes(data: bytes, fault: str, params: dict[str, Any]) -> bytes:
+    """What the file reads as under a data fault, computed from its bytes."""
+    out = bytearray(data)
+    for o in params["offset"]:
+        for p in range(o, o + params["length"]):
+            if fault == "flip":
+                out[p] ^= params["mask"]
+            elif fault == "zero":
+                out[p] = 0
+            elif fault == "fill":
+                out[p] = params["byte"]
+            else:
+                src = p + params["shift"]
+                out[p] = data[src] if 0 <= src < len(data) else 0
+    return bytes(out)
+
+
+def child(plan: list[dict[str, Any]], env: dict[str, str]) -> list[dict[str, Any]]:
+    done = run_python(["-c", CHILD, json.dumps(plan)], env)
+    assert done.code == 0, done.stderr
+    result: list[dict[str, Any]] = json.loads(done.stdout)
+    return result
+
+
+def step(path: Path, how: str, offset: int, length: int, **more: int) -> dict[str, Any]:
+    return {"file": str(path), "how": how, "offset": offset, "length": length, **more}
+
+
+@pytest.fixture
+def files(ddir: Path) -> tuple[Path, Path, bytes]:
+    """The faulted file and another one with the same bytes (another inode), on a disk (direct reads)."""
+    data = np.random.default_rng(25).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+    (ddir / "sub").mkdir()
+    (ddir / "model.bin").write_bytes(data)
+    (ddir / "other.bin").write_bytes(data)
+    return ddir / "model.bin", ddir / "other.bin", data
+
+
+@pytest.mark.parametrize("fault", sorted(DATA))
+@pytest.mark.parametrize("path_kind", ["buffered", "direct", "mmap", "pagecache"])
+def test_data_fault_reaches_only_its_path_and_file(files: tuple[Path, Path, bytes], path_kind: str,
+                                                   fault: str) -> None:
+    target, other, data = files
+    wrong = faulted_bytes(data, fault, DATA[fault])
+    assert wrong != data
+    # Another spelling of the same file: the layer matches the inode, not the name.
+    env = faulted_env(target.parent / "sub" / ".." / target.name, path_kind, fault, **DATA[fault])
+    plan, expected = [], []
+    for path_name, hows in HOWS.items():
+        for how in hows:
+            for offset, length in WINDOWS[how]:
+                for f in (target, other):
+                    plan.append(step(f, how, offset, length))
+                    source = wrong if f == target and path_name in FAULTED[path_kind] else data
+                    expected.append(source[offset:offset + length])
+    got = child(plan, env)
+    for s, g, e in zip(plan, got, expected, strict=True):
+        assert (g["count"], bytes.fromhex(g["bytes"])) == (len(e), e), s
+
+
+@pytest.mark.parametrize("path_kind", ["buffered", "direct"])
+def test_short_returns_the_bytes_before_the_offset_and_leaves_the_rest(files: tuple[Path, Path, bytes],
+                                                                       path_kind: str) -> None:
+    target, other, data = files
+    how, other_how = ("preadv", "direct") if path_kind == "buffered" else ("direct", "preadv")
+    plan = [step(target, how, 4096, 4096), step(target, how, 0, 4096), step(target, other_how, 4096, 4096),
+            step(other, how, 4096, 4096)]
+    got = child(plan, faulted_env(target, path_kind, "short", offset=5000))
+    assert got[0] == {"count": 904, "bytes": (data[4096:5000] + bytes([POISON]) * 3192).hex()}
+    assert got[1:] == [{"count": 4096, "bytes": data[a:a + 4096].hex()} for a in (0, 4096, 4096)]
+
+
+def test_short_read_leaves_the_file_position_where_it_stopped(files: tuple[Path, Path, bytes]) -> None:
+    target, _, data = files
+    got = child([step(target, "read", 4096, 4096)], faulted_env(target, "buffered", "short", offset=5000))
+    assert got == [{"count": 904, "pos": 5000, "bytes": (data[4096:5000] + bytes([POISON]) * 3192).hex()}]
+
+
+@pytest.mark.parametrize("path_kind", ["buffered", "direct"])
+def test_stale_delivers_the_previous_requests_bytes(files: tuple[Path, Path, bytes], path_kind: str) -> None:
+    target, _, data = files
+    how, other_how = ("preadv", "direct") if path_kind == "buffered" else ("direct", "preadv")
+    plan = [step(target, how, a, 4096) for a in (0, 8192, 12288, 8192)] + [step(target, other_how, 8192, 4096)]
+    got = child(plan, faulted_env(target, path_kind, "stale", offset=9000))
+    # 8192 covers the offset: first it delivers the request before it (0), then the one before it (12288).
+    assert [bytes.fromhex(g["bytes"]) for g in got] == [data[a:a + 4096] for a in (0, 0, 12288, 12288, 8192)]
+
+
+@pytest.mark.parametrize("fault, name", [("eio", "EIO"), ("eagain", "EAGAIN")])
+@pytest.mark.parametrize("path_kind", ["buffered", "direct"])
+def test_errno_fails_reads_over_the_offset_as_many_times_as_asked(files: tuple[Path, Path, bytes], path_kind: str,
+                                                                  fault: str, name: str) -> None:
+    target, _, data = files
+    how, other_how = ("pread", "direct") if path_kind == "buffered" else ("direct", "pread")
+    plan = [step(target, how, 8192, 4096) for _ in range(3)] + [step(target, how, 0, 4096),
+                                                                step(target, other_how, 8192, 4096)]
+    got = child(plan, faulted_env(target, path_kind, fault, offset=9000, times=2))
+    assert got == [{"errno": name}, {"errno": name}] + [{"count": 4096, "bytes": data[a:a + 4096].hex()}
+                                                        for a in (8192, 0, 8192)]
+
+
+@pytest.mark.parametrize("path_kind", ["buffered", "direct"])
+def test_eintr_is_injected_and_python_retries_it(files: tuple[Path, Path, bytes], path_kind: str,
+                                                 tmp_path: Path) -> None:
+    target, _, data = files
+    log = tmp_path / "faults.log"
+    how = "pread" if path_kind == "buffered" else "direct"
+    got = child([step(target, how, 8192, 4096)], faulted_env(target, path_kind, "eintr", offset=9000, times=3,
+                                                             log=log))
+    # CPython retries a read that failed with EINTR (PEP 475): the bytes are right, the log shows the fault.
+    assert got == [{"count": 4096, "bytes": data[8192:12288].hex()}]
+    assert log.read_text().splitlines() == [f"{path_kind} eintr 8192 4096"] * 3
+
+
+def test_times_counts_exactly_across_threads(files: tuple[Path, Path, bytes]) -> None:
+    target, _, data = files
+    env = faulted_env(target, "buffered", "flip", offset=9000, mask=0x01, times=100)
+    got = child([step(target, "pread", 8192, 4096, threads=8, repeat=50)], env)
+    wrong = faulted_bytes(data, "flip", {"offset": [9000], "length": 1, "mask": 0x01})
+    assert got == [{"seen": {wrong[8192:12288].hex(): 100, data[8192:12288].hex(): 300}}]
+
+
+def test_a_setting_the_layer_cannot_apply_ends_the_process(tmp_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"\0" * 4096)
+    env = faulted_env(tmp_path / "model.bin", "mmap", "eio", offset=0)
+    done = run_python(["-c", "pass"], env)
+    assert (done.code, done.stderr) == (BAD_SETTING, "faultlayer: bad FAULT_ON (a mapping takes data faults "
+                                                     "only): mmap\n")
+
+
+def test_without_a_fault_path_the_layer_changes_nothing(files: tuple[Path, Path, bytes]) -> None:
+    target, _, data = files
+    env = dict(os.environ, LD_PRELOAD=str(layer_library()))
+    got = child([step(target, how, 0, SIZE) for how in ("pread", "direct", "mmap")], env)
+    assert got == [{"count": SIZE, "bytes": data.hex()}] * 3
