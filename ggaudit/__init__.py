@@ -7,13 +7,14 @@ The front door of the library::
     report = ggaudit.scan(model)                   # NaN/Inf at the level of the stored bits
     rows = ggaudit.check_rows(model, rows=[4162, 4170], modes=("buffered", "mmap", "direct"))
     checked = ggaudit.verify(model, manifest="model.manifest.json")
-    print(report.ok, rows.ok, checked.ok, report.to_json())
+    whole = ggaudit.check("ollama:NAME")           # every byte through every read path, and the verdict
+    print(report.ok, rows.ok, checked.ok, whole.verdict, report.to_json())
 
 Every entry point takes a path, ``ollama:NAME``, ``hf:ORG/NAME`` or an opened :class:`Model`; options
 are keyword-only, or one frozen options object (``scan(model, options=ScanOptions(deep=True))``;
-:class:`VerifyOptions`, :class:`DiffOptions`, :class:`RowsOptions`); every report is a frozen dataclass
-with ``.ok`` and ``.to_json()``; bad input raises a :class:`GGAuditError` subclass. Nothing here prints,
-exits or writes to an audited file.
+:class:`VerifyOptions`, :class:`DiffOptions`, :class:`RowsOptions`, :class:`CheckOptions`); every report
+is a frozen dataclass with ``.ok`` and ``.to_json()``; bad input raises a :class:`GGAuditError` subclass.
+Nothing here prints, exits or writes to an audited file.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from ._version import __version__
 from .errors import FormatError, GGAuditError, ManifestError, ReadError, UsageError
 
 if TYPE_CHECKING:       # what the names below are, for type checkers; at run time they load on first use
+    from .check.options import CheckOptions
+    from .check.report import CheckReport
+    from .check.run import check
     from .format.layout import Model
     from .stores.locate import open_model
     from .rows.replay import RowSelection, RowsOptions, RowsReport, check_rows
@@ -40,8 +44,10 @@ if TYPE_CHECKING:       # what the names below are, for type checkers; at run ti
     from .verify.options import VerifyOptions
     from .verify.report import VerifyReport
 
-#: Name -> "module:attribute" it is loaded from. ``scan`` and ``verify`` are their (callable) packages.
+#: Name -> "module:attribute" it is loaded from. ``scan``, ``verify`` and ``check`` are their (callable) packages.
 _LAZY = {
+    "CheckOptions": "ggaudit.check.options:CheckOptions",
+    "CheckReport": "ggaudit.check.report:CheckReport",
     "Model": "ggaudit.format.layout:Model",
     "open_model": "ggaudit.stores.locate:open_model",
     "RowSelection": "ggaudit.rows.replay:RowSelection",
@@ -61,13 +67,15 @@ _LAZY = {
     "VerifyReport": "ggaudit.verify.report:VerifyReport",
     "scan": "ggaudit.scan",
     "verify": "ggaudit.verify",
+    "check": "ggaudit.check",
 }
 
 __all__ = [
-    "DiffOptions", "DiffReport", "Finding", "FormatError", "GGAuditError", "ManifestError", "Model", "ReadError",
-    "RowSelection", "RowsOptions", "RowsReport", "ScanOptions", "ScanReport", "TensorManifest", "UsageError",
+    "CheckOptions", "CheckReport", "DiffOptions", "DiffReport", "Finding", "FormatError", "GGAuditError",
+    "ManifestError", "Model", "ReadError", "RowSelection", "RowsOptions", "RowsReport", "ScanOptions", "ScanReport",
+    "TensorManifest", "UsageError",
     "VerifyOptions", "VerifyReport", "__version__",
-    "build_manifest", "check_rows", "diff", "open_model", "scan", "verify", "write_manifest",
+    "build_manifest", "check", "check_rows", "diff", "open_model", "scan", "verify", "write_manifest",
 ]
 
 

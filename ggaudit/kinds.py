@@ -2,17 +2,19 @@
 what it means and what to do about it.
 
 A report's :class:`~ggaudit.diagnostic.Diagnostic` names its kind by id. Scan's ids are the finding kinds
-themselves (``nan``, ``+inf``, ``-inf``, ``outlier``, ``anomaly``) and the structure kinds (``padding``,
-``gap``, ``trailing``); the other jobs' are prefixed with the job (``verify/sha256``, ``rows/short-read``,
-``diff/structure``). The SARIF reporter's rules are this table; a future ``--fail-on`` selects by id and
-severity. The bottom layer: nothing here imports a job, so every job and reporter can use it.
+themselves (``nan``, ``+inf``, ``-inf``, ``outlier``, ``anomaly``), the structure kinds (``padding``,
+``gap``, ``trailing``) and the header's (``metadata``, ``template``); the other jobs' are prefixed with the job
+(``verify/sha256``, ``rows/short-read``,
+``diff/structure``). The SARIF reporter's rules are this table; ``--fail-on`` selects by id, family
+(:data:`FAMILIES`) and severity. The bottom layer: nothing here imports a job, so every job and reporter can
+use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ERROR", "KINDS", "NOTE", "SEVERITIES", "WARNING", "Kind", "kind"]
+__all__ = ["ERROR", "FAMILIES", "KINDS", "NOTE", "SEVERITIES", "WARNING", "Kind", "family", "kind", "selects"]
 
 #: How bad a kind is, worst first (SARIF's levels).
 ERROR, WARNING, NOTE = "error", "warning", "note"
@@ -74,6 +76,21 @@ KINDS = _kinds(
          meaning="The file goes on past the last tensor and its zero padding: a payload appended to a model.",
          action="Bytes appended to a model load and run unnoticed: find out what they are and where they came "
                 "from, and use a copy without them. " + _REFETCH),
+    Kind(id="metadata", severity=ERROR, title="Metadata that contradicts the tensors or the vocabulary",
+         meaning="A header key (block count, vocabulary, a special-token id, a head count or width, the file "
+                 "type) says something the tensors or the tokenizer arrays of the same file contradict.",
+         action="llama.cpp's loader refuses such a file (\"wrong shape\", \"missing tensor\") or misreads it "
+                "(a special token out of range): re-convert the model from its original weights with a current "
+                "converter, or get the file again from a publisher whose file loads. A file type that names a "
+                "quantization no tensor uses (a warning) is a mislabelled file: trust the tensor types."),
+    Kind(id="template", severity=ERROR, title="A chat template that runs code, is refused, or hides content",
+         meaning="An error: the embedded Jinja chat template reaches Python internals (a name starting with _, "
+                 "self, cycler, ...), loads other templates, uses a filter engines lack, or does not parse. A "
+                 "warning: it holds invisible characters, a blob, a URL or plain-text instructions to the model.",
+         action="Do not load the model with an engine that renders templates with jinja2 (llama-cpp-python "
+                "before 0.2.72: CVE-2024-34359) until the template is replaced: pass your own chat template "
+                "(--chat-template, chat_format=) or remove tokenizer.chat_template; for a warning, read the "
+                "template at the line and column shown and decide whether the hidden text belongs there."),
     Kind(id="verify/missing", severity=ERROR, title="A file the manifest lists is missing",
          meaning="The manifest, store or sums file names a file that is not there.",
          action="Download or restore the file, then verify again."),
@@ -131,6 +148,11 @@ KINDS = _kinds(
          meaning="The row's bytes end early: the rest of the buffer still holds the poison it was filled with.",
          action="The read path (or the filesystem under it) returns fewer bytes than asked: do not load the model "
                 "through this path until it is fixed."),
+    Kind(id="rows/filled", severity=ERROR, title="A read path delivered whole sectors of one repeated byte",
+         meaning="A read that returned its full count delivered zeros (or another byte, such as 0xff) over whole "
+                 "sectors: ggaudit's buffers hold 0xa5 before a read, so the fill came from below the read path.",
+         action="Something under the read path (the device, a VM disk, a storage or filter layer) fills sectors "
+                "it did not read: check the device and the layers under the file, then read again."),
     Kind(id="rows/stale", severity=ERROR, title="A read path delivered a row holding a previous read's bytes",
          meaning="The row's buffer holds the row read before it: a reused buffer was not filled.",
          action="A reused buffer was not filled: the read path is faulty, do not load the model through it."),
@@ -201,6 +223,33 @@ KINDS = _kinds(
          meaning="No store digest, checksum file, --sha256 or manifest: the file was checked against itself only.",
          action="Give --sha256, --sums or --manifest (made with `ggaudit manifest` where the model works)."),
 )
+
+
+#: ``--fail-on``'s families: the kinds that mean one thing to a CI, by id or by the id's first part (``rows``:
+#: every ``rows/...``). A kind is in the first family that names it (``rows/nonfinite`` is ``nonfinite``),
+#: and every kind is in one (tests/test_fail_on.py walks KINDS).
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "nonfinite": ("nan", "+inf", "-inf", "rows/nonfinite"),
+    "outlier": ("outlier",),
+    "anomaly": ("anomaly",),
+    "structure": ("padding", "gap", "trailing", "verify/structure", "verify/header", "diff/structure"),
+    "read-path": ("rows", "check/read-path-differs", "check/path-skipped"),
+    "digest": ("verify", "check"),
+    "metadata": ("metadata",),
+    "template": ("template",),
+    "diff": ("diff",),
+}
+
+
+def family(kind_id: str) -> str | None:
+    """The family (:data:`FAMILIES`) of the kind ``kind_id``; None for an id no family names."""
+    head = kind_id.split("/", 1)[0]
+    return next((name for name, ids in FAMILIES.items() if kind_id in ids or head in ids), None)
+
+
+def selects(names: frozenset[str], kind_id: str, severity: str) -> bool:
+    """Whether ``--fail-on names`` (kinds' ids, families, severities) selects a finding of that kind."""
+    return kind_id in names or severity in names or family(kind_id) in names
 
 
 def kind(kind_id: str) -> Kind:

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Check ggaudit on real GGUF files written by other tools: the header parses exactly as gguf.GGUFReader
 reads it (version, alignment, data offset; every tensor's name, type, shape, offset and size; every
-metadata key in order with its type and value, arrays by element type, count and first elements), the
-scan runs to a verdict, and a tensor manifest written and then verified finds nothing.
+metadata key in order with its type and value, arrays by element type, count and first elements), its
+metadata agrees with its tensors and its chat templates are safe (no finding: a real file's would be a
+false alarm), the scan runs to a verdict, and a tensor manifest written and then verified finds nothing.
+A vocabulary-only file (no tensors) gets the header, metadata and template checks.
 
     python scripts/check_real_gguf.py FILE...
     python scripts/check_real_gguf.py --llama-cpp-python 0.3.16
@@ -28,8 +30,11 @@ from gguf import GGUFValueType as V
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggaudit.errors import GGAuditError
+from ggaudit.format.consistency import check_metadata
+from ggaudit.format.templates import check_templates
 from ggaudit.format.layout import GGUFFile, open_gguf, open_model
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
+from ggaudit.scan.report import describe_metadata, describe_template
 from ggaudit.scan.run import scan
 from ggaudit.verify.walk.tensors import verify_tensor_manifest
 
@@ -73,6 +78,12 @@ def check(path: Path) -> tuple[list[str], str]:
     model are a finding, not a disagreement)."""
     try:
         problems = header_differences(open_gguf(path), gguf.GGUFReader(path))
+        model = open_model(path)
+        # A real file's header agrees with its tensors and its templates are safe: a finding is a false alarm.
+        problems += [f"metadata: {describe_metadata(m)}" for m in check_metadata(model)]
+        problems += [f"template: {describe_template(t)}" for t in check_templates(model)]
+        if not model.tensors:
+            return problems, "vocabulary only: header, metadata and templates checked"
         verdict = scan(str(path))
         # A real file's bytes outside its tensors are zero padding: anything else is a finding to look at.
         problems += [f"structure {s.kind} at offset {s.offset}, length {s.length}: expected {s.expected}, got "

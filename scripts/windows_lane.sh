@@ -7,6 +7,9 @@
 #                                                (no args: the whole suite, `tests`)
 #   scripts/windows_lane.sh --python ARGS...   python.exe ARGS, e.g. --python -m ggaudit scan fixtures/all_types.gguf
 #   scripts/windows_lane.sh --setup            only prepare (Wine, prefix, interpreter, wheels); run nothing
+#   scripts/windows_lane.sh --installed        docs/install.md's first commands from an installed wheel: build it on
+#                                                the host (pip wheel --no-deps), install it into its own folder, run
+#                                                `ggaudit --version` and a scan of a fixture with python.exe from it
 #   scripts/windows_lane.sh --refresh ...      re-download the wheels (newest allowed versions) before the run
 #   scripts/windows_lane.sh --help
 # A literal `--` ends the lane's own options: `scripts/windows_lane.sh -- --help` is pytest's --help.
@@ -66,6 +69,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --python) mode=python; shift; break ;;
     --setup) mode=setup; shift ;;
+    --installed) mode=installed; shift ;;
     --refresh) refresh=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     --) shift; break ;;
@@ -235,6 +239,38 @@ mkdir -p "$CACHE/pycache"
 flock -u 9; exec 9>&-
 log "setup done in $(since "$t0") (cache: $CACHE)"
 [[ $mode == setup ]] && exit 0
+
+# ---- 5b. the installed wheel (--installed) -----------------------------------------------------------------------
+# The embeddable CPython has no pip (and the lane fetches nothing for Windows but wheels of the dependencies): the
+# wheel is built by the host's pip (`pip wheel --no-deps`, from a copy of the checkout, so no build/ or *.egg-info is
+# left in it) and installed as `pip install` lays it out, with `pip install --target` into a folder of its own. A copy of the interpreter whose ._pth lists that folder and the dependencies, not this checkout, then runs
+# the install page's first commands, so a module left out of the package fails here.
+run_installed() {
+  local work wheel target="$CACHE/installed" ipy="$CACHE/python-installed"
+  work="$(mktemp -d "$CACHE/build.XXXXXX")"
+  (cd "$REPO" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -x -C "$work/"
+  "$HOSTPY" -m pip wheel -q --no-deps "$work" -w "$work/dist" >&2
+  wheel="$(ls "$work"/dist/ggaudit-*.whl)"
+  log "built $(basename "$wheel"); installing it into $target"
+  rm -rf "$target" "$ipy"
+  "$HOSTPY" -m pip install -q --no-deps --no-index --no-compile --target "$target" "$wheel" >&2
+  cp -a "$PYDIR" "$ipy"
+  printf '%s\n' python312.zip . "$(winpath "$SITE")" "$(winpath "$target")" "import site" > "$ipy/$EMBED_PTH"
+  local fixture; fixture="$(winpath "$REPO/fixtures/all_types.gguf")"
+  cd "$work"
+  local py=(wine "$ipy/python.exe")
+  # ggaudit.exe is the launcher pip writes on Windows; `python -m ggaudit` runs the same entry point.
+  "${py[@]}" -c "import ggaudit, sys; sys.exit(0 if r'$(winpath "$target")' in ggaudit.__file__ else 'not installed')" \
+    </dev/null 2>&1 | cat
+  "${py[@]}" -m ggaudit --version </dev/null 2>&1 | cat
+  "${py[@]}" -m ggaudit scan "$fixture" </dev/null 2>&1 | cat
+  rm -rf "$work"
+}
+if [[ $mode == installed ]]; then
+  set -o pipefail
+  run_installed
+  exit 0
+fi
 
 # ---- 6. run --------------------------------------------------------------------------------------------------------
 # Bytecode to the cache, also for the python.exe children the tests start (an env var, inherited; -X is not).

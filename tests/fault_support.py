@@ -24,7 +24,7 @@ import pytest
 SOURCE = Path(__file__).with_name("faultlayer.c")
 PATHS = ("buffered", "direct", "mmap", "pagecache")
 DATA_FAULTS = ("flip", "zero", "fill", "shift")
-REQUEST_FAULTS = ("short", "stale", "eio", "eintr", "eagain")
+REQUEST_FAULTS = ("short", "stale", "eio", "eintr", "eagain", "einval")
 PARAMS = ("offset", "length", "mask", "byte", "shift", "times", "log")
 #: The layer's exit status for a setting it cannot apply (it never silently does nothing).
 BAD_SETTING = 86

@@ -9,7 +9,9 @@
  *                   flip (xor FAULT_MASK), zero, fill (FAULT_BYTE), shift (the bytes of o + FAULT_SHIFT);
  *                 request faults (buffered and direct), on a read whose request overlaps a range:
  *                   short (returns only the bytes before the range), stale (delivers the previous request's
- *                   bytes on that path), eio, eintr, eagain (fails with that errno, the buffer untouched)
+ *                   bytes on that path), eio, eintr, eagain, einval (fails with that errno, the buffer
+ *                   untouched; einval on the direct path is a filesystem that takes O_DIRECT at open and
+ *                   refuses every read, as some FUSE and network filesystems do)
  *   FAULT_OFFSET  comma-separated absolute file offsets; FAULT_LENGTH the range length (default 1)
  *   FAULT_TIMES   once, always (default) or a count: how many reads (or mappings) are faulted
  *   FAULT_LOG     optional file: one line per injected fault ("PATH KIND OFFSET LENGTH"), so a test can show
@@ -34,8 +36,9 @@
 #include <unistd.h>
 
 enum { BUFFERED = 1, DIRECT = 2, MAPPED = 4 };
-enum kind { FLIP, ZERO, FILL, SHIFT, SHORT, STALE, FAIL_EIO, FAIL_EINTR, FAIL_EAGAIN };
-static const char *const KINDS[] = {"flip", "zero", "fill", "shift", "short", "stale", "eio", "eintr", "eagain"};
+enum kind { FLIP, ZERO, FILL, SHIFT, SHORT, STALE, FAIL_EIO, FAIL_EINTR, FAIL_EAGAIN, FAIL_EINVAL };
+static const char *const KINDS[] = {"flip",  "zero", "fill",   "shift", "short",
+                                    "stale", "eio",  "eintr", "eagain", "einval"};
 #define MAX_OFFSETS 16
 
 static struct {
@@ -243,7 +246,7 @@ static ssize_t faulted(int fd, int path, const struct iovec *iov, int cnt, off_t
         if (F.kind == STALE) return stale_read(fd, iov, cnt, off, hit);
         if (!hit) return real_request(fd, iov, cnt, off);
         if (F.kind == SHORT) return short_read(fd, iov, cnt, off, at, want);
-        errno = F.kind == FAIL_EIO ? EIO : F.kind == FAIL_EINTR ? EINTR : EAGAIN;
+        errno = F.kind == FAIL_EIO ? EIO : F.kind == FAIL_EINTR ? EINTR : F.kind == FAIL_EAGAIN ? EAGAIN : EINVAL;
         return -1;
     }
     ssize_t got = real_request(fd, iov, cnt, off);

@@ -24,10 +24,10 @@ ROW = 68        # write_small_model: Q8_0 rows of 64 columns
 
 def test_the_front_door_exports_every_entry_point() -> None:
     assert sorted(ggaudit.__all__) == sorted([
-        "DiffOptions", "DiffReport", "Finding", "FormatError", "GGAuditError", "ManifestError", "Model", "ReadError",
-        "RowSelection", "RowsOptions", "RowsReport", "ScanOptions", "ScanReport", "TensorManifest", "UsageError",
-        "VerifyOptions", "VerifyReport", "__version__", "build_manifest", "check_rows", "diff", "open_model", "scan",
-        "verify", "write_manifest"])
+        "CheckOptions", "CheckReport", "DiffOptions", "DiffReport", "Finding", "FormatError", "GGAuditError",
+        "ManifestError", "Model", "ReadError", "RowSelection", "RowsOptions", "RowsReport", "ScanOptions", "ScanReport",
+        "TensorManifest", "UsageError", "VerifyOptions", "VerifyReport", "__version__", "build_manifest", "check",
+        "check_rows", "diff", "open_model", "scan", "verify", "write_manifest"])
     assert all(hasattr(ggaudit, name) for name in ggaudit.__all__)
     assert set(ggaudit.__all__) <= set(dir(ggaudit))
     for name in ("FormatError", "ManifestError", "ReadError", "UsageError"):
@@ -47,18 +47,21 @@ def test_importing_ggaudit_loads_no_job_until_one_is_used() -> None:
 
 @pytest.mark.parametrize("first", ["from ggaudit.scan import kernel", "import ggaudit.scan.workers",
                                    "import ggaudit.stores.sums", "ggaudit.scan; ggaudit.verify",
-                                   "from ggaudit.verify import dispatch"])
-def test_scan_and_verify_are_callable_whatever_was_imported_first(first: str, tmp_path: Path) -> None:
-    """ggaudit.scan and ggaudit.verify are folders of modules and the functions at once (a package that
-    is called runs its entry point), in a fresh interpreter after any import order."""
+                                   "from ggaudit.verify import dispatch", "from ggaudit.check import decide",
+                                   "import ggaudit.check.run"])
+def test_scan_verify_and_check_are_callable_whatever_was_imported_first(first: str, tmp_path: Path) -> None:
+    """ggaudit.scan, ggaudit.verify and ggaudit.check are folders of modules and the functions at once (a
+    package that is called runs its entry point), in a fresh interpreter after any import order."""
     model = write_small_model(tmp_path / "m.gguf")
     manifest = tmp_path / "m.json"
     ggaudit.write_manifest(ggaudit.build_manifest(model), manifest)
     code = (f"import ggaudit; {first}; import ggaudit\n"
-            f"print(ggaudit.scan({str(model)!r}).ok, ggaudit.verify({str(model)!r}, manifest={str(manifest)!r}).ok)\n"
-            f"print(ggaudit.scan.entry().__module__, ggaudit.verify.entry().__module__)")
+            f"print(ggaudit.scan({str(model)!r}).ok, ggaudit.verify({str(model)!r}, manifest={str(manifest)!r}).ok,"
+            f" ggaudit.check({str(model)!r}, manifest={str(manifest)!r}, modes='buffered').verdict)\n"
+            "print(*(p.entry().__module__ for p in (ggaudit.scan, ggaudit.verify, ggaudit.check)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.splitlines() == ["True True", "ggaudit.scan.run ggaudit.verify.dispatch"], out.stderr
+    assert out.stdout.splitlines() == ["True True intact", "ggaudit.scan.run ggaudit.verify.dispatch ggaudit.check.run"
+                                       ], out.stderr
 
 
 def test_the_callable_packages_run_the_functions(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import ggaudit.check as check_api
+import ggaudit
 from ggaudit.check.decide import AGREEMENT, MANIFEST, PUBLISHED, Expectation, Observed, decide_file
 from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
@@ -262,13 +262,13 @@ def test_sha256_given_decides_and_a_wrong_one_is_damaged(tmp_path: Path) -> None
     plain = tmp_path / "model.gguf"
     shutil.copyfile(FIXTURES / "all_types.gguf", plain)
     digest = hashlib.sha256(plain.read_bytes()).hexdigest()
-    assert check_api.check(plain, sha256=digest).verdict == "intact"
-    report = check_api.check(plain, sha256="0" * 64)
+    assert ggaudit.check(plain, sha256=digest).verdict == "intact"
+    report = ggaudit.check(plain, sha256="0" * 64)
     assert (report.verdict, report.ok) == ("damaged", False)
 
 
 def test_library_paths_given_are_compared_in_house_order(tmp_path: Path) -> None:
-    report = check_api.check(FIXTURES / "all_types.gguf", modes=("mmap", "buffered"))
+    report = ggaudit.check(FIXTURES / "all_types.gguf", modes=("mmap", "buffered"))
     assert report.modes == ("buffered", "mmap")
     assert [p.stats.mode for p in report.files[0].reads] == ["buffered", "mmap"]
 
@@ -277,4 +277,15 @@ def test_bad_modes_is_exit_2() -> None:
     result = run_cli(["check", FIXTURES / "all_types.gguf", "--modes", "buffered,tape"])
     assert result.exit_code == 2 and "--modes" in result.stderr and "tape" in result.stderr
     with pytest.raises(UsageError, match="choose from"):
-        check_api.CheckOptions(modes=())
+        ggaudit.CheckOptions(modes=())
+
+
+def test_stored_nan_in_the_published_file_says_where_and_to_tell_the_publisher() -> None:
+    import hashlib
+    path = FIXTURES / "all_types-f32-nan.gguf"
+    report = ggaudit.check(path, sha256=hashlib.sha256(path.read_bytes()).hexdigest(), modes=("buffered", "mmap"))
+    assert (report.verdict, report.reference) == ("nonfinite", "published")
+    # fixtures/README.md: the one NaN of this copy.
+    assert report.next_steps == ("the publisher's file holds NaN at tensor types.f32.weight row 3 column 100 (offset "
+                                 "9744, bits 0x7fc00000): report it to the publisher, with this report; downloading "
+                                 "it again gives the same bytes",)

@@ -265,3 +265,130 @@ def test_cli_verify_on_dask_prints_the_local_report(client: Any, poisoned: str, 
     for extra in (["--jobs", "2"], ["--quick"], ["--sums", str(manifest)]):
         refused = run_cli(["verify", *([] if extra[0] == "--sums" else [poisoned]), *extra, "--dask", address])
         assert refused.exit_code == 2, refused.output
+
+
+# --- check on a cluster (issue 25, item 9) ------------------------------------------------------------
+
+def untimed(doc: Any) -> Any:
+    """A check's JSON without its timings (``seconds``: the run's, not the model's)."""
+    if isinstance(doc, dict):
+        return {k: untimed(v) for k, v in doc.items() if k != "seconds"}
+    return [untimed(v) for v in doc] if isinstance(doc, list) else doc
+
+
+def assert_same_checks(fleet: list[Outcome[Any]], local: list[Outcome[Any]]) -> None:
+    assert [o.model for o in fleet] == [o.model for o in local]
+    for got, want in zip(fleet, local, strict=True):
+        if want.error is not None:
+            assert type(got.error) is type(want.error) and str(got.error) == str(want.error)
+        else:
+            assert got.error is None, got.error
+            assert untimed(got.result.to_json()) == untimed(want.result.to_json()), got.model
+
+
+@pytest.fixture
+def damaged_store(tmp_path: Path) -> tuple[Path, tuple[Path, Path]]:
+    """An Ollama store whose model blob has one bit flipped in row 5 of types.f32.weight (a finite value
+    still): the store's digest says the download is damaged."""
+    from ollama_support import ollama_store
+
+    blob, projector = ollama_store(tmp_path / "store", (FIXTURES / "all_types.gguf").read_bytes(),
+                                   (FIXTURES / "ple_q8_0.gguf").read_bytes())
+    with open(blob, "r+b") as f:
+        f.seek(F32_AT + 5 * 512 * 4)
+        byte = f.read(1)
+        f.seek(F32_AT + 5 * 512 * 4)
+        f.write(bytes([byte[0] ^ 1]))
+    return tmp_path / "store", (blob, projector)
+
+
+def test_check_on_the_cluster_is_the_local_check_a_task_per_file_and_path(
+        client: Any, poisoned: str, damaged_store: tuple[Path, tuple[Path, Path]], tmp_path: Path) -> None:
+    from ggaudit.check.run import check
+    from ggaudit.fleet import check_on
+
+    store, (blob, projector) = damaged_store
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)
+    targets = ["ollama:tiny", poisoned, str(bad), str(tmp_path / "absent.gguf")]
+    with distributed.get_task_stream(client) as stream:
+        fleet = check_on(client, targets, store=str(store))
+    assert_same_checks(fleet, run_models(targets, lambda t: check(t, store=str(store))))
+    assert [o.result.verdict if o.result else None for o in fleet] == ["damaged", "nonfinite", None, None]
+    assert [f.path for f in fleet[0].result.files] == [str(blob), str(projector)]
+    assert str(fleet[2].error).startswith(f"{bad}: ") and "No such file" in str(fleet[3].error)
+    # A task plans each target; then a task per file and read path (a path refused here is a task that says
+    # so): three files, three paths.
+    names = [t["key"].rpartition("-")[0] for t in stream.data]
+    assert (names.count("ggaudit-plan_check"), names.count("ggaudit-check_pass")) == (4, 9)
+
+
+def test_check_on_the_cluster_a_file_no_path_could_read_is_that_target_s_error(
+        client: Any, poisoned: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Decided where the passes' results merge, not in a task: the target's outcome is the error a local
+    # check raises, and the next target is checked all the same.
+    from ggaudit.check import run as check_run
+    from ggaudit.errors import NothingChecked
+    from ggaudit.fleet import check_on
+    from ggaudit.rows.readers import DirectIOUnavailable
+
+    real = check_run.open_reader
+
+    def refused_for_poisoned(path: str, mode: str) -> Any:
+        if os.path.basename(path) == "poisoned.gguf":
+            raise DirectIOUnavailable(path, f"{mode} refused here")
+        return real(path, mode)
+
+    monkeypatch.setattr(check_run, "open_reader", refused_for_poisoned)
+    targets = [poisoned, str(FIXTURES / "all_types.gguf")]
+    fleet = check_on(client, targets)
+    assert_same_checks(fleet, run_models(targets, check_run.check))
+    assert isinstance(fleet[0].error, NothingChecked)
+    assert str(fleet[0].error) == (f"{poisoned}: modes: no read path could read it (buffered refused here; mmap "
+                                   "refused here; direct refused here): nothing was checked")
+    assert fleet[1].result is not None and fleet[1].result.verdict == "unverified"
+
+
+def test_check_on_the_cluster_a_pass_that_raised_is_run_again(client: Any, poisoned: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggaudit.check import run as check_run
+    from ggaudit.fleet import check_on
+
+    real, calls = check_run.read_pass, []
+
+    def eio_once_on_mmap(reader: Any, consumers: Any, **keywords: Any) -> Any:
+        calls.append(reader.mode)
+        if reader.mode == "mmap" and calls.count("mmap") == 1:
+            raise OSError(5, "Input/output error")       # a network share's transient EIO
+        return real(reader, consumers, **keywords)
+
+    monkeypatch.setattr(check_run, "read_pass", eio_once_on_mmap)
+    fleet = check_on(client, poisoned)
+    assert calls.count("mmap") == 2
+    assert_same_checks(fleet, [Outcome(poisoned, result=check_run.check(poisoned))])
+    assert fleet[0].result is not None and fleet[0].result.verdict == "nonfinite"
+
+
+def test_cli_check_on_a_local_cluster_of_its_own(poisoned: str) -> None:
+    import json
+
+    args = ["check", "--json", poisoned, str(FIXTURES / "all_types.gguf")]
+    local = run_cli(args)
+    before = _children()
+    fleet = run_cli([*args, "--dask", "local:1"])
+    assert (fleet.exit_code, local.exit_code) == (1, 1), (fleet.stderr, fleet.exception)
+    doc = json.loads(fleet.stdout)
+    assert untimed(doc) == untimed(json.loads(local.stdout))
+    assert [m["verdict"] for m in doc["models"]] == ["nonfinite", "unverified"]
+    deadline = time.monotonic() + 10
+    while _children() - before and time.monotonic() < deadline:     # a worker may take a moment to exit
+        time.sleep(0.1)
+    assert _children() - before == set()
+
+
+def test_cli_check_dask_refuses_anomalies_before_it_starts_a_cluster() -> None:
+    from support import assert_one_line_error
+
+    result = run_cli(["check", "--dask", "local", "--anomalies", str(FIXTURES / "all_types.gguf")])
+    assert_one_line_error(result, "--anomalies: reads blocks again where the results are merged: not on a Dask "
+                                  "cluster")

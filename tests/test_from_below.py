@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ import xxhash
 from ggaudit.format.blocks import GGMLQuantizationType as T
 from ggaudit.format.build import TensorSpec, gguf_bytes
 from ggaudit.format.layout import open_model
+from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
 from fault_support import faulted_env, run_ggaudit
 from ollama_support import ollama_store
 from platforms import needs_linux
+from rows_support import supports_direct
 
 pytestmark = needs_linux
 
@@ -163,6 +166,31 @@ def test_check_b_every_path_agrees_none_matches_the_file_on_disk_is_damaged(stor
     assert any("`ollama pull clef-flash`" in step for step in report["next_steps"])
 
 
+def test_check_b_a_manifest_of_the_model_file_names_the_tensor_and_rows_in_its_ollama_blob(
+        store: tuple[Path, Path], tmp_path: Path) -> None:
+    """The manifest was made from the model file (ple_q8_0.gguf); the store keeps it as sha256-<hex> beside a
+    projector: matched by content identity (size, tensors and their offsets), not by name."""
+    root, blob = store
+    manifest = tmp_path / "model.manifest.json"
+    write_tensor_manifest(build_tensor_manifest(FIXTURE), manifest)
+    data, at = FIXTURE.read_bytes(), flip_offset()
+    blob.write_bytes(flipped(data, at))
+    code, report, entry = check(root, dict(os.environ), "--manifest", str(manifest))
+    assert (code, report["verdict"], report["reference"]) == (1, "damaged", "published")
+    assert entry["manifest"] == {"algorithm": "sha256", "digest": hashlib.sha256(data).hexdigest(),
+                                 "source": f"the manifest's sha256 of {FIXTURE.name} (its tensors are this file's, "
+                                           "at the same offsets)"}
+    table = open_model(FIXTURE).tensor(PLE)
+    per_group = (1 << 20) // table.row_bytes      # the manifest's row groups: 1 MiB of whole rows
+    first = ROW // per_group * per_group
+    last = min(first + per_group, table.n_rows) - 1
+    assert conclusion(entry, "differs-from-published")["evidence"]["tensors"] == [
+        {"tensor": PLE, "rows": [first, last], "offset": table.offset + first * table.row_bytes,
+         "length": (last - first + 1) * table.row_bytes, "kind": "tensor-data"}]
+    assert f"the bytes that differ: {PLE} rows {first}-{last}" in conclusion(entry, "differs-from-published")["text"]
+    assert report["files"][1]["manifest"] is None      # the projector: not in the manifest
+
+
 @pytest.mark.parametrize("path_kind, wrong, right, words", [
     # (c) the mapping delivers other bytes; buffered and direct match what was published
     ("mmap", ["mmap"], ["buffered", "direct"], "reading through a memory mapping on this machine delivers other "
@@ -227,3 +255,78 @@ def test_check_f_a_manifest_made_where_the_model_works_decides(ddir: Path, tmp_p
     assert (report["verdict"], report["reference"], entry["right"], entry["wrong"], entry["decided"]) == (
         "read-path", "manifest", ["buffered", "mmap"], ["direct"], True)
     assert conclusion(entry, "read-path-differs")["evidence"]["paths"] == ["direct"]
+
+
+def test_check_nan_that_only_the_mapping_delivers_is_blamed_on_the_read_path_not_the_file(
+        store: tuple[Path, Path]) -> None:
+    """A fill of 0xff over one block's fp16 scale d on the mmap path only: the scan rides on the mmap pass
+    and sees a NaN there (fp16 0xffff), which buffered and direct reads, matching the published digest, do
+    not deliver. The verdict is read-path, and the NaN is said to come through the mapping, not the file."""
+    root, blob = store
+    table = open_model(FIXTURE).tensor(PLE)
+    d_of_block_2 = table.offset + ROW * table.row_bytes + 2 * 34
+    code, report, entry = check(root, faulted_env(blob, "mmap", "fill", offset=d_of_block_2, length=2, byte=0xFF))
+    assert (code, report["verdict"], report["reference"]) == (1, "read-path", "published")
+    assert (entry["right"], entry["wrong"]) == (["buffered", "direct"], ["mmap"])
+    codes = [c["code"] for c in report["conclusions"]]
+    assert "stored-nonfinite" not in codes and codes.count("read-path-nonfinite") == 1
+    [through] = [c for c in report["conclusions"] if c["code"] == "read-path-nonfinite"]
+    assert [{k: f[k] for k in ("tensor", "file", "row", "block", "column", "field", "offset", "bits")}
+            for f in through["evidence"]["findings"]] == [
+        {"tensor": PLE, "file": str(blob), "row": ROW, "block": 2, "column": 64, "field": "d", "offset": d_of_block_2,
+         "bits": "0xffff"}]
+    assert {k: through["evidence"][k] for k in ("count", "path", "agree", "decided")} == {
+        "count": 1, "path": "mmap", "agree": ["buffered", "direct"], "decided": True}
+    assert through["text"] == (
+        f"1 non-finite value in 1 tensor (first: tensor {PLE} row {ROW} column 64, bits 0xffff) came through mmap "
+        "reads, which deliver other bytes of this tensor than buffered and direct reads on this machine: they show "
+        "what that read path delivered, not what the file holds; the file's bytes are what buffered and direct read")
+
+
+# --- a filesystem that refuses direct I/O: the path is skipped, and the verdict names the paths compared -----
+
+def assert_direct_skipped(done: Any, model: Path, why: str) -> None:
+    """`check --json` of a model whose direct reads the filesystem refuses: the skipped entry, the warning,
+    the paths compared, and the verdict (nothing published, buffered and mmap agree: unverified, exit 0)."""
+    assert done.code == 0, done.stderr
+    report = models(done)[0]
+    [entry] = report["files"]
+    assert entry["skipped"] == [{"mode": "direct", "reason": why}]
+    assert [p["mode"] for p in entry["paths"]] == ["buffered", "mmap"]
+    assert report["modes"] == ["buffered", "mmap"]
+    assert report["warnings"] == [f"direct reads skipped: {why}; compared: buffered, mmap"]
+    assert (report["verdict"], conclusion(entry, "read-paths-agree")["evidence"]) == (
+        "unverified", {"paths": ["buffered", "mmap"], "independent": False})
+
+
+def test_check_direct_refused_at_every_read_is_skipped_with_a_warning_and_the_paths_compared(tmp_path: Path) -> None:
+    """The fault layer fails every direct read of the file with EINVAL, as a filesystem that takes O_DIRECT
+    at open and refuses each read does: the reader's probe read says so, and check goes on without it."""
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(FIXTURE, model)
+    env = faulted_env(model, "direct", "einval", offset=0, length=model.stat().st_size)
+    done = run_ggaudit(["check", str(model), "--json"], env)
+    assert_direct_skipped(done, model, "direct reads fail with EINVAL even when aligned")
+
+
+@pytest.fixture
+def tmpfs_model() -> Any:
+    """The model on a tmpfs (/dev/shm), in a folder of its own removed afterwards; skipped where the tmpfs
+    takes O_DIRECT (Linux 6.6 and later: "shmem: add support for O_DIRECT" accepts it at open and reads)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm tmpfs here")
+    folder = Path(tempfile.mkdtemp(prefix="ggaudit-test-", dir=shm))
+    try:
+        if supports_direct(folder):
+            pytest.skip(f"the tmpfs takes direct reads on this kernel ({os.uname().release}): nothing refuses them")
+        model = folder / "model.gguf"
+        shutil.copyfile(FIXTURE, model)
+        yield model
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_check_on_a_tmpfs_that_refuses_o_direct_skips_direct_reads(tmpfs_model: Path) -> None:
+    done = run_ggaudit(["check", str(tmpfs_model), "--json"], dict(os.environ))
+    assert_direct_skipped(done, tmpfs_model, "the filesystem refuses direct I/O (open with O_DIRECT: EINVAL)")

@@ -30,9 +30,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "__main__"),                    # the command line
 )
 #: What a job may use of another job (the jobs are otherwise independent): the rows' finiteness verdict runs
-#: scan's kernel over the delivered rows; check reads through the rows' read paths, feeds scan's consumers and
-#: verify's per-tensor digests, and compares them with verify's compare.
-JOB_USES: dict[str, frozenset[str]] = {"rows": frozenset({"scan"}), "check": frozenset({"scan", "verify", "rows"})}
+#: scan's kernel over the delivered rows, and `rows --manifest` reads verify's tensor manifest; check reads
+#: through the rows' read paths, feeds scan's consumers and verify's per-tensor digests, and compares them with
+#: verify's compare.
+JOB_USES: dict[str, frozenset[str]] = {"rows": frozenset({"scan", "verify"}),
+                                       "check": frozenset({"scan", "verify", "rows"})}
 JOBS = LAYERS[3]
 
 

@@ -5,6 +5,7 @@ progress callback has one type, ``ggaudit.io.Progress``, which every ``progress`
 from __future__ import annotations
 
 import ast
+import functools
 import typing
 from collections import defaultdict
 
@@ -17,7 +18,9 @@ PACKAGE = REPO / "ggaudit"
 PROGRESS_TYPES = {"Progress", "ReadPathProgress"}
 
 
+@functools.cache
 def _trees() -> dict[str, ast.Module]:
+    """Every module of the package, parsed once for all the tests here."""
     return {p.relative_to(REPO).as_posix(): ast.parse(p.read_text(encoding="utf-8"))
             for p in sorted(PACKAGE.rglob("*.py"))}
 

@@ -183,8 +183,8 @@ def test_the_fleet_refuses_what_it_cannot_do_in_one_place() -> None:
 SCAN_FLAGS = {"tensors": "--tensor", "deep": "--deep", "max_abs": "--max-abs", "as_fp8": "--as", "limit": "--limit",
               "fail_fast": "--fail-fast", "workers": "--workers", "hashes": "--sha256", "histograms": "--format",
               "anomalies": "--anomalies"}
-#: The flags of ``ggaudit scan`` that say what to scan, how many at once and where, and how to report it.
-RUN_FLAGS = {"--store", "--jobs", "--dask", "--json", "--output", "--quiet"}
+#: The flags of ``ggaudit scan`` that say what to scan, how many at once and where, how to report it and what fails.
+RUN_FLAGS = {"--store", "--jobs", "--dask", "--json", "--output", "--quiet", "--fail-on"}
 
 
 def test_every_scan_option_is_a_flag_of_ggaudit_scan_and_every_flag_an_option_or_the_run_s() -> None:

@@ -261,6 +261,19 @@ def test_manifest_and_diff_tell_their_bytes_and_give_the_same_results(tmp_path: 
     assert (compared.identical, compared.data_diffs) == (plain.identical, plain.data_diffs) == (("w",), ())
 
 
+def test_check_tells_the_bytes_of_every_read_path_as_one_count(tmp_path: Path) -> None:
+    import ggaudit
+
+    size = _sparse_model(tmp_path / "m.gguf", 4096)       # 9 MiB: two chunks of each path
+    calls, progress = _recorder()
+    report = ggaudit.check(tmp_path / "m.gguf", modes=("buffered", "mmap"), progress=progress)
+    assert calls[0] == (0, 2 * size) and calls[-1] == (2 * size, 2 * size)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and {t for _, t in calls} == {2 * size}
+    plain = ggaudit.check(tmp_path / "m.gguf", modes=("buffered", "mmap"))
+    assert (report.verdict, report.conclusions) == (plain.verdict, plain.conclusions) == (
+        "unverified", report.conclusions)
+
+
 # ----- the commands, on a real terminal -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -359,6 +372,17 @@ def test_progress_on_a_terminal_and_never_in_a_pipe(big: Path, command: str) -> 
         assert frames[0].startswith("rows buffered  a.gguf  ") and " / 600 rows" in frames[0]
     else:
         assert frames[0] == f"{args[0]}  a.gguf  0 B / {size_text(TENSOR_BYTES)}  0%"
+
+
+@needs_pty
+def test_check_progress_counts_every_byte_of_every_path(tmp_path: Path) -> None:
+    size = _sparse_model(tmp_path / "a.gguf", 1024)
+    args = ["check", "a.gguf", "--modes", "buffered,mmap"]
+    code, out, err = _ggaudit(tmp_path, args, tty=True)
+    assert code == 0, err
+    frames = _progress_frames(err, "check")
+    assert frames[0] == f"check  a.gguf  0 B / {size_text(2 * size)}  0%"
+    assert out.startswith("a.gguf: unverified") and "\r" not in out     # the report holds no frame
 
 
 @needs_pty

@@ -40,30 +40,64 @@ def cases(suite: ET.Element) -> list[tuple[str, str]]:
     return found
 
 
-def test_scan_a_case_per_tensor_and_the_structure(tmp_path: Path) -> None:
+def _layered(path: Path) -> None:
+    """two_findings_model with its tensors in layers: the NaN in blk.0, the -Inf in blk.1, the clean one outside."""
+    two_findings_model(path, first="blk.0.a.weight", second="blk.1.b.weight")
+
+
+def test_scan_a_case_per_tensor_group_and_the_structure(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
-    two_findings_model(path)
+    _layered(path)
     code, out, _ = run("scan", path, "--format", "junit", "--limit", "0")
     root = parsed(out)
     (suite,) = root
     assert code == 1 and suite.attrib["name"] == str(path)
-    assert cases(suite) == [(f"structure of {path}", "pass"), ("a.weight", "failure"), ("b.weight", "failure"),
-                            ("clean.weight", "pass")]
+    assert cases(suite) == [(f"structure of {path}", "pass"), ("tensors blk.0.*", "failure"),
+                            ("tensors blk.1.*", "failure"), ("other tensors", "pass")]
     assert counts(suite) == (4, 2, 0, 0) and counts(root, COUNTS[:3]) == (4, 2, 0)
-    failure = suite.find("testcase[@name='b.weight']/failure")
+    failure = suite.find("testcase[@name='tensors blk.1.*']/failure")
     assert failure is not None and failure.attrib["type"] == "-inf"
     _, text, _ = run("scan", path, "--limit", "0")
-    assert failure.attrib["message"] == next(line for line in text.splitlines() if line.startswith("tensor b.weight "))
-    assert failure.attrib["message"].startswith("tensor b.weight (Q8_0 [64, 2]): nan 0, +inf 0, -inf 1, outlier 0")
+    assert failure.attrib["message"] == next(line for line in text.splitlines()
+                                             if line.startswith("tensor blk.1.b.weight "))
+    assert failure.attrib["message"].startswith(
+        "tensor blk.1.b.weight (Q8_0 [64, 2]): nan 0, +inf 0, -inf 1, outlier 0")
     assert failure.text == "... 1 more not listed (--limit)"        # --limit 0: counted, not listed
+
+
+def test_scan_a_model_of_many_layers_is_a_case_per_layer_each_failing_tensor_said(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    clean = bytes(finite_tensor(T.F32, (8, 1), 4))
+    nan = bytearray(clean)
+    nan[4 * 5:4 * 6] = b"\x00\x00\xc0\x7f"            # element 5: a quiet NaN (0x7fc00000)
+    names = ["token_embd.weight", *(f"blk.{n}.{t}.weight" for n in range(40) for t in ("attn_q", "attn_k", "ffn_up"))]
+    damaged = {"blk.7.attn_k.weight", "blk.7.ffn_up.weight", "blk.31.attn_q.weight"}
+    write_gguf(path, [TensorSpec(n, T.F32, (8, 1), bytes(nan) if n in damaged else clean) for n in names])
+    code, out, _ = run("scan", path, "--format", "junit")
+    (suite,) = parsed(out)
+    assert code == 1 and counts(suite) == (42, 2, 0, 0)             # the structure, 40 layers, the others
+    assert [c for c in cases(suite) if c[1] == "failure"] == [("tensors blk.7.*", "failure"),
+                                                              ("tensors blk.31.*", "failure")]
+    failure = suite.find("testcase[@name='tensors blk.7.*']/failure")
+    assert failure is not None and failure.text is not None
+    _, text, _ = run("scan", path)
+    said = text.splitlines()
+    at = [i for i, line in enumerate(said) if line.startswith("tensor blk.7.")]
+    assert failure.attrib["message"] == f"2 of 3 tensors hold findings; first: {said[at[0]]}"
+    assert said[at[0]].startswith("tensor blk.7.attn_k.weight (F32 [8, 1]): nan 1, +inf 0, -inf 0, outlier 0")
+    # Each failing tensor's detail as the text report words it: its line, then its finding's.
+    assert failure.text.splitlines() == [said[at[0]], said[at[0] + 1].strip(), said[at[1]], said[at[1] + 1].strip()]
+    assert said[at[1] + 1].strip().startswith(f"nan at file {path} offset ")
+    assert said[at[1] + 1].endswith(
+        ": tensor blk.7.ffn_up.weight, row 0, column 5: expected finite, got 0x7fc00000 (nan)")
 
 
 def test_scan_failure_lists_every_finding_line_and_integer_tensors_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
-    two_findings_model(path)
+    _layered(path)
     more = tmp_path / "ints.gguf"
     write_gguf(more, [TensorSpec("ids", T.I32, (4, 1), bytes(16)),
-                      TensorSpec("f", T.F32, (8, 1), bytes(finite_tensor(T.F32, (8, 1), 1)))])
+                      TensorSpec("blk.0.f", T.F32, (8, 1), bytes(finite_tensor(T.F32, (8, 1), 1)))])
     with open(more, "ab") as f:
         f.write(b"PAYLOAD")
     code, out, _ = run("scan", path, more, "--format", "junit")
@@ -71,9 +105,10 @@ def test_scan_failure_lists_every_finding_line_and_integer_tensors_are_skipped(t
     first, second = root
     assert code == 1
     _, text, _ = run("scan", path)
-    failure = first.find("testcase[@name='a.weight']/failure")
+    failure = first.find("testcase[@name='tensors blk.0.*']/failure")
     assert failure is not None and failure.text == next(line[2:] for line in text.splitlines() if line.startswith("  "))
-    assert cases(second) == [(f"structure of {more}", "failure"), ("ids", "skipped"), ("f", "pass")]
+    assert cases(second) == [(f"structure of {more}", "failure"), ("other tensors", "skipped"),
+                             ("tensors blk.0.*", "pass")]
     assert counts(second) == (3, 1, 0, 1) and counts(root, COUNTS[:3]) == (7, 3, 0)
     system_out = second.find("system-out")
     assert system_out is not None and system_out.text is not None and "structure trailing at file" in system_out.text
@@ -81,8 +116,8 @@ def test_scan_failure_lists_every_finding_line_and_integer_tensors_are_skipped(t
 
 def test_a_failed_target_is_a_suite_with_one_error(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
-    two_findings_model(path)
     missing = tmp_path / "missing.gguf"
+    _layered(path)
     code, out, err = run("scan", missing, path, "--format", "junit")
     root = parsed(out)
     failed, scanned = root
@@ -163,6 +198,7 @@ def test_xml_stays_well_formed_whatever_the_names_hold(tmp_path: Path) -> None:
     root = parsed(out)
     (suite,) = root
     assert suite.attrib["name"] == str(path)
-    assert cases(suite)[1] == (escape(hostile), "failure") and counts(root, COUNTS[:3]) == (4, 2, 0)
+    assert cases(suite)[1] == ("other tensors", "failure") and counts(root, COUNTS[:3]) == (2, 1, 0)
     failure = suite.find("testcase/failure")
     assert failure is not None and failure.text is not None and f"tensor {escape(hostile)}, row 2" in failure.text
+    assert failure.attrib["message"].startswith(f"2 of 3 tensors hold findings; first: tensor {escape(hostile)} ")

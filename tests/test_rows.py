@@ -317,13 +317,16 @@ def test_classifier_kinds_for_cache_hits_and_zeroed_rows(ple: Table) -> None:
     garbage = bytes((x ^ 0x5A) for x in expected)
     with BufferedReader(ple.path) as ref:
         c = R.Classifier(table, ref)
-        zeros = c.mismatch(Sample(row, bytes(rb)), expected, "direct", "gather")
-        hit_zeros = c.mismatch(Sample(row, bytes(rb), via_cache=True), expected, "direct", "cache-hit")
+        zeros = c.mismatch(Sample(row, bytes(rb), cut=True), expected, "direct", "gather")
+        hit_zeros = c.mismatch(Sample(row, bytes(rb), via_cache=True, cut=True), expected, "direct", "cache-hit")
+        filled = c.mismatch(Sample(row, bytes(rb)), expected, "direct", "gather")
         crosstalk = c.mismatch(Sample(row, ple.row(row + 3), via_cache=True), expected, "direct", "cache-hit")
         hit_garbage = c.mismatch(Sample(row, garbage, via_cache=True), expected, "direct", "cache-hit")
-    for m in (zeros, hit_zeros):
+    for m in (zeros, hit_zeros):     # zeros after a read that came back short
         assert (m.kind, m.byte, m.offset, m.other_row) == ("short-read", k, ple.offset(row) + k, None)
         assert m.detail == f"zeros from offset {ple.offset(row) + k} on: the read stopped there"
+    # zeros over the whole row from a read that returned its full count came from below (issue 26, item 2)
+    assert (filled.kind, filled.byte, filled.filled) == ("filled", k, R.Filled(0, ple.offset(row), rb))
     assert (crosstalk.kind, crosstalk.other_row, crosstalk.other_offset) == \
         ("cache-crosstalk", row + 3, ple.offset(row + 3))
     assert crosstalk.detail == f"cache hit for row {row} held row {row + 3}"

@@ -22,13 +22,14 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.stores.registry import STORE_MODULES
 
 #: What `--help` must not load: the libraries and the modules of the jobs.
-HEAVY = ("numpy", "gguf", "yaml", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.", "ggaudit.verify.walk",
-         "ggaudit.cli.reporters.text")
+HEAVY = ("numpy", "gguf", "yaml", "jinja2", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.",
+         "ggaudit.verify.walk", "ggaudit.cli.reporters.text")
 #: What `ggaudit scan MODEL` must not load: the other jobs (rows; verify, with diff; check) and the fleet.
 NOT_SCAN = ("ggaudit.rows", "ggaudit.verify", "ggaudit.check", "ggaudit.fleet", "distributed")
 #: What a scan of a small model (read in-process) on a plain path without --anomalies must not load either:
 #: the reader processes, the scale model, and the stores (the registry imports a store for a name of it).
-NOT_SMALL_SCAN = ("multiprocessing", "ggaudit.scan.workers", "ggaudit.scan.anomalies", "ggaudit.scan.scales",
+#: jinja2 too: the model scanned has no chat template.
+NOT_SMALL_SCAN = ("multiprocessing", "ggaudit.scan.workers", "ggaudit.scan.anomalies", "ggaudit.scan.scales", "jinja2",
                   *STORE_MODULES.values())
 
 

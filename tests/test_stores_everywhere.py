@@ -71,7 +71,7 @@ def test_ollama_all_text_lines_and_partials_said_once(tmp_path: Path) -> None:
         f"verify ollama-store: {store.root}",
         f"MISMATCH orphan: file {store.orphan}, offset 0, length 30 (blob): no manifest of the store names this blob",
         "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 1 mismatch",
-        "3 models: 2 with findings, 1 clean, 0 errors"]
+        "2 models and 1 store: 2 with findings, 1 clean, 0 errors"]
 
 
 def test_library_ollama_all_is_one_report_of_the_whole_store(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_a_clean_store_with_no_orphans_exits_0(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stdout
     assert result.stdout.splitlines()[-2:] == [
         "summary: 0 files checked, 0 from the cache, 0 bytes hashed, 0 mismatches",
-        "3 models: 0 with findings, 3 clean, 0 errors"]
+        "2 models and 1 store: 0 with findings, 3 clean, 0 errors"]
 
 
 def test_an_unreadable_manifest_is_an_error_of_its_model_and_a_warning_of_the_store(tmp_path: Path) -> None:

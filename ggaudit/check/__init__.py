@@ -1,7 +1,12 @@
-"""``ggaudit check``: the whole file through every read path, truth by evidence, the verdict in words."""
+"""``ggaudit check``: the whole file through every read path, truth by evidence, the verdict in words: the
+entry point (:mod:`.run`), one pass per read path (:mod:`.passes`), the expectation (:mod:`.expect`), the
+pure decision (:mod:`.decide`), the verdict in words (:mod:`.verdict`, :mod:`.lines`) and the report.
 
-from .options import CheckOptions
-from .report import CheckReport
-from .run import check
+The package is also the function: ``ggaudit.check(target, ...)`` is :func:`ggaudit.check.run.check`. It
+imports nothing else itself, as ``ggaudit.scan`` and ``ggaudit.verify`` do: ``import ggaudit.check.decide``
+loads the decision only.
+"""
 
-__all__ = ["CheckOptions", "CheckReport", "check"]
+from .._callable import make_callable
+
+make_callable(__name__, "ggaudit.check.run:check")

@@ -5,12 +5,17 @@ Per file, one pass per read path (buffered, mmap, direct), each feeding in the s
 xxh3-128 and each tensor's and row group's (every path), the expectations' algorithms (sha256, md5: on
 buffered and direct, the paths compared with a published digest), and the scan of stored values and
 structure (the mmap pass, the way engines read weights). :mod:`.decide` then says which bytes are right.
+
+Three steps, so :mod:`ggaudit.fleet` can run each pass as a task where the data lives: :func:`plan_check`
+(the target's files and what each should be), :func:`observe_pass` (one file through one read path: what it
+delivered, never its bytes) and :func:`judge` (the decisions and the verdict from every pass's observations).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,9 +24,9 @@ from typing import Any
 from ..errors import NothingChecked, UsageError, options_from
 from ..format.layout import GGUFFile, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding
-from ..io import ChunkConsumer, Hasher, Sha256, Xxh3_128
+from ..io import ChunkConsumer, Hasher, Progress, Sha256, Xxh3_128
 from ..rows.readers import DirectIOUnavailable, open_reader
-from ..scan.kernel import Acc, by_file
+from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
 from ..scan.run import ScanConsumer, ScanPlan, plan_scan, report_of
 from ..scan.report import ScanReport, ScanStats
@@ -36,43 +41,120 @@ from .decide import MANIFEST, Expectation, Observed, decide_file
 from .expect import file_key, published_digests
 from .verdict import summarize
 from .options import CheckOptions
-from .passes import read_pass
+from .passes import PassBytes, beside, read_pass
 from .report import CheckReport, FileCheck, PathRead
 
-__all__ = ["check"]
+__all__ = ["CheckPlan", "FileCheckPlan", "PassObservation", "check", "judge", "observe_pass", "plan_check"]
 
 #: The paths a published digest is compared on: the page cache's reference read and the device's.
 DIGEST_PATHS = ("buffered", "direct")
 
 
-def check(target: Target, *, options: CheckOptions | None = None, **keywords: Any) -> CheckReport:
+def check(target: Target, *, options: CheckOptions | None = None, progress: Progress | None = None,
+          **keywords: Any) -> CheckReport:
     """Read every byte of every file of ``target`` (a path, a store name, or a Model) through each read
     path and say, in words and as data, whether the file is intact, damaged, holds non-finite values, or
     is read differently by some path on this machine, and what decided it.
 
     The options are a :class:`ggaudit.check.options.CheckOptions` (``options=``) or its fields as keywords.
     A filesystem that refuses direct I/O: that path is skipped (a warning) and the verdict names the paths
-    compared. Raises UsageError for bad input, ReadError for an unreadable file.
+    compared. ``progress(done, total)``: bytes read of every file, once per read path. Raises UsageError for
+    bad input, ReadError for an unreadable file.
     """
     o = options_from(CheckOptions, options, keywords)
     started = time.perf_counter()
+    plan = plan_check(target, o)
+    counted = PassBytes.of(progress, sum(f.file.size for f in plan.files) * len(plan.modes))
+    passes = [_observe_file(f, plan.modes, counted) for f in plan.files]
+    return judge(plan, passes, seconds=time.perf_counter() - started)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileCheckPlan:
+    """What every pass over one file needs, worked out once before the first: the file, the digests it
+    should have, the paths that compute the expectations' algorithms, and the scan of its tensors (on the
+    ``scan_path`` pass: ``scan``, its plans, and ``kernel``, how they are scanned)."""
+
+    file: GGUFFile
+    published: Expectation | None
+    expected: _Expected | None
+    digest_paths: tuple[str, ...]
+    scan_path: str
+    scan: tuple[Plan, ...]
+    kernel: Options
+
+    @property
+    def algorithms(self) -> list[str]:
+        return sorted({e.algorithm for e in (self.published, self.expected.whole if self.expected else None)
+                       if e is not None})
+
+    @property
+    def group_bytes(self) -> int:
+        return self.expected.group_bytes if self.expected else DEFAULT_GROUP_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckPlan:
+    """A target ready to be read: its text as given, its store, the read paths compared (``modes``), the
+    scan plan of each of its models and the plan of each of its files, in order."""
+
+    target: str
+    store: Store | None
+    modes: tuple[str, ...]
+    scan_path: str
+    scans: tuple[ScanPlan, ...]
+    files: tuple[FileCheckPlan, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassObservation:
+    """What one read path delivered of one file: how it read and what (``read``, ``observed``), or why it
+    could not read it here (``skipped``); on the scan path's pass, the scan's accumulators (``accs``: None
+    when the file holds no floats) and the structure findings (``structure``)."""
+
+    mode: str
+    read: PathRead | None = None
+    observed: Observed | None = None
+    skipped: str | None = None
+    accs: dict[int, Acc] | None = None
+    structure: tuple[StructureFinding, ...] | None = None
+
+
+def plan_check(target: Target, o: CheckOptions) -> CheckPlan:
+    """Open ``target``, find what its files should be (its store's digests, the manifest) and plan their
+    passes: everything a check works out before it reads a tensor's bytes, locally or on ggaudit.fleet."""
     text, store, models = _open(target, o)
     files = [f for m in models for f in m.files]
     published = published_digests(store, [f.path for f in files], o)
     manifest = _manifest(o.manifest)
-    plans = [plan_scan(m, ScanOptions(anomalies=o.anomalies, workers=0)) for m in models]
+    scan_options = ScanOptions(anomalies=o.anomalies, workers=0)
+    scans = tuple(plan_scan(m, scan_options) for m in models)
     modes = tuple(o.modes)      # CheckOptions keeps them as a tuple in the house order
     scan_path = "mmap" if "mmap" in modes else modes[0]
-    checked: list[FileCheck] = []
+    digest_paths = tuple(m for m in modes if m in DIGEST_PATHS) or modes[:1]
+    return CheckPlan(target=text, store=store, modes=modes, scan_path=scan_path, scans=scans,
+                     files=tuple(FileCheckPlan(file=f, published=published.get(file_key(f.path)),
+                                          expected=_manifest_entry(manifest, f),
+                                          digest_paths=digest_paths, scan_path=scan_path, scan=_scan_of(f, scans),
+                                          kernel=scan_options.kernel) for f in files))
+
+
+def judge(plan: CheckPlan, passes: Sequence[Sequence[PassObservation]], *, seconds: float) -> CheckReport:
+    """The report from every file's passes (``passes[i]``: those of ``plan.files[i]``), however they were
+    read: each file's decision, then the verdict of the whole target."""
     accs: dict[str, dict[int, Acc]] = {}
     structure: dict[str, tuple[StructureFinding, ...]] = {}
-    for f in files:
-        expected = _manifest_entry(manifest, f, len(files))
-        checked.append(_check_file(f, modes, scan_path, published.get(file_key(f.path)), expected, plans,
-                                   accs, structure))
-    scans = tuple(_scan_report(p, accs, structure) for p in plans)
-    return summarize(target=text, store=store, files=tuple(checked), modes=modes, scans=scans,
-                     scan_path=scan_path, seconds=time.perf_counter() - started)
+    checked: list[FileCheck] = []
+    for f, seen in zip(plan.files, passes, strict=True):
+        checked.append(_judge_file(f, seen))
+        for p in seen:
+            if p.accs is not None:
+                accs[f.file.path] = p.accs
+            if p.structure is not None:
+                structure[f.file.path] = p.structure
+    scans = tuple(_scan_report(p, accs, structure) for p in plan.scans)
+    return summarize(target=plan.target, store=plan.store, files=tuple(checked), modes=plan.modes, scans=scans,
+                     scan_path=plan.scan_path, seconds=seconds)
 
 
 def _open(target: Target, o: CheckOptions) -> tuple[str, Store | None, list[Model]]:
@@ -103,62 +185,92 @@ class _Expected:
     group_bytes: int
 
 
-def _manifest_entry(manifest: TensorManifest | None, f: GGUFFile, n_files: int) -> _Expected | None:
-    """The manifest's entry for ``f``: by its file name, or (a manifest of one file, a target of one file: an
-    Ollama blob renamed) the one entry."""
+def _manifest_entry(manifest: TensorManifest | None, f: GGUFFile) -> _Expected | None:
+    """The manifest's entry for ``f``: by its file name, else by content identity (a manifest made from
+    ``model.gguf`` checked against the Ollama blob it was pulled as): the one entry of ``f``'s size whose
+    tensors are ``f``'s, by name, type, shape and offset."""
     if manifest is None:
         return None
     name = os.path.basename(f.path)
     entry = next((e for e in manifest.files if e.name == name), None)
-    if entry is None and len(manifest.files) == 1 and n_files == 1:
-        entry = manifest.files[0]
+    what = ""
+    if entry is None:
+        same = [e for e in manifest.files if e.size == f.size and _layout(manifest.tensors, e.name) == _layout(f)]
+        entry = same[0] if len(same) == 1 else None
+        what = " (its tensors are this file's, at the same offsets)"
     if entry is None:
         return None
     whole = Expectation(algorithm="sha256", digest=entry.sha256, source=MANIFEST,
-                        what=f"the manifest's sha256 of {entry.name}")
+                        what=f"the manifest's sha256 of {entry.name}{what}")
     return _Expected(whole, tuple(t for t in manifest.tensors if t.file == entry.name), manifest.group_bytes)
 
 
-def _check_file(f: GGUFFile, modes: Sequence[str], scan_path: str, published: Expectation | None,
-                expected: _Expected | None, plans: Sequence[ScanPlan], accs: dict[str, dict[int, Acc]],
-                structure: dict[str, tuple[StructureFinding, ...]]) -> FileCheck:
-    algorithms = sorted({e.algorithm for e in (published, expected.whole if expected else None) if e is not None})
-    digest_paths = [m for m in modes if m in DIGEST_PATHS] or list(modes[:1])
-    reads: list[PathRead] = []
-    observed: list[Observed] = []
-    skipped: dict[str, str] = {}
-    group_bytes = expected.group_bytes if expected else DEFAULT_GROUP_BYTES
-    for mode in modes:
-        try:
-            reader = open_reader(f.path, mode)
-        except DirectIOUnavailable as err:
-            skipped[mode] = err.message
-            continue
-        with reader:
-            whole, tensors = Xxh3_128(), _tensor_digests(f, group_bytes)
-            hashers = {a: _hasher(a, f.size) for a in algorithms} if mode in digest_paths else {}
-            consumers: list[ChunkConsumer] = [whole, tensors, *hashers.values()]
-            scanner = structure_check = None
-            if mode == scan_path:
-                scanner, structure_check = _scanner(f, plans), StructureConsumer(f)
-                consumers += [c for c in (scanner, structure_check) if c is not None]
-            stats = read_pass(reader, consumers)
-        f.check_unchanged(f"while it was read ({mode})")
-        digests = {a: h.hexdigest() for a, h in hashers.items()}
-        reads.append(PathRead(stats=stats, fingerprint=whole.hexdigest(), digests=digests))
-        observed.append(Observed(mode=mode, fingerprint=whole.hexdigest(), digests=digests,
-                                 tensors=_tensor_results(f, tensors, group_bytes)))
-        if scanner is not None:
-            accs[f.path] = scanner.results()
-        if structure_check is not None:
-            structure[f.path] = tuple(structure_check.findings())
+def _layout(tensors: Sequence[TensorDigest] | GGUFFile, file: str = "") -> list[tuple[str, str, tuple[int, ...], int]]:
+    """What a file's tensors are, their bytes aside: name, type, shape and offset of each, sorted."""
+    if isinstance(tensors, GGUFFile):
+        return sorted((t.name, t.ggml_type.name, tuple(t.shape), t.offset) for t in tensors.tensors)
+    return sorted((t.name, t.ggml_type, tuple(t.shape), t.offset) for t in tensors if t.file == file)
+
+
+def _observe_file(plan: FileCheckPlan, modes: Sequence[str], counted: PassBytes | None = None) -> list[PassObservation]:
+    """Every pass over one file, in the order of ``modes``. The direct pass reads the device and the others the
+    page cache, so it runs beside them: the device's time is spent while the CPU hashes and scans what the page
+    cache delivers, not after it. (O_DIRECT reads the device whatever the page cache holds meanwhile.)"""
+    if "direct" not in modes or len(modes) == 1:
+        return [observe_pass(plan, mode, counted=counted) for mode in modes]
+    cached = [mode for mode in modes if mode != "direct"]
+    direct, others = beside(lambda stop: observe_pass(plan, "direct", stop=stop, counted=counted),
+                            lambda: [observe_pass(plan, mode, counted=counted) for mode in cached])
+    found = {**dict(zip(cached, others, strict=True)), "direct": direct}
+    return [found[mode] for mode in modes]
+
+
+def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None = None,
+                 counted: PassBytes | None = None) -> PassObservation:
+    """Read every byte of ``plan``'s file once through ``mode``, feeding in the same read its xxh3-128, each
+    tensor's and row group's, the expectations' algorithms (on the digest paths) and the scan and structure
+    checks (on the scan path). A filesystem that refuses direct I/O: the pass is skipped, and says why.
+    ``stop``, once set, ends the pass at its next chunk (PassStopped): the pass beside it failed. ``counted``:
+    the check's byte count (progress), fed the bytes this pass reads."""
+    f = plan.file
+    try:
+        reader = open_reader(f.path, mode)
+    except DirectIOUnavailable as err:
+        if counted is not None:
+            counted.skip(f.size)
+        return PassObservation(mode=mode, skipped=err.message)
+    with reader:
+        whole, tensors = Xxh3_128(), _tensor_digests(f, plan.group_bytes)
+        hashers = {a: _hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
+        consumers: list[ChunkConsumer] = [whole, tensors, *hashers.values(), *([counted] if counted else [])]
+        scanner = structure_check = None
+        if mode == plan.scan_path:
+            scanner = ScanConsumer(plan.scan, plan.kernel) if plan.scan else None
+            structure_check = StructureConsumer(f)
+            consumers += [c for c in (scanner, structure_check) if c is not None]
+        stats = read_pass(reader, consumers, stop=stop)
+    f.check_unchanged(f"while it was read ({mode})")
+    digests = {a: h.hexdigest() for a, h in hashers.items()}
+    return PassObservation(mode=mode, read=PathRead(stats=stats, fingerprint=whole.hexdigest(), digests=digests),
+                           observed=Observed(mode=mode, fingerprint=whole.hexdigest(), digests=digests,
+                                             tensors=_tensor_results(f, tensors, plan.group_bytes)),
+                           accs=None if scanner is None else scanner.results(),
+                           structure=None if structure_check is None else tuple(structure_check.findings()))
+
+
+def _judge_file(plan: FileCheckPlan, passes: Sequence[PassObservation]) -> FileCheck:
+    f, expected = plan.file, plan.expected
+    skipped = {p.mode: p.skipped for p in passes if p.skipped is not None}
+    observed = [p.observed for p in passes if p.observed is not None]
     if not observed:
         raise NothingChecked(f.path, f"no read path could read it ({'; '.join(skipped.values())}): nothing was "
                                      "checked", field="modes")
-    decision = decide_file(f.path, observed, published=published, manifest=expected.whole if expected else None,
+    decision = decide_file(f.path, observed, published=plan.published,
+                           manifest=expected.whole if expected else None,
                            expected_tensors=expected.tensors if expected else ())
-    return FileCheck(path=f.path, size=f.size, published=published, manifest=expected.whole if expected else None,
-                     reads=tuple(reads), skipped=skipped, decision=decision)
+    return FileCheck(path=f.path, size=f.size, published=plan.published,
+                     manifest=expected.whole if expected else None,
+                     reads=tuple(p.read for p in passes if p.read is not None), skipped=skipped, decision=decision)
 
 
 def _hasher(algorithm: str, size: int) -> Hasher:
@@ -187,12 +299,9 @@ def _tensor_results(f: GGUFFile, digests: SegmentDigests, group_bytes: int) -> t
                  for i, t in enumerate(f.tensors))
 
 
-def _scanner(f: GGUFFile, plans: Sequence[ScanPlan]) -> ScanConsumer | None:
-    for plan in plans:
-        group = by_file(plan.plans).get(f.path)
-        if group:
-            return ScanConsumer(group, plan.options.kernel)
-    return None
+def _scan_of(f: GGUFFile, scans: Sequence[ScanPlan]) -> tuple[Plan, ...]:
+    """The scan plans of ``f``'s tensors that hold floats (of the first model that has any)."""
+    return next((tuple(group) for scan in scans if (group := by_file(scan.plans).get(f.path))), ())
 
 
 def _scan_report(plan: ScanPlan, accs: dict[str, dict[int, Acc]],

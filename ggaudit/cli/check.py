@@ -9,9 +9,12 @@ import click
 
 from ..batch import run_models
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
+from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
+    from ..batch import Outcome
+    from ..check.options import CheckOptions
     from ..check.report import CheckReport
 
 #: The read paths, as --modes takes them.
@@ -29,10 +32,14 @@ MODES = ("buffered", "mmap", "direct")
 @click.option("--modes", default=",".join(MODES), show_default=True, metavar="LIST",
               help="Read paths to compare, comma-separated: buffered, mmap, direct.")
 @click.option("--anomalies", is_flag=True, help="Also report block scales far outside what their tensor predicts.")
+@click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
+              help="Check on a Dask cluster (pip install 'ggaudit[dask]'), a task per file and read path: a "
+                   "scheduler's address, its workers reading TARGETs at the same paths, or local[:N] worker "
+                   "processes here.")
 @format_options
 @handle_errors
 def check(targets: tuple[str, ...], manifest_file: str | None, sums: str | None, sha256: str | None,
-          store: str | None, modes: str, anomalies: bool, rendering: Rendering) -> None:
+          store: str | None, modes: str, anomalies: bool, dask: str | None, rendering: Rendering) -> None:
     """Read every byte of each TARGET through every read path and say whether it is intact.
 
     Is it the file, the download, or the way this machine reads it? Each file is read once per read
@@ -49,15 +56,32 @@ def check(targets: tuple[str, ...], manifest_file: str | None, sums: str | None,
     # Imported here, not above: `ggaudit check --help` loads none of the job.
     from ..check.options import CheckOptions
     from ..check.run import check as check_target
+    from ..stores.locate import distinct_models
 
     options = CheckOptions(manifest=manifest_file, sums=sums, sha256=sha256, store=store,
                            modes=tuple(m.strip() for m in modes.split(",") if m.strip()), anomalies=anomalies)
     inputs = ([p for t in targets for p in model_inputs(t, store)] +
               [p for p in (manifest_file, sums) if p is not None]) if rendering.to_file else []
     check_report_file(rendering, inputs)
+    names = distinct_models(list(targets))     # a split set's shards, each named: one model
+    if dask is not None:
+        raise SystemExit(emit_outcomes(_on_dask(dask, names, options), rendering, inputs=inputs))
+    # One line for the run, counting every byte of every path; a model not started yet counts its file's size
+    # once per path (a store's name: unknown until it starts).
+    estimates = [None if (size := file_size(t)) is None else size * len(options.modes) for t in names]
+    with run_progress("check", names, rendering, estimates=estimates) as bar:
 
-    def one(target: str) -> CheckReport:
-        return check_target(target, options=options)
+        def one(target: str) -> CheckReport:
+            with bar.item() as progress:
+                return check_target(target, options=options, progress=progress)
 
-    outcomes = run_models(list(targets), one)
+        outcomes = run_models(names, one)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
+
+
+def _on_dask(address: str, targets: list[str], options: CheckOptions) -> list[Outcome[CheckReport]]:
+    from ..fleet import check_on, connect, on_fleet
+
+    on_fleet(options)       # refused before a cluster is started or reached
+    with connect(address) as client:
+        return check_on(client, targets, options=options)

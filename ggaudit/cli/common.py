@@ -272,8 +272,9 @@ def hint(message: str) -> None:
 
 def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
     """Each MODEL as the files it names: ``ollama:NAME`` becomes its model blob and then its projector's,
-    if it has one. A name that does not resolve is kept as it is, so auditing it reports the error."""
-    from ..stores.locate import resolve_model
+    if it has one; the shards of one split set, each named, are the one model. A name that does not
+    resolve is kept as it is, so auditing it reports the error."""
+    from ..stores.locate import distinct_models, resolve_model
 
     paths: list[str] = []
     for spec in specs:
@@ -281,7 +282,7 @@ def expand_models(specs: Iterable[str], store: str | None) -> list[str]:
             paths.extend(resolve_model(spec, store=store))
         except GGAuditError:
             paths.append(spec)
-    return paths
+    return distinct_models(paths)
 
 
 def model_inputs(spec: str, store: str | None) -> list[str]:

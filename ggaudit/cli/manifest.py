@@ -4,13 +4,13 @@ llama.cpp's ``llama-gguf-hash`` lines."""
 from __future__ import annotations
 
 import dataclasses
-import os
+from typing import TYPE_CHECKING
 
 import click
 
 from ..batch import run_models
 from ..errors import UsageError
-from ..format.layout import open_model
+from ..format.layout import Model, open_model
 from ..stores.locate import description_files, resolve_model
 from ..io import Progress
 from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
@@ -18,12 +18,18 @@ from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_typ
 from ..verify.manifests.report import ManifestWritten
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
                                        write_tensor_manifest)
-from .common import STDOUT, STORE_HELP, PathParam, handle_errors, model_inputs, writing_to
+
+if TYPE_CHECKING:
+    from ..scan.report import ScanReport
+from ..text import escape_path
+from .common import STDOUT, STORE_HELP, PathParam, handle_errors, hint, model_inputs, writing_to
 from .progress import run_progress
-from .reporters import Rendering, check_report_file, emit_outcomes, format_options_also
+from .reporters import Rendering, check_report_file, emit_outcomes, format_of, format_options_also, same_file
 
 #: ``--manifest-format`` of ggaudit's own JSON tensor manifest.
 GGAUDIT = "ggaudit"
+#: The finding families (ggaudit.kinds) for which --require-clean writes no manifest.
+REFUSED = ("nonfinite", "structure")
 
 
 @click.command()
@@ -43,10 +49,14 @@ GGAUDIT = "ggaudit"
 @click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
               help="Hash each file on a Dask cluster (pip install 'ggaudit[dask]'): a scheduler's address, its "
                    "workers reading MODEL at the same path, or local[:N] worker processes here.")
+@click.option("--require-clean", is_flag=True,
+              help="Scan MODEL first and write no manifest when it holds NaN, Inf or structure findings (padding "
+                   "that is not zeros, gaps, data after the last tensor): a manifest says the file is good.")
 @format_options_also(LLAMA_HASH, output_flags=("--report",))
 @handle_errors
 def manifest(model: str, output: str, force: bool, manifest_format: str, hashes: str | None,
-             group_bytes: int | None, store: str | None, dask: str | None, rendering: Rendering) -> None:
+             group_bytes: int | None, store: str | None, dask: str | None, require_clean: bool,
+             rendering: Rendering) -> None:
     """Write MODEL's tensor manifest to OUTPUT, reading each file once.
 
     MODEL is a GGUF file, any shard of a split set, or ollama:NAME (its model layer and, if it has one,
@@ -61,8 +71,9 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
 
     Check it later with `ggaudit verify MODEL --manifest OUTPUT`, which reads either format.
     """
-    if rendering.fmt == LLAMA_HASH:       # the issue's and llama.cpp users' spelling: the manifest's format
-        manifest_format, rendering = LLAMA_HASH, dataclasses.replace(rendering, fmt="text")
+    if LLAMA_HASH in rendering.formats:     # the issue's and llama.cpp users' spelling: the manifest's format
+        manifest_format, rendering = LLAMA_HASH, _as_text(rendering, LLAMA_HASH)
+    _refuse_report_name(output)
     llama = manifest_format == LLAMA_HASH
     if llama and group_bytes is not None:
         raise UsageError(None, f"--group-bytes is for the {GGAUDIT} manifest, not {LLAMA_HASH}")
@@ -75,11 +86,14 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
     except UsageError as err:
         raise UsageError(None, err.message, field="--hash") from None
 
-    def make(_: str, progress: Progress | None) -> ManifestWritten:
+    def make(_: str, progress: Progress | None) -> ManifestWritten | ScanReport:
         models = [open_model(path) for path in resolve_model(model, store=store)]
         inputs = [f.path for m in models for f in m.files] + description_files(model, store=store)
         if output != STDOUT:
             check_output(output, replace=force, inputs=inputs, replace_with="--force")   # before the reads
+        damaged = _damage(models) if require_clean else None
+        if damaged is not None:
+            return damaged      # its findings are the run's result (exit 1), and no manifest blesses them
         if llama:
             built_lines = build_llama_hash(models, types, progress=progress)
             if output != STDOUT:
@@ -96,11 +110,12 @@ def manifest(model: str, output: str, force: bool, manifest_format: str, hashes:
     # --report names neither a file the run reads nor the manifest it writes: refused before any read.
     report_inputs = [*model_inputs(model, store), *([output] if output != STDOUT else [])] if rendering.to_file else []
     check_report_file(rendering, report_inputs)
-    if rendering.to_file and output != STDOUT and _same_path(str(rendering.output), output):
-        raise UsageError(str(rendering.output), "is the manifest this run writes (-o); a report never replaces it")
+    for report in rendering.files:
+        if output != STDOUT and same_file(report, output):
+            raise UsageError(report, "is the manifest this run writes (-o); a report never replaces it")
     with run_progress("manifest", [model], rendering) as bar:
 
-        def made(name: str) -> ManifestWritten:
+        def made(name: str) -> ManifestWritten | ScanReport:
             with bar.item() as progress:
                 return make(name, progress)
 
@@ -119,9 +134,32 @@ def _on_dask(address: str, model: str, group_bytes: int, store: str | None) -> T
     return outcome.result
 
 
-def _same_path(a: str, b: str) -> bool:
-    """Whether two paths name one file, before either exists (then by their absolute, normalised text)."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
+def _damage(models: list[Model]) -> ScanReport | None:
+    """The first of ``models``' scans holding NaN, Inf or structure findings (said on stderr), or None."""
+    from ..kinds import family
+    from ..scan.run import scan
+
+    for opened in models:
+        scanned = scan(opened, workers=0)
+        if any(family(d.kind) in REFUSED for d in scanned.diagnostics()):
+            hint(f"ggaudit: {escape_path(opened.source)}: no manifest written (--require-clean): the scan "
+                 "found what a good file never holds")
+            return scanned
+    return None
+
+
+def _as_text(rendering: Rendering, name: str) -> Rendering:
+    """``rendering`` with each destination of the format ``name`` (the manifest's, given as --format) in text."""
+    def text(fmt: str) -> str:
+        return "text" if fmt == name else fmt
+
+    return dataclasses.replace(rendering, fmt=text(rendering.fmt), also=tuple((text(f), p) for f, p in rendering.also))
+
+
+def _refuse_report_name(output: str) -> None:
+    """``-o`` is the manifest (JSON, or llama-gguf-hash's lines): a name ending as a report's (``x.xml``,
+    ``x.sarif``, ``x.html``) is a report asked for in the wrong place, refused before anything is read."""
+    fmt = format_of(output)
+    if fmt not in (None, "json", "text"):
+        raise UsageError(output, f"is the manifest this command writes, not a report, yet its name ends as a {fmt} "
+                                 "report's: write reports with --report FILE", field="-o")

@@ -63,6 +63,8 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
                    "compare that one only then (buffers reused too early); holds two batches of buffers.")
 @click.option("--against", type=PathParam(dir_okay=False), metavar="CAPTURE",
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
+@click.option("--manifest", type=PathParam(dir_okay=False), metavar="M",
+              help="Tensor manifest (ggaudit manifest) whose row-group digests decide a mismatched row's right bytes.")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
 @click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
@@ -70,8 +72,8 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
 @handle_errors
 def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
-         cache_rows: int, prefetch: bool, against: str | None, fp8: bool, fail_fast: bool, store: str | None,
-         rendering: Rendering) -> None:
+         cache_rows: int, prefetch: bool, against: str | None, manifest: str | None, fp8: bool, fail_fast: bool,
+         store: str | None, rendering: Rendering) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     # Imported here, not above: `ggaudit rows --help` loads neither numpy nor the readers.
     from ..stores.locate import open_model
@@ -82,7 +84,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
     if chosen is None:
         chosen = () if against is not None else MODES
     # -o FILE is never a file this run reads: refused before it reads any.
-    inputs = [*model_inputs(model, store), *ids_files, *([against] if against is not None else [])] \
+    inputs = [*model_inputs(model, store), *ids_files, *(f for f in (against, manifest) if f is not None)] \
         if rendering.to_file else []
     check_report_file(rendering, inputs)
     with run_progress("rows", [model], rendering, unit=ROWS) as bar, bar.item() as tick:
@@ -101,7 +103,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
                 if not listed.size and random_n is None and not page_crossing:
                     raise NothingChecked(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
             return check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
-                              against=against)
+                              against=against, manifest=manifest)
 
         outcomes = run_models([model], replay)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))

@@ -77,7 +77,7 @@ def scan(models: tuple[str, ...], tensors: tuple[str, ...], deep: bool, max_abs:
     # One options object for every model (and every worker of a cluster): checked once, before any is read.
     options = ScanOptions(tensors=tensors or None, deep=deep, max_abs=max_abs, as_fp8=_fp8_names(paths[0], overrides),
                           limit=limit, fail_fast=fail_fast, workers=workers if jobs == 1 else 0,
-                          hashes=("sha256",) if sha256 else (), histograms=rendering.fmt == "html",
+                          hashes=("sha256",) if sha256 else (), histograms="html" in rendering.formats,
                           anomalies=anomalies)
     if dask is not None:
         raise SystemExit(emit_outcomes(_on_dask(dask, paths, options, store), rendering, inputs=inputs))

@@ -14,6 +14,6 @@ results; each model's report is the one a local run gives. Importing this packag
 from __future__ import annotations
 
 from .cluster import connect
-from .run import DEFAULT_RETRIES, manifest_on, on_fleet, scan_on, verify_on
+from .run import DEFAULT_RETRIES, check_on, manifest_on, on_fleet, scan_on, verify_on
 
-__all__ = ["DEFAULT_RETRIES", "connect", "manifest_on", "on_fleet", "scan_on", "verify_on"]
+__all__ = ["DEFAULT_RETRIES", "check_on", "connect", "manifest_on", "on_fleet", "scan_on", "verify_on"]

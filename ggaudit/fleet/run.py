@@ -30,12 +30,17 @@ from ..stores.small_files import is_count
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, ManifestFile, TensorDigest, TensorManifest
 from ..verify.options import VerifyOptions
 from ..verify.report import VerifyReport
-from .tasks import Failed, Planned, digest_file, guarded, model_files, plan_model, scan_range, scan_whole, verify_target
+from .tasks import (Failed, Planned, check_pass, digest_file, guarded, model_files, plan_check, plan_model, scan_range,
+                    scan_whole, verify_target)
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-__all__ = ["DEFAULT_RETRIES", "manifest_on", "on_fleet", "scan_on", "verify_on"]
+    from ..check.options import CheckOptions
+    from ..check.report import CheckReport
+    from ..check.run import CheckPlan, PassObservation
+
+__all__ = ["DEFAULT_RETRIES", "check_on", "manifest_on", "on_fleet", "scan_on", "verify_on"]
 
 #: Times a task that raised is run again (a network share's transient EIO, say). A task whose worker died
 #: is rescheduled by Dask itself, up to its ``distributed.scheduler.allowed-failures``.
@@ -46,6 +51,8 @@ _IN_FLIGHT_PER_THREAD = 4
 _FIRST = -1
 
 R = TypeVar("R")
+#: The options a cluster may refuse (:func:`on_fleet`).
+Opts = TypeVar("Opts", "ScanOptions", "CheckOptions")
 
 
 @dataclass(frozen=True)
@@ -95,8 +102,13 @@ class _Job(Generic[R]):
                 self.took(tag, value)
 
     def finish(self) -> None:
-        self.outcome = Outcome(self.model, error=self.error) if self.error is not None else \
-            Outcome(self.model, result=self.result())
+        if self.error is None:
+            try:
+                self.outcome = Outcome(self.model, result=self.result())
+                return
+            except GGAuditError as err:     # what is decided where the results merge (nothing checked, say)
+                self.error = err
+        self.outcome = Outcome(self.model, error=self.error)
 
     def _fail(self, err: GGAuditError) -> None:
         self.error, self.todo = err, iter(())
@@ -192,14 +204,14 @@ class _ScanJob(_Job[ScanReport]):
         return report_of(p.plan, accs, stats, p.structure)
 
 
-def on_fleet(options: ScanOptions) -> ScanOptions:
-    """``options``, refused (UsageError) where a scan on a cluster cannot do what they ask: the one place
-    that says so, for :func:`scan_on` and for ``ggaudit scan --dask`` before it starts a cluster."""
+def on_fleet(options: Opts) -> Opts:
+    """``options``, refused (UsageError) where a scan or check on a cluster cannot do what they ask: the one
+    place that says so, for :func:`scan_on`, :func:`check_on` and ``--dask`` before a cluster is started."""
     if options.anomalies:
         # Deciding an anomaly reads its block again, which the client may not be able to do.
         raise UsageError(None, "reads blocks again where the results are merged: not on a Dask cluster",
                          field="anomalies")
-    if options.workers is not None:
+    if isinstance(options, ScanOptions) and options.workers is not None:
         raise UsageError(None, "the cluster's workers are the readers: not on a Dask cluster", field="workers")
     return options
 
@@ -289,6 +301,57 @@ def verify_on(client: Client, targets: str | Sequence[str], *, options: VerifyOp
     opts = options_from(VerifyOptions, options, keywords)
     _check_count(retries, "retries", minimum=0)
     jobs = [_VerifyJob(target, opts) for target in one_or_many("targets", targets)]
+    _run(client, jobs, retries)
+    return [_outcome(job) for job in jobs]
+
+
+class _CheckJob(_Job["CheckReport"]):
+    """A target's check: a first task plans it (its store, its files, their expectations), then one task
+    per file and read path; each file's decision and the verdict are made here, from their observations."""
+
+    def __init__(self, target: str, options: CheckOptions) -> None:
+        super().__init__(target)
+        self.options = options
+        self.plan: CheckPlan | None = None
+        self.passes: dict[int, PassObservation] = {}
+        self.started = time.perf_counter()
+
+    def first(self) -> _Call:
+        return _Call(plan_check, (self.model, self.options), _FIRST)
+
+    def took(self, tag: int, value: Any) -> None:
+        if tag != _FIRST:
+            self.passes[tag] = value
+            return
+        self.plan = value
+        modes = value.modes
+        self.todo = (_Call(check_pass, (f, mode), i * len(modes) + j)
+                     for i, f in enumerate(value.files) for j, mode in enumerate(modes))
+
+    def result(self) -> CheckReport:
+        from ..check.run import judge
+
+        plan = self.plan
+        assert plan is not None, "a check job's first task plans it"
+        n = len(plan.modes)
+        passes = [[self.passes[i * n + j] for j in range(n)] for i in range(len(plan.files))]
+        return judge(plan, passes, seconds=time.perf_counter() - self.started)
+
+
+def check_on(client: Client, targets: str | Sequence[str], *, options: CheckOptions | None = None,
+             retries: int = DEFAULT_RETRIES, **keywords: Any) -> list[Outcome[CheckReport]]:
+    """:func:`ggaudit.check` of each target (a file, a split set, ``ollama:NAME``, ``hf:ORG/NAME``, ...) on
+    the Dask cluster of ``client``: one task plans a target where its files are, then each file is read
+    through each read path in a task of its own; the decision and the verdict are made here. One outcome
+    per target, in order: the report a local call gives (timings aside), or the error that stopped that
+    target. The options are :func:`ggaudit.check`'s, a CheckOptions or its fields as keywords, except
+    what :func:`on_fleet` refuses (``anomalies``). ``retries``: runs again of a task that raised; a task
+    whose worker died is rescheduled by Dask."""
+    from ..check.options import CheckOptions
+
+    opts = on_fleet(options_from(CheckOptions, options, keywords))
+    _check_count(retries, "retries", minimum=0)
+    jobs = [_CheckJob(target, opts) for target in one_or_many("targets", targets)]
     _run(client, jobs, retries)
     return [_outcome(job) for job in jobs]
 

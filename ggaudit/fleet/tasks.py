@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GGAuditError, ReadError
 from ..format.layout import GGUFFile, Model, open_gguf, open_model as open_path
@@ -24,6 +24,10 @@ from ..scan.workers import Task, run_task
 from ..verify.manifests.tensor import ManifestFile, TensorDigest, digest_gguf_file
 from ..verify.options import VerifyOptions
 from ..verify.report import VerifyReport
+
+if TYPE_CHECKING:
+    from ..check.options import CheckOptions
+    from ..check.run import CheckPlan, FileCheckPlan, PassObservation
 
 
 @dataclass(frozen=True)
@@ -109,3 +113,23 @@ def digest_file(path: str, group_bytes: int) -> tuple[ManifestFile, tuple[Tensor
     gguf: GGUFFile = open_gguf(path)
     return digest_gguf_file(gguf, group_bytes)
 
+
+def plan_check(target: str, options: CheckOptions) -> CheckPlan:
+    """Open ``target`` where the data lives and plan its check as a local :func:`ggaudit.check` does (its
+    store's digests and the manifest are read here), its files without their metadata."""
+    from ..check.run import plan_check as plan
+
+    planned = plan(target, options)
+    files = tuple(dataclasses.replace(f, file=dataclasses.replace(f.file, metadata={})) for f in planned.files)
+    scans = tuple(dataclasses.replace(s, model=without_metadata(s.model)) for s in planned.scans)
+    return dataclasses.replace(planned, files=files, scans=scans)
+
+
+def check_pass(plan: FileCheckPlan, mode: str) -> PassObservation:
+    """One file through one read path, where it lives: what the pass observed (digests, each tensor's,
+    the scan's accumulators on the scan path), never its bytes. The file must be the one planned (same
+    size and modification time), as for :func:`scan_range`."""
+    from ..check.run import observe_pass
+
+    here = _same_file(plan.file.path, plan.file.identity, f"before it was read ({mode})")
+    return observe_pass(dataclasses.replace(plan, file=dataclasses.replace(plan.file, identity=here)), mode)

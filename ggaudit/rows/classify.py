@@ -8,9 +8,13 @@ the search for the content's source and the RowMismatch built from the answers a
 
 1. a cache hit holding the content of another place in the file: cache-crosstalk;
 2. a buffer handed out before its read landed, or the content of the row gathered just before: stale;
-3. from the first difference on, one fill (the poison pattern, or zeros): short-read;
-4. the content of another row of the batch, or of the file around the row: misplaced;
-5. anything else: garbage.
+3. from the first difference on, the poison pattern (or, from a read that came back short or an engine's
+   capture, zeros): short-read;
+4. from a read path's read that returned its full count, one byte other than the poison repeated over
+   whole sectors (zeros, 0xff): filled, by something below the read;
+5. the content of another row of the batch, or of the file around the row: misplaced (the bytes of the
+   direct path's alignment probe at offset 0, a previous request's buffer: stale);
+6. anything else: garbage (until ggaudit.rows.far finds the bytes further away).
 """
 
 from __future__ import annotations
@@ -23,18 +27,49 @@ import numpy as np
 
 from ..errors import UsageError
 from .gather import Sample, uniform
-from .readers import POISON, WINDOW_64K, BufferedReader
+from .readers import POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
 from .table import RowTable
 
-__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "RawRow", "RowMismatch", "captured", "locate"]
+__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Delivery", "Filled", "RawRow", "RowMismatch",
+           "captured", "locate"]
 
-KINDS = ("short-read", "stale", "misplaced", "cache-crosstalk", "garbage")
+KINDS = ("short-read", "filled", "stale", "misplaced", "cache-crosstalk", "garbage")
 #: Mismatches beyond the reporting cap are counted under this name instead of being classified.
 UNCLASSIFIED = "unclassified"
 #: Bytes shown from the first difference on.
 HEX_WINDOW = 16
 #: Places in the file holding a row's content that are considered (the nearest of them is named).
 MAX_HITS = 64
+
+
+@dataclass(frozen=True)
+class Filled:
+    """One byte repeated over whole sectors of a row: absolute [offset, offset + length), sectors
+    first..last (offset // 512), inclusive."""
+
+    byte: int
+    offset: int
+    length: int
+
+    @property
+    def sectors(self) -> tuple[int, int]:
+        return self.offset // SECTOR, (self.offset + self.length - 1) // SECTOR
+
+    def to_json(self) -> dict[str, Any]:
+        return {"byte": self.byte, "offset": self.offset, "length": self.length, "sectors": list(self.sectors)}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Which deliveries of the row (``reference``, the read paths) held the same bytes, shown from the
+    mismatch's first differing byte, and whether they are the row's right bytes."""
+
+    paths: tuple[str, ...]
+    shown: str
+    right: bool | None      # None: nothing decided which bytes are right
+
+    def to_json(self) -> dict[str, Any]:
+        return {"paths": list(self.paths), "bytes": self.shown, "right": self.right}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +98,10 @@ class RowMismatch:
     max_abs_diff: float | None = None
     detail: str = ""
     unit: str = "bytes"  # what `differing` counts: bytes, or decoded values for a float capture
+    filled: Filled | None = None
+    #: What decided the row's right bytes (``expected``): manifest, agreement, or buffered (the reference read).
+    reference: str = "buffered"
+    delivered: tuple[Delivery, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "mode": self.mode, "stage": self.stage, "file": self.file, "tensor": self.tensor,
@@ -71,7 +110,8 @@ class RowMismatch:
                 "actual": self.actual, "differing": self.differing, "unit": self.unit,
                 "expected_finite": self.expected_finite, "actual_finite": self.actual_finite,
                 "other_row": self.other_row, "other_offset": self.other_offset, "max_abs_diff": self.max_abs_diff,
-                "detail": self.detail}
+                "detail": self.detail, "filled": None if self.filled is None else self.filled.to_json(),
+                "reference": self.reference, "delivered": [d.to_json() for d in self.delivered]}
 
 
 class _Verdict(NamedTuple):
@@ -79,6 +119,7 @@ class _Verdict(NamedTuple):
     other_row: int | None
     other_offset: int | None
     detail: str
+    filled: Filled | None = None
 
 
 def _hex(data: bytes) -> str:
@@ -144,6 +185,21 @@ class RawRow:
 
     def at(self) -> str:
         return f"offset {self.table.row_offset(self.row) + self.first}"
+
+    def filled(self) -> Filled | None:
+        """Every sector (as far as the row holds it) that holds a differing byte is one byte other than the
+        poison, repeated: (its bytes, offsets) or None."""
+        got, want, n = self.actual, self.expected, len(self.actual)
+        if n != len(want) or not n:
+            return None
+        at = self.table.row_offset(self.row)
+        last = next(i for i in range(n - 1, -1, -1) if got[i] != want[i])
+        lo = max(0, align_down(at + self.first, SECTOR) - at)
+        hi = min(n, align_up(at + last + 1, SECTOR) - at)
+        byte = got[self.first]
+        if byte == POISON or not uniform(got[lo:hi], byte):
+            return None
+        return Filled(byte, at + lo, hi - lo)
 
     def repeats(self) -> bool:
         # One byte repeated (zeros, poison) would "match" padding anywhere.
@@ -216,6 +272,9 @@ class DecodedRow:
     def at(self) -> str:
         return f"column {self.first}"
 
+    def filled(self) -> Filled | None:
+        return None  # decoded values show no sectors
+
     def repeats(self) -> bool:
         # One value repeated throughout says nothing about which row it came from.
         bits: np.ndarray = self.got.view(self.bits)
@@ -271,26 +330,30 @@ def captured(table: RowTable, row: int, expected: bytes, got: np.ndarray) -> For
 
 class Classifier:
     """Turns a row that differs from the file into a located, classified RowMismatch; reads the file around
-    the row through the reference when looking for where the row's content came from."""
+    the row through the reference when looking for where the row's content came from. *probed*: bytes at
+    offset 0 the read path read once when it was opened (the direct path's alignment probe), 0 for none."""
 
-    def __init__(self, table: RowTable, reference: BufferedReader) -> None:
+    def __init__(self, table: RowTable, reference: BufferedReader, probed: int = 0) -> None:
         self.table = table
         self.reference = reference
+        self.probed = probed
 
     def mismatch(self, sample: Sample, expected: bytes, mode: str, stage: str,
                  previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> RowMismatch:
-        """A read path's row; *batch* holds the file's bytes of rows it may have been confused with."""
+        """A read path's row (read into a poisoned buffer); *batch* holds the file's bytes of rows it may
+        have been confused with."""
         # A view into a live buffer is classified by what it shows now (bytes(bytes) is no copy).
         form = RawRow(self.table, sample.row, expected, bytes(sample.data))
         return self.classify(form, mode, stage, previous=previous, batch=batch, unlanded=sample.unlanded,
-                             via_cache=sample.via_cache)
+                             via_cache=sample.via_cache, cut=sample.cut, poisoned=True)
 
     def classify(self, form: Form, mode: str, stage: str, *, previous: bytes | None = None,
                  batch: dict[int, bytes] | None = None, unlanded: bool = False,
-                 via_cache: bool = False) -> RowMismatch:
-        """*previous* is the file's bytes of the row gathered just before this one."""
+                 via_cache: bool = False, cut: bool = False, poisoned: bool = False) -> RowMismatch:
+        """*previous* is the file's bytes of the row gathered just before this one; *cut*: the read came
+        back short; *poisoned*: ggaudit poisoned the buffer before the read (a read path, not a capture)."""
         t, row = self.table, form.row
-        verdict = self._verdict(form, previous, batch or {}, unlanded, via_cache)
+        verdict = self._verdict(form, previous, batch or {}, _How(unlanded, via_cache, cut, poisoned))
         byte, block, column = form.where()
         at = t.row_offset(row)
         expected, actual = form.shown()
@@ -300,27 +363,38 @@ class Classifier:
                            column=column, expected=expected, actual=actual, differing=form.differing,
                            expected_finite=expected_finite, actual_finite=actual_finite, other_row=verdict.other_row,
                            other_offset=verdict.other_offset, max_abs_diff=form.max_abs_diff,
-                           detail=verdict.detail + form.note, unit=form.unit)
+                           detail=verdict.detail + form.note, unit=form.unit, filled=verdict.filled)
 
-    def _verdict(self, form: Form, previous: bytes | None, batch: dict[int, bytes], unlanded: bool,
-                 via_cache: bool) -> _Verdict:
+    def _verdict(self, form: Form, previous: bytes | None, batch: dict[int, bytes], how: _How) -> _Verdict:
         unit = form.unit
         # Searching the file is the costly step: done once, first only for a cache hit (crosstalk wins).
-        other = self._source(form, batch) if via_cache else None
+        other = self._source(form, batch) if how.via_cache else None
         if other is not None:
             held = f"row {other[0]}" if other[0] is not None else f"the {unit} of offset {other[1]}"
             return _Verdict("cache-crosstalk", *other, f"cache hit for row {form.row} held {held}")
-        if unlanded:
+        if how.unlanded:
             return _Verdict("stale", None, None,
                             "buffer handed out before its read landed: it held its previous contents")
         if previous is not None and form.holds(previous):
             return _Verdict("stale", None, None, f"the {unit} of the previous row gathered into the same buffer")
         fill = form.fill()
-        if fill is not None:
+        # Zeros in a buffer ggaudit poisoned came from below, unless the read came back short.
+        if fill == "poison" or (fill is not None and (how.cut or not how.poisoned)):
             return _Verdict("short-read", None, None, f"{fill} from {form.at()} on: the read stopped there")
-        if not via_cache:
+        filled = form.filled() if how.poisoned else None
+        if filled is not None:
+            first, last = filled.sectors
+            return _Verdict("filled", None, None,
+                            f"0x{filled.byte:02x} over offsets {filled.offset}-{filled.offset + filled.length - 1} "
+                            f"(sectors {first}-{last}) from a read that returned its full count: filled below "
+                            "the read path (the device, a VM disk or a storage layer), not a short read", filled)
+        if not how.via_cache:
             other = self._source(form, batch)
         if other is not None:
+            if other[0] is None and other[1] + self.table.row_bytes <= self.probed:
+                return _Verdict("stale", None, other[1], f"the {unit} of offset {other[1]}, which only the "
+                                f"alignment probe (the read of offset 0 when the path opened) read: a previous "
+                                "request's buffer")
             name = f"row {other[0]}" if other[0] is not None else f"offset {other[1]}"
             return _Verdict("misplaced", *other, f"the {unit} of {name}")
         return _Verdict("garbage", None, None, f"{unit} found nowhere near the row")
@@ -345,3 +419,12 @@ class Classifier:
         other, within = t.row_at(found)
         in_table = within == 0 and 0 <= other < t.n_rows
         return (other if in_table else None), found
+
+
+class _How(NamedTuple):
+    """How a row was read: what the classifier knows of it besides its bytes."""
+
+    unlanded: bool
+    via_cache: bool
+    cut: bool
+    poisoned: bool

@@ -9,7 +9,7 @@ buffer so scattered rows cost one kernel call per megabyte, not one per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +50,10 @@ class NonFiniteRows:
     first: NonFiniteValue | None
 
 
-def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray | None) -> NonFiniteRows:
-    """How many of *rows* (None: the whole table) hold a non-finite value, and the first such value."""
+def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray | None,
+                   decided: Mapping[int, bytes] | None = None) -> NonFiniteRows:
+    """How many of *rows* (None: the whole table) hold a non-finite value, and the first such value;
+    *decided* gives the right bytes of rows whose reference read was found wrong."""
     layout = FP8_E4M3_ELEMENTS if table.fp8 else layout_of(table.tensor.ggml_type)
     if layout.is_integer:
         return NonFiniteRows(0, None)
@@ -59,6 +61,8 @@ def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray 
     opts = Options(max_abs=None, limit=1 << 62, fail_fast=False)
     count, first = 0, None
     for chunk, data in _chunks(table, reference, rows):
+        if decided:
+            data = _with_decided(table, chunk, data, decided)
         plan = Plan(0, t.name, t.path, 0, len(data), t.n_cols, layout, False)
         acc = Acc()
         scan_units(plan, opts, acc, np.frombuffer(data, dtype=np.uint8), 0)
@@ -85,6 +89,15 @@ def _chunks(table: RowTable, reference: BufferedReader, rows: np.ndarray | None
     for i in range(0, ordered.size, per):
         chunk = ordered[i:i + per]
         yield chunk, b"".join(_runs(table, reference, chunk))
+
+
+def _with_decided(table: RowTable, chunk: np.ndarray, data: bytes, decided: Mapping[int, bytes]) -> bytes:
+    """*data* (the bytes of *chunk*'s rows, one after another) with the decided rows' right bytes."""
+    rb, out = table.row_bytes, None
+    for i in np.flatnonzero(np.isin(chunk, np.fromiter(decided, np.int64))).tolist():
+        out = out if out is not None else bytearray(data)
+        out[i * rb:(i + 1) * rb] = decided[int(chunk[i])]
+    return data if out is None else bytes(out)
 
 
 def _runs(table: RowTable, reference: BufferedReader, rows: np.ndarray) -> Iterator[bytes]:

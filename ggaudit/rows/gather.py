@@ -32,7 +32,9 @@ class Sample(NamedTuple):
     row: int
     data: bytes | memoryview    # a memoryview only from Gatherer.hold: a view into a still-held read buffer
     unlanded: bool = False      # the read claimed bytes but the buffer's head was still all poison
-    via_cache: bool = False
+    via_cache: bool = False     # a cache hit that the ledger cannot vouch for (see through_cache)
+    cut: bool = False           # the read holding the row returned fewer bytes than asked
+    as_stored: bool = False     # a cache hit returning exactly the bytes its miss stored
 
 
 class Shortfall(NamedTuple):
@@ -241,7 +243,8 @@ class Gatherer:
         """Note short reads and unlanded buffers, and slice each read's rows into *out*."""
         rb, base, size, new = self.row_bytes, self.base, self.reader.size, tuple.__new__
         for (first, _, i, j), buf, (start, length), got in zip(reads, ready.buffers, ready.spans, landed, strict=True):
-            if got < length and is_short(start, length, got, size):
+            cut = got < length and is_short(start, length, got, size)
+            if cut:
                 self.shortfalls.append(Shortfall(start, length, got))
             whole = buf.view
             unlanded = still_poison(whole, got)
@@ -251,12 +254,12 @@ class Gatherer:
                 # (3.4 against 3.6 us page-cached), in the calling thread while no read is in flight.
                 data = bytes(whole[at:at + rb]) if held is None else whole[at:at + rb]
                 # tuple.__new__ skips the NamedTuple constructor's Python frame: half the cost per row.
-                out[i] = new(Sample, (rows[i], data, unlanded, False))
+                out[i] = new(Sample, (rows[i], data, unlanded, False, cut, False))
                 continue
             for k in range(i, j):
                 at = base + rows[k] * rb - start
                 data = bytes(whole[at:at + rb]) if held is None else whole[at:at + rb]
-                out[k] = new(Sample, (rows[k], data, unlanded, False))
+                out[k] = new(Sample, (rows[k], data, unlanded, False, cut, False))
         self.reads += len(landed)
         self.bytes += sum(landed)
 
@@ -285,18 +288,43 @@ class Gatherer:
         self.pool.close()
 
 
-def through_cache(gather: Callable[[list[int]], list[Sample]], cache: RowCache, rows: Iterable[int]) -> list[Sample]:
-    """Rows the cache holds come from it (marked); the rest are gathered and put in it."""
+class CacheLedger:
+    """What each row's cache entry received from its miss, kept beside the cache (which may be faulty), so a
+    hit is blamed on the cache only when it returns other bytes than its miss stored. Holds the very bytes
+    objects the cache got (no copy), the latest *limit* rows."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.stored: OrderedDict[int, bytes] = OrderedDict()
+
+    def put(self, row: int, data: bytes) -> None:
+        self.stored[row] = data
+        self.stored.move_to_end(row)
+        while len(self.stored) > self.limit:
+            self.stored.popitem(last=False)
+
+    def hit(self, row: int, data: bytes) -> Sample:
+        """A cache hit for *row*: vouched for when it is what the miss stored, else a suspect for crosstalk."""
+        if self.stored.get(row) == data:
+            return Sample(row, data, as_stored=True)
+        return Sample(row, data, via_cache=True)
+
+
+def through_cache(gather: Callable[[list[int]], list[Sample]], cache: RowCache, rows: Iterable[int],
+                  ledger: CacheLedger) -> list[Sample]:
+    """Rows the cache holds come from it (marked, against *ledger*); the rest are gathered and put in it."""
     out, missing = [], []
     for row in rows:
         data = cache.get(row)
         if data is None:
             missing.append(row)
         else:
-            out.append(Sample(row, data, via_cache=True))
+            out.append(ledger.hit(row, data))
     fresh = gather(missing)
     for s in fresh:
-        cache.put(s.row, bytes(s.data))  # bytes already: no copy
+        data = bytes(s.data)  # bytes already: no copy
+        cache.put(s.row, data)
+        ledger.put(s.row, data)
     return out + fresh
 
 

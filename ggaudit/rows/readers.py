@@ -186,6 +186,9 @@ class Reader:
 
     mode = "buffered"
     alignment = NO_ALIGNMENT
+    #: Bytes at offset 0 this path read once when it was opened (the direct path's alignment probe): a
+    #: row holding them got a previous request's buffer.
+    probed = 0
 
     def __init__(self, path: str, size: int) -> None:
         self.path = path
@@ -204,6 +207,10 @@ class Reader:
     def read_into(self, view: memoryview, offset: int) -> int:
         """Read len(view) bytes at *offset* into *view* with one request; return how many arrived."""
         raise NotImplementedError
+
+    def done_with(self, offset: int, length: int) -> None:
+        """[offset, offset + length) has been read and will not be read again: a path that keeps the file's
+        pages in this process (a mapping) may let them go. Only a hint; the other paths keep nothing."""
 
     def close(self) -> None:
         """Release the file."""
@@ -338,6 +345,19 @@ class MmapReader(Reader):
         view[:n] = self._bytes[offset:offset + n]  # type: ignore[index]
         return n
 
+    def done_with(self, offset: int, length: int) -> None:
+        # MADV_DONTNEED unmaps the pages from this process (the page cache keeps them), so a pass over the whole
+        # file holds no more of it resident than it is reading. Whole pages only: a page the range shares with
+        # bytes not yet read stays. Windows has no madvise: its working set is the OS's to trim.
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None or self._map is None:
+            return
+        start = align_up(offset, mmap.PAGESIZE)
+        stop = self.size if offset + length >= self.size else align_down(offset + length, mmap.PAGESIZE)
+        if stop > start:
+            with contextlib.suppress(OSError, ValueError):
+                self._map.madvise(advice, start, stop - start)
+
     def _cut_short(self, offset: int, err: int) -> ReadError:
         now = os.fstat(self.fd).st_size
         if now < self.size:
@@ -426,6 +446,7 @@ class LinuxDirectReader(BufferedReader):
                 buf.close()
             if align != self.alignment.offset:  # the kernel's figure was too small for this device
                 self.alignment = Alignment(align, max(align, self.alignment.memory), "probe")
+            self.probed = align
             return
         self.close()
         raise DirectIOUnavailable(self.path, "direct reads fail with EINVAL even when aligned")

@@ -36,19 +36,21 @@ from ..arrays import distinct
 from . import MODES
 from .readers import PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
 from .table import RowTable
-from .gather import (BufferPool, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall, Sweep,
-                     through_cache)
-from .classify import KINDS, UNCLASSIFIED, Classifier, RowMismatch, captured
+from .gather import (BufferPool, CacheLedger, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall,
+                     Sweep, through_cache)
+from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
+from .settle import Kept, RowGroups, far_named, manifest_groups, settled
+from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
 from .lines import describe_row_mismatch, describe_short_read, nonfinite_text
 from .select import (MAX_SELECTED, Capture, RowChoice, RowIds, RowSelection, Selection, crosses, crossing_mask,
                      crossing_rows, crossing_rows_of, int_text, load_capture, select_rows)
 
 __all__ = [
-    "KINDS", "CaptureResult", "Classifier", "Geometry", "NonFiniteValue", "PathStats", "RowCache", "RowChoice",
-    "RowMismatch", "RowSelection", "RowsOptions", "RowsReport", "Selection", "ShortRead", "check_rows", "crosses",
-    "crossing_rows", "crossing_rows_of", "geometry_of", "load_capture", "pick_tensor", "select_rows",
-    "table_geometry",
+    "KINDS", "CaptureResult", "Classifier", "Delivery", "Filled", "Geometry", "NonFiniteValue", "PathStats",
+    "RowCache", "RowChoice", "RowMismatch", "RowSelection", "RowsOptions", "RowsReport", "Selection", "ShortRead",
+    "check_rows", "crosses", "crossing_rows", "crossing_rows_of", "geometry_of", "load_capture", "pick_tensor",
+    "select_rows", "table_geometry",
 ]
 
 log = logging.getLogger(__name__)
@@ -344,7 +346,7 @@ class _Findings:
 
     def __init__(self, fail_fast: bool) -> None:
         self.fail_fast = fail_fast
-        self.kept: list[RowMismatch] = []
+        self.kept: list[Kept] = []
         self.count = 0
         self.kinds: Counter[str] = Counter()
         # Every mismatched row as 8 bytes (a set of Python ints costs ten times that), the first
@@ -353,16 +355,32 @@ class _Findings:
         self.short_reads: list[ShortRead] = []
         self.short_count = 0
 
-    def add(self, row: int, make: Callable[[], RowMismatch]) -> None:
+    def add(self, row: int, make: Callable[[], RowMismatch], expected: bytes | None = None,
+            actual: bytes | None = None, remake: Callable[[bytes], RowMismatch] | None = None) -> RowMismatch | None:
+        """Count a mismatch; the one made (None past the cap)."""
         self.count += 1
         if len(self.rows) < MAX_SELECTED:
             self.rows.append(row)
         if len(self.kept) < MAX_REPORTED:
             m = make()
-            self.kept.append(m)
+            self.kept.append(Kept(m, expected, actual, remake))
             self.kinds[m.kind] += 1
-        else:
-            self.kinds[UNCLASSIFIED] += 1
+            return m
+        self.kinds[UNCLASSIFIED] += 1
+        return None
+
+    def replace(self, kept: list[Kept]) -> None:
+        """The kept mismatches, settled: counted again (those past the cap stay unclassified)."""
+        unclassified = self.kinds[UNCLASSIFIED]
+        self.kept = kept
+        self.count = len(kept) + unclassified
+        self.kinds = Counter(k.mismatch.kind for k in kept)
+        if unclassified:
+            self.kinds[UNCLASSIFIED] = unclassified
+
+    @property
+    def mismatches(self) -> list[RowMismatch]:
+        return [k.mismatch for k in self.kept]
 
     def short(self, mode: str, stage: str, file: str, shortfalls: Iterable[Shortfall]) -> None:
         for s in shortfalls:
@@ -399,6 +417,12 @@ class _Replay:
     findings: _Findings
     options: RowsOptions
     stats: list[PathStats] = field(default_factory=list)
+    #: The stages each read path ran, in order (every selected row went through each).
+    ran: dict[str, dict[str, None]] = field(default_factory=dict)
+    #: Per read path, the bytes its probe read at offset 0 when it opened (Reader.probed).
+    probed: dict[str, int] = field(default_factory=dict)
+    #: The verdict of the read that filled each row's cache entry with wrong bytes, for its hits to inherit.
+    miss_verdicts: dict[int, RowMismatch] = field(default_factory=dict)
 
     def _progress(self, mode: str, done: int, total: int) -> None:
         if self.options.progress is not None:
@@ -415,20 +439,45 @@ class _Replay:
     def check(self, samples: Iterable[Sample], ref: dict[int, bytes], mode: str, stage: str,
               suspects: dict[int, bytes] | None = None) -> None:
         """Compare with *ref*; a mismatch equal to a row of *suspects* (default: *ref*) is named as that row."""
-        classifier = Classifier(self.table, self.reference)
+        classifier = Classifier(self.table, self.reference, self.probed.get(mode, 0))
         batch = ref if suspects is None else suspects
+        self.ran.setdefault(mode, {})[stage] = None
         for s in samples:
-            if s.data != ref[s.row]:
-                self.findings.add(s.row, functools.partial(classifier.mismatch, s, ref[s.row], mode, stage,
-                                                           batch=batch))
-                if self.findings.stop:
-                    return
+            if s.data == ref[s.row]:
+                if not s.as_stored:
+                    self.miss_verdicts.pop(s.row, None)   # its cache entry (if any) got the right bytes
+                continue
+            got = s._replace(data=bytes(s.data))   # remade later, after a held buffer went back to the pool
+
+            def remake(expected: bytes, got: Sample = got) -> RowMismatch:
+                return classifier.mismatch(got, expected, mode, stage, batch=batch)
+
+            made = self.findings.add(s.row, functools.partial(self._mismatch, classifier, got, ref[s.row], mode,
+                                                              stage, batch), ref[s.row], bytes(got.data), remake)
+            if made is not None and not (s.as_stored or s.via_cache):
+                self.miss_verdicts[s.row] = made
+            if self.findings.stop:
+                return
+
+    def _mismatch(self, classifier: Classifier, s: Sample, expected: bytes, mode: str, stage: str,
+                  batch: dict[int, bytes]) -> RowMismatch:
+        """A cache hit returning what its miss stored inherits the miss's verdict: the cache changed nothing."""
+        miss = self.miss_verdicts.get(s.row) if s.as_stored else None
+        if miss is not None:
+            return dataclasses.replace(miss, stage=stage, detail=f"cached from a wrong read ({miss.stage}, "
+                                                                 f"{miss.kind}): {miss.detail}")
+        made = classifier.mismatch(s, expected, mode, stage, batch=batch)
+        if s.as_stored:
+            return dataclasses.replace(made, detail=f"cached from a wrong read: {made.detail}")
+        return made
 
     def run_path(self, reader: Reader, rows: Sequence[int] | np.ndarray) -> None:
         batch = self.options.batch
+        self.probed[reader.mode] = reader.probed
+        self.miss_verdicts.clear()
         gatherer = Gatherer(reader, self.table.tensor.offset, self.table.row_bytes, self.options.workers,
                             pool_factory=self.options.pool_factory)
-        caches: dict[str, RowCache] = {}
+        caches: dict[str, tuple[RowCache, CacheLedger]] = {}
         started = time.perf_counter()
         try:
             for i in range(0, len(rows), batch):
@@ -439,9 +488,17 @@ class _Replay:
         finally:
             gatherer.close()
         self._stats(reader, "gather", gatherer.reads, gatherer.bytes, len(rows), started, gatherer.pool.created,
-                    _cache_counts(caches))
+                    _cache_counts([c for c, _ in caches.values()]))
 
-    def _batch(self, gatherer: Gatherer, caches: dict[str, RowCache], rows: Sequence[int]) -> None:
+    def _cache(self, caches: dict[str, tuple[RowCache, CacheLedger]], name: str,
+               capacity: int) -> tuple[RowCache, CacheLedger]:
+        if name not in caches:
+            cache = self.options.cache_factory(capacity, self.table)
+            caches[name] = cache, CacheLedger(2 * cache.capacity + self.options.batch)
+        return caches[name]
+
+    def _batch(self, gatherer: Gatherer, caches: dict[str, tuple[RowCache, CacheLedger]],
+               rows: Sequence[int]) -> None:
         ref = _reference_rows(self.reference, self.table, rows)
         mode, cache_rows = gatherer.reader.mode, self.options.cache_rows
 
@@ -456,14 +513,14 @@ class _Replay:
         self.check(gather("gather")(rows), ref, mode, "gather")
         if not cache_rows or self.findings.stop:
             return
-        main = caches.setdefault("main", self.options.cache_factory(cache_rows, self.table))
+        main, ledger = self._cache(caches, "main", cache_rows)
         for stage in ("cache-miss", "cache-hit"):
-            self.check(through_cache(gather(stage), main, rows), ref, mode, stage)
+            self.check(through_cache(gather(stage), main, rows, ledger), ref, mode, stage)
         # Under pressure: a cache holding half the batch, gathered forwards then backwards.
-        small = caches.setdefault("pressure", self.options.cache_factory(max(1, min(cache_rows, len(rows) // 2)),
-                                                                         self.table))
+        small, small_ledger = self._cache(caches, "pressure", max(1, min(cache_rows, len(rows) // 2)))
         for order in (rows, rows[::-1]):
-            self.check(through_cache(gather("cache-pressure"), small, order), ref, mode, "cache-pressure")
+            self.check(through_cache(gather("cache-pressure"), small, order, small_ledger), ref, mode,
+                       "cache-pressure")
 
     def prefetch(self, reader: Reader, rows: Sequence[int] | np.ndarray) -> None:
         """Gather batch k+1 in the background while batch k's rows are still views into their read buffers,
@@ -501,6 +558,7 @@ class _Replay:
 
     def sweep(self, reader: Reader) -> None:
         t = self.table
+        self.probed[reader.mode] = reader.probed
         sweep = Sweep(reader, self.reference, t.tensor.offset, t.row_bytes, t.n_rows, self.options.workers)
         started = time.perf_counter()
         chunks = sweep.chunks()
@@ -523,13 +581,20 @@ class _Replay:
         rb = self.table.row_bytes
         a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
         e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
-        classifier = Classifier(self.table, self.reference)
+        classifier = Classifier(self.table, self.reference, self.probed.get(mode, 0))
+        self.ran.setdefault(mode, {})["sweep"] = None
         for i in np.flatnonzero((a != e).any(axis=1)).tolist():
-            sample = Sample(chunk.first + i, actual[i * rb:(i + 1) * rb], chunk.unlanded)
-            self.findings.add(sample.row, functools.partial(classifier.mismatch, sample,
-                                                            expected[i * rb:(i + 1) * rb], mode, "sweep"))
+            sample = Sample(chunk.first + i, actual[i * rb:(i + 1) * rb], chunk.unlanded,
+                            cut=chunk.shortfall is not None)
+            want = expected[i * rb:(i + 1) * rb]
+            self.findings.add(sample.row, functools.partial(classifier.mismatch, sample, want, mode, "sweep"),
+                              want, bytes(sample.data), functools.partial(_remake, classifier, sample, mode, "sweep"))
             if self.findings.stop:
                 return
+
+
+def _remake(classifier: Classifier, sample: Sample, mode: str, stage: str, expected: bytes) -> RowMismatch:
+    return classifier.mismatch(sample, expected, mode, stage)
 
 
 def _ints(rows: Sequence[int] | np.ndarray) -> list[int]:
@@ -537,9 +602,8 @@ def _ints(rows: Sequence[int] | np.ndarray) -> list[int]:
     return rows.tolist() if isinstance(rows, np.ndarray) else list(rows)
 
 
-def _cache_counts(caches: dict[str, RowCache]) -> tuple[int, int, int]:
-    return (sum(c.hits for c in caches.values()), sum(c.misses for c in caches.values()),
-            sum(c.evictions for c in caches.values()))
+def _cache_counts(caches: Sequence[RowCache]) -> tuple[int, int, int]:
+    return sum(c.hits for c in caches), sum(c.misses for c in caches), sum(c.evictions for c in caches)
 
 
 def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
@@ -573,7 +637,8 @@ def _indexed_ids(ids: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, i
 
 def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None = None,
                modes: Sequence[str] = MODES, options: RowsOptions | None = None, select: RowSelection | None = None,
-               against: str | os.PathLike[str] | None = None) -> RowsReport:
+               against: str | os.PathLike[str] | None = None,
+               manifest: str | os.PathLike[str] | None = None) -> RowsReport:
     """Replay rows of *tensor* (default: per_layer_token_embd.weight, else token_embd.weight) through
     each read path in *modes*, and/or compare an engine's capture of gathered rows (*against*, a .npz or
     structured .npy) with the file.
@@ -582,9 +647,14 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     adds random or page-crossing rows, or sweeps every row; with neither, the capture's IDs are checked.
     *options* (RowsOptions) tunes the replay; with options.prefetch each path's gather is followed by a
     prefetch stage (see _Replay.prefetch).
+
+    A mismatched row's right bytes are decided by *manifest* (a tensor manifest: the row group's digest)
+    when given, else by agreement of independent read paths, else the reference (buffered) read stands;
+    each mismatch says which decided (``reference``) and which paths delivered which bytes (``delivered``).
     """
     check_arg("tensor", tensor, (str, type(None)), "a string or None")
     check_arg("against", against, (str, os.PathLike, type(None)), "a path or None")
+    check_arg("manifest", manifest, (str, os.PathLike, type(None)), "a path or None")
     check_arg("options", options, (RowsOptions, type(None)), "a RowsOptions or None")
     check_arg("select", select, (RowSelection, type(None)), "a RowSelection or None")
     if isinstance(modes, (str, bytes)) or not isinstance(modes, Iterable):  # one name would become letters
@@ -597,6 +667,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
         raise UsageError(None, "no read path, and no capture to compare (against): nothing to compare the file "
                                "with", field="modes")
     table = RowTable(t, os.path.getsize(t.path), opts.fp8)
+    digest = None if manifest is None else manifest_groups(read_tensor_manifest(manifest), t, os.fspath(manifest))
     capture = load_capture(os.fspath(against), table) if against is not None else None
     chooses = rows is not None or sel.all_rows or sel.random is not None or sel.page_crossing
     selection = select_rows(table, rows, sel, extra=capture.ids if capture is not None and not chooses else ())
@@ -610,8 +681,10 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
             if findings.stop:
                 break
             _run_mode(replay, factory, mode, selection, warnings)
+        decided = _settle(replay, digest)
         # Bytes delivered faithfully can still be NaN: the file's own values of the rows selected.
-        nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(table, reference, selection.rows)
+        nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(table, reference, selection.rows,
+                                                                                decided)
     _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
     bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
@@ -620,13 +693,27 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       n_rows=t.n_rows, table_offset=t.offset, choice=selection.choice,
                       modes=modes, rows_checked=table.n_rows if selection.rows is None else len(selection.rows),
                       geometry=geometry, mismatch_geometry=bad_geometry, mismatch_count=findings.count,
-                      by_kind=by_kind, mismatches=tuple(findings.kept), short_reads=tuple(findings.short_reads),
+                      by_kind=by_kind, mismatches=tuple(findings.mismatches), short_reads=tuple(findings.short_reads),
                       short_read_count=findings.short_count, capture=capture_result, stats=tuple(replay.stats),
                       warnings=tuple(warnings), nonfinite_rows=nonfinite.rows, first_nonfinite=nonfinite.first)
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("
                              + "; ".join(report.warnings) + ")")
     return report
+
+
+def _settle(replay: _Replay, digest: TensorDigest | None) -> dict[int, bytes]:
+    """Each mismatched row's right bytes decided from every path's delivery, far sources named; the rows
+    whose right bytes are not the reference read's. Past the cap (or a fail-fast stop) the deliveries of
+    the rows not kept are unknown: those mismatches stay against the reference read."""
+    f = replay.findings
+    kept: list[Kept] = f.kept
+    decided: dict[int, bytes] = {}
+    if not f.stop and not f.kinds[UNCLASSIFIED]:
+        groups = None if digest is None else RowGroups(digest, replay.reference)
+        kept, decided = settled(kept, replay.ran, replay.table, replay.reference, replay.probed, groups)
+    f.replace(far_named(kept, replay.table, replay.reference, replay.probed))
+    return decided
 
 
 def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,

@@ -10,13 +10,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..diagnostic import Diagnostic
 from ..format.structure import GAP, PADDING, TRAILING, StructureFinding
 from ..lines import between, block_layout, format_value, location
-from ..text import escape
+from ..text import escape, escape_path
+
+if TYPE_CHECKING:   # only named: the report types load without the header parser or jinja2
+    from ..format.consistency import MetadataFinding
+    from ..format.templates import TemplateFinding
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
            "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "Finding", "ScaleHistogram",
@@ -29,7 +33,7 @@ SCHEMA = "ggaudit/scan-report/1"
 #: Every kind of finding, in the order counts are shown.
 KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
 #: Every kind of diagnostic a scan yields (ggaudit.kinds ids): its findings', then its structure's.
-DIAGNOSTIC_KINDS: tuple[str, ...] = (*KINDS, PADDING, GAP, TRAILING)
+DIAGNOSTIC_KINDS: tuple[str, ...] = (*KINDS, PADDING, GAP, TRAILING, "metadata", "template")
 
 
 def counted_kinds(anomalies: bool) -> tuple[str, ...]:
@@ -164,6 +168,31 @@ def describe_structure(s: StructureFinding) -> str:
 def structure_diagnostic(s: StructureFinding) -> Diagnostic:
     return Diagnostic(kind=s.kind, message=describe_structure(s), file=s.path, offset=s.offset, length=s.length,
                       extras=s.to_json())
+
+
+def describe_metadata(m: MetadataFinding) -> str:
+    """One line: the key and its value, where it is, the tensor it contradicts, expected before actual."""
+    where = f"file {escape_path(m.path)}" + ("" if m.offset is None else f" offset {m.offset}")
+    tensor = "" if m.tensor is None else f", tensor {escape(m.tensor)}"
+    warning = "warning: " if m.severity == "warning" else ""
+    return (f"metadata {escape(m.key)} = {escape(str(m.value))} at {where}{tensor}: {warning}expected "
+            f"{escape(m.expected)}, got {escape(m.actual)}")
+
+
+def metadata_diagnostic(m: MetadataFinding) -> Diagnostic:
+    return Diagnostic(kind=m.kind, severity=m.severity, message=describe_metadata(m), file=m.path, offset=m.offset,
+                      tensor=m.tensor, field=m.key, extras=m.to_json())
+
+
+def describe_template(t: TemplateFinding) -> str:
+    """One line: the template's key, line and column, its file offset, then what was seen there."""
+    return (f"template {escape(t.key)} line {t.line} column {t.column} at file {escape_path(t.path)} offset "
+            f"{t.offset}: {t.severity} {t.rule}: {escape(t.detail)}")
+
+
+def template_diagnostic(t: TemplateFinding) -> Diagnostic:
+    return Diagnostic(kind=t.kind, severity=t.severity, message=describe_template(t), file=t.path, offset=t.offset,
+                      field=t.key, extras=t.to_json())      # line and column are the template's: in extras
 
 
 def finding_diagnostic(f: Finding, max_abs: float | None) -> Diagnostic:
@@ -309,6 +338,8 @@ class ScanReport:
     digests: tuple[WholeFileDigests, ...] = ()  # per file read to its end; --fail-fast may leave some out
     structure: tuple[StructureFinding, ...] = ()    # per file, in file order
     anomalies: bool = False         # block scales were modelled (scan(..., anomalies=True))
+    metadata: tuple[MetadataFinding, ...] = ()      # keys contradicting the tensors or the vocabulary
+    templates: tuple[TemplateFinding, ...] = ()     # chat templates that run code or hide content
 
     @property
     def counts(self) -> dict[str, int]:
@@ -318,13 +349,15 @@ class ScanReport:
     @property
     def ok(self) -> bool:
         """Nothing found: no non-finite value (and, with ``max_abs``, no outlier) in any tensor, and no
-        structure finding."""
-        return not self.structure and not any(t.total for t in self.tensors)
+        structure, metadata or template finding (warnings included)."""
+        return not (self.structure or self.metadata or self.templates) and not any(t.total for t in self.tensors)
 
     def diagnostics(self) -> Iterator[Diagnostic]:
-        """Each structure finding, then each tensor's listed findings (``--limit`` lists fewer than it
-        counts: ``TensorScan.total``)."""
+        """Each structure finding, metadata finding and template finding, then each tensor's listed findings
+        (``--limit`` lists fewer than it counts: ``TensorScan.total``)."""
         yield from (structure_diagnostic(s) for s in self.structure)
+        yield from (metadata_diagnostic(m) for m in self.metadata)
+        yield from (template_diagnostic(t) for t in self.templates)
         for t in self.tensors:
             yield from (finding_diagnostic(f, self.max_abs) for f in t.findings)
 
@@ -334,7 +367,8 @@ class ScanReport:
             "files": list(self.files), "complete": self.complete, "counts": self.counts,
             "max_abs_threshold": self.max_abs, "warnings": list(self.warnings),
             "tensors": [t.to_json() for t in self.tensors], "stats": self.stats.to_json(),
-            "structure": [s.to_json() for s in self.structure]}
+            "structure": [s.to_json() for s in self.structure],
+            "metadata": [m.to_json() for m in self.metadata], "templates": [t.to_json() for t in self.templates]}
         if self.hashes:     # only when asked for, so a plain scan's JSON is unchanged
             doc["digests"] = [d.to_json() for d in self.digests]
         if self.anomalies:

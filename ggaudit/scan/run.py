@@ -33,7 +33,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,12 +44,16 @@ from ..errors import NothingChecked, ReadError, UsageError, options_from
 from ..format.layout import GGUFFile, Model, Tensor
 from ..stores.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
+from ..format.consistency import MetadataFinding, check_metadata
 from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, ScaleHistogram, ScanReport,
                      ScanStats, TensorScan, WholeFileDigests)
 from .histogram import histogram_of
 from .kernel import Acc, Options, Plan, by_file, count_expert, deep_supported, scan_units, settle_anomalies
 from .options import ScanOptions
 from ..text import escape
+
+if TYPE_CHECKING:   # jinja2 loads only for a model with a chat template
+    from ..format.templates import TemplateFinding
 
 __all__ = ["ScanConsumer", "ScanOptions", "ScanPlan", "add_anomalies", "deep_supported", "plan_scan", "scan"]
 
@@ -251,6 +255,10 @@ class ScanPlan:
     plans: tuple[Plan, ...]          # the selected tensors that hold floats, as the readers scan them
     fp8: frozenset[str]
     warnings: tuple[str, ...]        # what is not checked as asked (deep: a type gguf.quants cannot decode)
+    #: The header's findings (metadata contradicting the tensors, chat templates), found while the model's
+    #: metadata is at hand: a fleet's plan travels without it.
+    metadata: tuple[MetadataFinding, ...] = ()
+    templates: tuple[TemplateFinding, ...] = ()
 
 
 def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
@@ -266,7 +274,18 @@ def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
     for f in model.files:
         f.check_unchanged("since it was opened")
     return ScanPlan(model=model, options=options, selected=tuple(selected), plans=tuple(plans),
-                    fp8=frozenset(fp8), warnings=tuple(warnings))
+                    fp8=frozenset(fp8), warnings=tuple(warnings), metadata=check_metadata(model),
+                    templates=_templates(model))
+
+
+def _templates(model: Model) -> tuple[TemplateFinding, ...]:
+    """The chat templates' findings; jinja2 (and the template checks) load only for a model that has one."""
+    from ..format.templates import check_templates, is_template_key   # no jinja2: it loads in check_template
+
+    if not any(is_template_key(k) for k in model.metadata):
+        return ()
+
+    return check_templates(model)
 
 
 def scan(model: Model | str | os.PathLike[str], *, options: ScanOptions | None = None,
@@ -348,7 +367,7 @@ def report_of(plan: ScanPlan, accs: dict[int, Acc], stats: ScanStats,
     if plan.options.anomalies:
         warnings += add_anomalies(plan.plans, accs, opts)
     return build_report(plan.model, plan.selected, plan.plans, accs, set(plan.fp8), warnings, opts, stats,
-                        structure)
+                        structure, header=(plan.metadata, plan.templates))
 
 
 def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) -> list[str]:
@@ -435,9 +454,10 @@ def _histograms(plan: Plan | None, acc: Acc) -> tuple[ScaleHistogram, ...] | Non
 
 def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
                  fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats,
-                 structure: tuple[StructureFinding, ...] = ()) -> ScanReport:
-    """The report of a scan from its plans' merged accumulators (however they were read) and the
-    structure findings of its files."""
+                 structure: tuple[StructureFinding, ...] = (),
+                 header: tuple[tuple[MetadataFinding, ...], tuple[TemplateFinding, ...]] = ((), ())) -> ScanReport:
+    """The report of a scan from its plans' merged accumulators (however they were read), the structure
+    findings of its files and its header's (metadata, templates)."""
     by_index = {p.index: p for p in plans}
     out: list[TensorScan] = []
     stopped = any(a.stopped for a in accs.values())
@@ -460,7 +480,7 @@ def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan]
         warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]
     report = ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
                         warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats,
-                        anomalies=opts.anomalies, structure=structure)
+                        anomalies=opts.anomalies, structure=structure, metadata=header[0], templates=header[1])
     if not report.tensors and report.ok:
         # No value was scanned and nothing is wrong with the structure: that is never a clean result.
         raise NothingChecked(model.source, "holds no tensor; nothing was checked")

@@ -14,7 +14,7 @@ from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
 from .small_files import HEX64, read_text
 from .ollama import home_folder
-from .registry import Store, is_projector, one_model, opens_a_model
+from .registry import Roots, Store, is_projector, one_model, opens_a_model
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,14 @@ class HFStore(Store, prefix="hf"):
 
     def expectations(self) -> HFSnapshot:
         return read_hf_snapshot(self.name, self.roots.hf_cache)
+
+    @classmethod
+    def holds(cls, name: str, roots: Roots) -> bool:
+        try:
+            root = Path(roots.hf_cache) if roots.hf_cache is not None else default_hf_cache()
+            return (root / parse_hf_spec(name).folder / "snapshots").is_dir()
+        except (UsageError, OSError, ValueError):     # not ORG/NAME, or no cache to look in
+            return False
 
     def model_files(self) -> list[str]:
         """The path, inside the snapshot, of the GGUF model ``ORG/NAME[@REV][:FILE]`` names; without ``:FILE``,

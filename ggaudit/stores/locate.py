@@ -10,7 +10,7 @@ from typing import Union
 from ..errors import UsageError
 from ..format.layout import Model
 from ..format.layout import open_model as open_path
-from .registry import Roots, find_store
+from .registry import Roots, find_store, refuse_unknown_name
 
 #: What a model is named by: a path, a store name, or a model already opened.
 Target = Union[str, "os.PathLike[str]", Model]
@@ -47,8 +47,31 @@ def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None,
     unknown prefix or a name standing for several models; ManifestError for a missing or malformed
     manifest or a model without weights.
     """
-    found = find_store(spec, Roots(store, hf_cache))
-    return [spec] if found is None else found.model_files()
+    roots = Roots(store, hf_cache)
+    found = find_store(spec, roots)
+    if found is not None:
+        return found.model_files()
+    if not os.path.lexists(spec):
+        refuse_unknown_name(spec, roots)
+    return [spec]
+
+
+def distinct_models(paths: list[str]) -> list[str]:
+    """``paths`` with each split set once: a shard of a set already named (``m-00002-of-00002.gguf`` after
+    ``m-00001-of-00002.gguf``, as a shell glob gives them) is that model again, not another (any shard opens
+    the whole set). Files that are no shard are kept as given, repeats included."""
+    from ..format.layout import named_shards
+
+    seen: set[str] = set()
+    kept = []
+    for path in paths:
+        shards = named_shards(path)
+        key = None if shards is None else os.path.normcase(os.path.abspath(shards[0]))
+        if key is None or key not in seen:
+            kept.append(path)
+        if key is not None:
+            seen.add(key)
+    return kept
 
 
 def description_files(spec: str, *, store: str | os.PathLike[str] | None = None) -> list[str]:

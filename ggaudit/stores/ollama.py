@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
-from .registry import Store
+from .registry import Roots, Store
 from .small_files import HEX64, is_count, load_json
 
 log = logging.getLogger(__name__)
@@ -314,6 +314,14 @@ class OllamaStore(Store, prefix="ollama"):
             raise ManifestError(manifest.path, f"model {manifest.name} has no layer of type {MEDIA_MODEL}",
                                 field="layers")
         return [os.fspath(ollama_blob_path(manifest.store, layer.digest)) for layer in layers]
+
+    @classmethod
+    def holds(cls, name: str, roots: Roots) -> bool:
+        try:
+            root = Path(roots.store) if roots.store is not None else default_ollama_store()
+            return parse_ollama_name(name).manifest_path(root).is_file()
+        except (UsageError, OSError, ValueError):     # not an Ollama name, or no store to look in
+            return False
 
     def description_files(self) -> list[str]:
         root = Path(self.roots.store) if self.roots.store is not None else default_ollama_store()

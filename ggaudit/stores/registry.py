@@ -82,6 +82,12 @@ class Store:
         files and the files they name."""
         raise NotImplementedError
 
+    @classmethod
+    def holds(cls, name: str, roots: Roots) -> bool:
+        """Whether ``name`` (typed without the prefix) names a model this store holds: a bare name that is
+        no file is then said as the store's (``did you mean ollama:NAME?``). Looks at names, reads nothing."""
+        return False
+
 
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]*:")
 _LEADING_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]+:")
@@ -112,8 +118,20 @@ def find_store(text: str, roots: Roots, field: str = "model") -> Store | None:
         return store(text[leading.end():], roots)
     if os.path.lexists(text):      # a file whose name holds a colon
         return None
+    refuse_unknown_name(text, roots)
     raise UsageError(None, f"{quote(text)} is no file, and {quote(leading.group())} is no store prefix; the "
                            f"prefixes are {', '.join(known_prefixes())}", field=field)
+
+
+def refuse_unknown_name(text: str, roots: Roots) -> None:
+    """For ``text`` that names no file: a UsageError saying the store name it means, when a store holds a
+    model of that name (``clef-flash``, ``clef-flash:latest`` in Ollama's store, ``ORG/NAME`` in the Hugging
+    Face cache); nothing when none does (opening the path then says it is missing)."""
+    for prefix in known_prefixes():
+        store = store_class(prefix)
+        if store is not None and store.holds(text, roots):
+            # A name a store holds passed its parser (letters, digits, ._-/:): shown as typed.
+            raise UsageError(text, f"no such file; did you mean {prefix}{text}?")
 
 
 def one_model(where: str, files: Sequence[str], hint: str) -> str:

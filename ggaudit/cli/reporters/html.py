@@ -43,6 +43,10 @@ MAX_LINES = 2000
 MAX_MARKS = 1000
 #: Tensors whose histograms are drawn per model: those with findings first, then the largest.
 MAX_HISTOGRAMS = 24
+#: Findings listed per target on the first screen (all are in its section).
+MAX_VERDICT_LINES = 20
+#: Tensors without findings shown unfolded when no tensor has one; more are folded.
+FOLD_AT = 50
 
 _STATUS = {STATUS_CLEAN: "clean", STATUS_ERROR: "error"}
 
@@ -82,11 +86,43 @@ def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) 
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>ggaudit report: {word}</title><style>{_CSS}</style></head><body>",
            f'<h1>ggaudit report <span class="status s-{word}">{word}</span></h1>',
-           f"<p>ggaudit {html.escape(__version__)}; {_summary(outcomes)}</p>"]
-    for outcome in outcomes:
-        out.extend(_section(outcome, rendering))
+           f"<p>ggaudit {html.escape(__version__)}; {_summary(outcomes)}</p>", *_verdict(outcomes)]
+    for number, outcome in enumerate(outcomes):
+        out.extend(_section(outcome, rendering, _anchor(number)))
     out.append("</body></html>\n")
     return "\n".join(out)
+
+
+def _anchor(number: int) -> str:
+    return f"target-{number + 1}"
+
+
+def _verdict(outcomes: Sequence[Outcome[Report]]) -> list[str]:
+    """The first screen: each target's one-line result (a link to its section when there are several: the
+    index) and its findings' first lines, as text, before any table or picture."""
+    out = ['<section class="verdict"><h2>Verdict</h2><ul>']
+    for number, o in enumerate(outcomes):
+        if o.result is not None:
+            head, lines = html.escape(plain.summary_line(o.result)), _finding_lines(o.result)
+        else:
+            head, lines = f"{_p(o.model)}: error: {html.escape(escape_message(str(o.error)))}", ""
+        if len(outcomes) > 1:
+            head = f'<a href="#{_anchor(number)}">{head}</a>'
+        out.append(f"<li>{head}{lines}</li>")
+    out.append("</ul></section>")
+    return out
+
+
+def _finding_lines(result: Report) -> str:
+    """The first MAX_VERDICT_LINES findings' first lines (their text report's words), then how many more."""
+    found = list(result.diagnostics())
+    if not found:
+        return ""
+    items = "".join(f"<li><code>{html.escape(escape_message(d.lines[0]))}</code></li>"
+                    for d in found[:MAX_VERDICT_LINES])
+    more = f'<li class="more">... {plural(len(found) - MAX_VERDICT_LINES, "more finding")}</li>' \
+        if len(found) > MAX_VERDICT_LINES else ""
+    return f"<ul>{items}{more}</ul>"
 
 
 def _summary(outcomes: Sequence[Outcome[Report]]) -> str:
@@ -156,15 +192,16 @@ def _legend(items: Sequence[tuple[str, str]]) -> str:
 
 # --- sections --------------------------------------------------------------------------------------
 
-def _section(outcome: Outcome[Report], rendering: Rendering) -> list[str]:
+def _section(outcome: Outcome[Report], rendering: Rendering, anchor: str) -> list[str]:
     if outcome.error is not None:
-        return [f'<section><h2>{_p(outcome.model)} <span class="status s-error">error</span></h2>',
+        return [f'<section id="{anchor}"><h2>{_p(outcome.model)} <span class="status s-error">error</span></h2>',
                 f"<p>{html.escape(escape_message(str(outcome.error)))}</p></section>"]
     result = outcome.result
     assert result is not None     # an outcome holds a result or an error
     render = _SECTIONS.get(type(result).__name__)
     body = render(result, rendering) if render is not None else []
-    return [f"<section><h2>{_p(outcome.model)} {_status(result.ok)}</h2>", *body, _lines(result), "</section>"]
+    return [f'<section id="{anchor}"><h2>{_p(outcome.model)} {_status(result.ok)}</h2>', *body, _lines(result),
+            "</section>"]
 
 
 def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
@@ -180,10 +217,23 @@ def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
     out = ["<h3>Summary</h3>", _table(["", ""], ([_td(html.escape(k)), _td(html.escape(v), "mono")] for k, v in facts),
                                       len(facts), "facts")]
     out.append("<h3>Tensors</h3>")
-    out.append(_tensor_table(r.tensors))
+    out.extend(_tensor_tables(r.tensors))
     for path in r.files:
         out.extend(_scan_map(r, path))
     out.extend(_histograms(r))
+    return out
+
+
+def _tensor_tables(tensors: Sequence[TensorScan]) -> list[str]:
+    """The tensors with findings, then those without folded (a model of 1,000 clean tensors stays a page one
+    can find the findings in); unfolded when none has a finding and they are few."""
+    flagged = [t for t in tensors if t.total]
+    clean = [t for t in tensors if not t.total]
+    out = [_tensor_table(flagged)] if flagged else []
+    if clean:
+        unfolded = " open" if not flagged and len(clean) <= FOLD_AT else ""
+        out.append(f"<details{unfolded}><summary>{plural(len(clean), 'tensor')} without findings</summary>"
+                   f"{_tensor_table(clean)}</details>")
     return out
 
 
@@ -221,6 +271,9 @@ def _scan_map(r: ScanReport, path: str) -> list[str]:
            _legend([("hdr", "header"), ("t0", "tensor"), ("t1", "tensor (next)"), ("tf0", "tensor with findings"),
                     ("nan", "nan"), ("pinf", "+inf"), ("ninf", "-inf"), ("outlier", "outlier or anomaly"),
                     ("structure", "structure finding")])]
+    if marks:     # the map's tooltips, also as text: readable without a pointer, and searchable
+        out.append("<ol>" + "".join(f"<li><code>{html.escape(escape_message(m.title))}</code></li>"
+                                    for m in marks[:MAX_ROWS]) + "</ol>")
     if left > 0:
         out.append(f'<p class="more">... {plural(left, "more finding")} not placed on the map</p>')
     unlisted = sum(t.total - len(t.findings) for t in tensors)

@@ -4,12 +4,14 @@
       <testsuite name=TARGET tests failures errors skipped time>    one per target, in the order given
         <testcase classname name time> [<failure message type>lines</failure> | <error> | <skipped>]
 
-What a test case is, per command: for ``scan`` a tensor (failing when it holds findings; its listed
-findings are the failure's lines) and each file's structure; for ``verify`` a checked file or subject
-(failing with each of its mismatches); for ``rows`` a read path and stage (failing with its mismatches and
-short reads) and the table's values (failing when rows hold NaN or Inf); for ``diff`` the metadata and each
-tensor (failing when it differs). A target that failed is a suite of one test case holding ``<error>``.
-Each suite's ``<system-out>`` is the target's text report, so what is counted but not listed is said too.
+What a test case is, per command: for ``scan`` each file's structure and each tensor group (a layer's
+tensors, ``blk.N``, then the others: a model of 1,500 tensors is some 40 cases), failing when a tensor of
+it holds findings, with each failing tensor's line and its listed findings as the failure's lines; for
+``verify`` a checked file or subject (failing with each of its mismatches); for ``rows`` a read path and
+stage (failing with its mismatches and short reads) and the table's values (failing when rows hold NaN or
+Inf); for ``diff`` the metadata and each tensor (failing when it differs). A target that failed is a suite
+of one test case holding ``<error>``. Each suite's ``<system-out>`` is the target's text report, so what is
+counted but not listed is said too.
 
 Text is the text report's, escaped for a terminal; whatever reaches the XML goes through
 :func:`ggaudit.text.escape_message` once more, so no control character (invalid in XML 1.0) gets in.
@@ -17,6 +19,7 @@ Text is the text report's, escaped for a terminal; whatever reaches the XML goes
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -144,30 +147,56 @@ def _failure(found: Sequence[Diagnostic], lines: list[str] | None = None) -> tup
 # --- scan ------------------------------------------------------------------------------------------
 
 def _scan(target: str, r: ScanReport) -> Iterable[Case]:
-    """A case per file (its structure) and per tensor (its findings); the diagnostics are their lines."""
+    """A case per file (its structure) and per tensor group (a layer's tensors, ``blk.N``, then the others):
+    what JUnit readers expect of a model of 1,500 tensors; a group fails with each failing tensor's lines."""
     by_place: dict[tuple[str, str | None], list[Diagnostic]] = {}
     for d in r.diagnostics():      # a structure finding is at a file, a finding at a tensor
         by_place.setdefault(("tensor", d.tensor) if d.tensor is not None else ("file", d.file), []).append(d)
     for path in r.files:
         found = by_place.get(("file", path))
         yield Case(target, f"structure of {escape_path(path)}", failure=_failure(found) if found else None)
+    groups: dict[str, list[TensorScan]] = {}
     for t in r.tensors:
-        yield _tensor_case(target, t, by_place.get(("tensor", t.name), []))
+        groups.setdefault(tensor_group(t.name), []).append(t)
+    for name, tensors in groups.items():
+        yield _group_case(target, name, tensors, by_place)
 
 
-def _tensor_case(target: str, t: TensorScan, found: list[Diagnostic]) -> Case:
-    case = Case(target, escape(t.name))
-    if t.check == CHECK_NONE:
+#: A layer's tensors (``blk.12.attn_q.weight``, ``v.blk.3.ffn_up.weight``): the group is the layer's prefix.
+_LAYER = re.compile(r"((?:[A-Za-z_]+\.)*blk\.\d+)\.")
+#: The group of every tensor outside a numbered layer (token_embd, output_norm, ...).
+OTHER_TENSORS = "other tensors"
+
+
+def tensor_group(name: str) -> str:
+    """The JUnit case a tensor is counted in: its layer (``blk.12``), else :data:`OTHER_TENSORS`."""
+    layer = _LAYER.match(name)
+    return f"tensors {layer.group(1)}.*" if layer is not None else OTHER_TENSORS
+
+
+def _group_case(target: str, name: str, tensors: list[TensorScan],
+                by_place: dict[tuple[str, str | None], list[Diagnostic]]) -> Case:
+    case = Case(target, escape(name))
+    if all(t.check == CHECK_NONE for t in tensors):
         case.skipped = "not applicable (integer data)"
-    elif t.total:
-        # The text report's lines: its tensor line, then the findings'.
-        headline = describe_tensor(t)
-        lines = [d.message for d in found]
-        if t.truncated:
-            lines.append(f"... {t.total - len(t.findings)} more not listed (--limit)")
-        lines.extend(line.strip() for line in text.expert_lines(t))
-        case.failure = (headline, ",".join(k for k in KINDS if t.counts.get(k)), lines)
+        return case
+    failing = [t for t in tensors if t.check != CHECK_NONE and t.total]
+    if failing:
+        lines = [line for t in failing for line in _tensor_lines(t, by_place.get(("tensor", t.name), []))]
+        headline = describe_tensor(failing[0]) if len(failing) == 1 else \
+            f"{len(failing)} of {plural(len(tensors), 'tensor')} hold findings; first: {describe_tensor(failing[0])}"
+        kinds = ",".join(k for k in KINDS if any(t.counts.get(k) for t in failing))
+        case.failure = (headline, kinds, lines if len(failing) > 1 else lines[1:])
     return case
+
+
+def _tensor_lines(t: TensorScan, found: list[Diagnostic]) -> list[str]:
+    """A failing tensor's detail, as the text report words it: its line, then its findings' lines."""
+    lines = [describe_tensor(t), *(d.message for d in found)]
+    if t.truncated:
+        lines.append(f"... {t.total - len(t.findings)} more not listed (--limit)")
+    lines.extend(line.strip() for line in text.expert_lines(t))
+    return lines
 
 
 # --- verify ----------------------------------------------------------------------------------------

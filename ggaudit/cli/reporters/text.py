@@ -19,7 +19,7 @@ from ...format.layout import MetaValue
 from ...lines import plural, show_value
 from ...lines import verb as _verb
 from ...scan.report import (CHECK_NONE, KINDS, ScanReport, TensorScan, counts_text, describe_finding,
-                            describe_structure, describe_tensor)
+                            describe_metadata, describe_structure, describe_template, describe_tensor)
 from ...text import escape, escape_message, escape_path
 from ..common import STDOUT
 from . import DEFAULT, Rendering
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from ...verify.report import Checked, VerifyReport
 
 NAME = "text"
+#: The kind of a verify report of a whole store (``ollama:*``'s last target), which is no model.
+STORE_SEARCH = "ollama-store"
 
 
 def report(outcomes: Sequence[Outcome[Report]], rendering: Rendering = DEFAULT) -> str:
@@ -58,11 +60,15 @@ def lines(result: Report, rendering: Rendering = DEFAULT) -> Iterable[str]:
 
 
 def run_summary(outcomes: Sequence[Outcome[Report]]) -> str:
-    """The last line of a run of several targets: ``3 models: 1 with findings, 1 clean, 1 error``."""
+    """The last line of a run of several targets: ``3 models: 1 with findings, 1 clean, 1 error``; a store
+    searched as a whole (``verify ollama:*``: its orphan blobs) is counted apart from its models
+    (``1 model and 1 store: ...``)."""
     errors = sum(1 for o in outcomes if o.error is not None)
     findings = sum(1 for o in outcomes if o.result is not None and not o.result.ok)
     clean = len(outcomes) - errors - findings
-    return f"{plural(len(outcomes), 'model')}: {findings} with findings, {clean} clean, {plural(errors, 'error')}"
+    stores = sum(1 for o in outcomes if getattr(o.result, "kind", None) == STORE_SEARCH)
+    counted = plural(len(outcomes) - stores, "model") + (f" and {plural(stores, 'store')}" if stores else "")
+    return f"{counted}: {findings} with findings, {clean} clean, {plural(errors, 'error')}"
 
 
 def summary_line(result: Report) -> str:
@@ -100,6 +106,8 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
         for algorithm, digest in d.digests.items():
             yield f"{algorithm}  {digest}  {escape_path(d.path)}"
     yield from (describe_structure(s) for s in report.structure)
+    yield from (describe_metadata(m) for m in report.metadata)
+    yield from (describe_template(t) for t in report.templates)
     not_applicable = []
     for t in report.tensors:
         if t.check == CHECK_NONE:
@@ -120,8 +128,7 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
     flagged = sum(1 for t in report.tensors if t.total)
     found = ([f"findings in {flagged} of {plural(len(report.tensors), 'tensor')}: {counts_text(report.counts)}"]
              if flagged else [])
-    if report.structure:
-        found.append(plural(len(report.structure), "structure finding"))
+    found += _header_counts(report)
     if report.counts.get("anomaly"):
         yield ("note: an anomaly is a likely, not a certain, flipped bit: `ggaudit verify` against a manifest "
                "or `ggaudit diff` against another copy confirms it")
@@ -133,12 +140,18 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
         yield f"result: clean: no non-finite values{''.join(' or ' + w for w in also)}"
 
 
+def _header_counts(report: ScanReport) -> list[str]:
+    """``1 structure finding``, ``2 metadata findings``, ``1 template finding``: those there are."""
+    counted = ((report.structure, "structure finding"), (report.metadata, "metadata finding"),
+               (report.templates, "template finding"))
+    return [plural(len(found), noun) for found, noun in counted if found]
+
+
 def scan_summary(report: ScanReport) -> str:
     """``model a.gguf: 2 findings (nan 1, +inf 1)``, or ``model a.gguf: clean``."""
     total = sum(report.counts.values())
     found = [f"{plural(total, 'finding')} ({_nonzero(report.counts)})"] if total else []
-    if report.structure:
-        found.append(plural(len(report.structure), "structure finding"))
+    found += _header_counts(report)
     stop = " (stopped at the first finding)" if not report.complete else ""
     return f"model {escape_path(report.model)}: {', '.join(found) or 'clean'}{stop}"
 

@@ -1,0 +1,179 @@
+"""Metadata that contradicts the tensors (kind ``metadata``): each contradiction on a small built llama, named by
+key, value, tensor and what contradicts it; the real models and llama.cpp's vocabulary files are clean
+(scripts/check_real_gguf.py runs every one of them).
+
+The shapes are llama.cpp's: src/llama-model.cpp ``load_tensors``, case LLM_ARCH_LLAMA (llama-cpp-python
+0.3.16's vendored llama.cpp): ``attn_q {n_embd, n_embd_head_k * n_head}``, ``attn_k {n_embd, n_embd_k_gqa}``,
+``ffn_gate {n_embd, n_ff}``, ``ffn_gate_inp {n_embd, n_expert}``; ``token_embd {n_embd, n_vocab}`` with
+``n_vocab = vocab.n_tokens()``; heads default to ``n_embd / n_head`` (``load_hparams``); a special-token id
+``>= n_tokens`` is llama-vocab.cpp's "bad special token".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from ggaudit.cli import main
+from ggaudit.format.blocks import GGMLQuantizationType as T, GGUFValueType as V
+from ggaudit.format.build import TensorSpec, Typed, write_gguf
+from ggaudit.format.consistency import check_metadata
+from ggaudit.format.layout import open_model
+from ggaudit.scan.run import scan
+
+N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_VOCAB, N_LAYER = 8, 2, 1, 16, 6, 2
+
+
+def _f32(name: str, *shape: int) -> TensorSpec:
+    n = 1
+    for d in shape:
+        n *= d
+    return TensorSpec(name, T.F32, shape, bytes(4 * n))
+
+
+def _meta(**changes: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "general.architecture": "llama", "general.file_type": 0, "llama.block_count": N_LAYER,
+        "llama.embedding_length": N_EMBD, "llama.feed_forward_length": N_FF, "llama.attention.head_count": N_HEAD,
+        "llama.attention.head_count_kv": N_HEAD_KV, "llama.vocab_size": N_VOCAB, "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": [f"t{i}" for i in range(N_VOCAB)],
+        "tokenizer.ggml.scores": [0.0] * N_VOCAB, "tokenizer.ggml.token_type": Typed(V.INT32, [1] * N_VOCAB, True),
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2}
+    meta.update(changes)
+    return {k: v for k, v in meta.items() if v is not None}
+
+
+def _tensors(**shapes: tuple[int, ...]) -> list[TensorSpec]:
+    """The tensors of a 2-layer llama, ``shapes`` replacing some (by name, ``.`` as ``__``)."""
+    head = N_EMBD // N_HEAD
+    names = {"token_embd.weight": (N_EMBD, N_VOCAB), "output_norm.weight": (N_EMBD,)}
+    for i in range(N_LAYER):
+        names |= {f"blk.{i}.attn_norm.weight": (N_EMBD,), f"blk.{i}.attn_q.weight": (N_EMBD, head * N_HEAD),
+                  f"blk.{i}.attn_k.weight": (N_EMBD, head * N_HEAD_KV), f"blk.{i}.ffn_gate.weight": (N_EMBD, N_FF)}
+    names |= {k.replace("__", "."): v for k, v in shapes.items()}
+    return [_f32(name, *shape) for name, shape in names.items()]
+
+
+def _found(tmp_path: Path, tensors: list[TensorSpec] | None = None, **meta: Any) -> list[dict[str, Any]]:
+    path = tmp_path / "m.gguf"
+    write_gguf(path, _tensors() if tensors is None else tensors, _meta(**meta))
+    return [{k: v for k, v in f.to_json().items() if k not in ("file", "offset")}
+            for f in check_metadata(open_model(path))]
+
+
+def test_a_consistent_model_has_no_finding(tmp_path: Path) -> None:
+    assert _found(tmp_path) == []
+
+
+def test_block_count_above_the_layers_stored(tmp_path: Path) -> None:
+    assert _found(tmp_path, **{"llama.block_count": 3}) == [
+        {"kind": "metadata", "severity": "error", "key": "llama.block_count", "value": 3, "tensor": None,
+         "expected": "tensors for each of layers 0..2", "actual": "none for 1 of them, the first layer 2"}]
+
+
+def test_a_layer_past_block_count(tmp_path: Path) -> None:
+    assert _found(tmp_path, **{"llama.block_count": 1}) == [
+        {"kind": "metadata", "severity": "error", "key": "llama.block_count", "value": 1,
+         "tensor": "blk.1.attn_norm.weight", "expected": "layers 0..0",
+         "actual": "tensors of 1 more layer, the first of layer 1"}]
+
+
+def test_vocabulary_against_token_embd_rows_and_vocab_size(tmp_path: Path) -> None:
+    tokens = [f"t{i}" for i in range(N_VOCAB + 1)]
+    found = _found(tmp_path, **{"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": [0.0] * 7,
+                                "tokenizer.ggml.token_type": Typed(V.INT32, [1] * 7, True)})
+    assert found == [
+        {"kind": "metadata", "severity": "error", "key": "llama.vocab_size", "value": 6, "tensor": None,
+         "expected": "6 tokens", "actual": "7 tokens in tokenizer.ggml.tokens"},
+        {"kind": "metadata", "severity": "error", "key": "tokenizer.ggml.tokens", "value": "array[7]",
+         "tensor": "token_embd.weight", "expected": "a row per token: 7 rows (ne[1])",
+         "actual": "6 rows, shape [8, 6]"}]
+
+
+def test_scores_token_type_and_merges(tmp_path: Path) -> None:
+    found = _found(tmp_path, **{"tokenizer.ggml.scores": [0.0] * 5,
+                                "tokenizer.ggml.token_type": Typed(V.INT32, [1] * 9, True),
+                                "tokenizer.ggml.model": "gpt2"})
+    assert [(f["key"], f["value"], f["expected"], f["actual"]) for f in found] == [
+        ("tokenizer.ggml.scores", "array[5]", "one entry per token (6)",
+         "5 entries for 6 tokens in tokenizer.ggml.tokens"),
+        ("tokenizer.ggml.token_type", "array[9]", "one entry per token (6)",
+         "9 entries for 6 tokens in tokenizer.ggml.tokens"),
+        ("tokenizer.ggml.model", "gpt2", "tokenizer.ggml.merges for a gpt2 (BPE) vocabulary", "no merges")]
+
+
+@pytest.mark.parametrize("key", ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
+                                 "tokenizer.ggml.eot_token_id", "tokenizer.ggml.seperator_token_id"])
+def test_a_special_token_id_past_the_vocabulary(tmp_path: Path, key: str) -> None:
+    assert _found(tmp_path, **{key: N_VOCAB}) == [
+        {"kind": "metadata", "severity": "error", "key": key, "value": 6, "tensor": None,
+         "expected": "a token id in 0..5", "actual": "6, outside 6 tokens in tokenizer.ggml.tokens"}]
+
+
+def test_head_count_contradicts_attn_q(tmp_path: Path) -> None:
+    # head_count 4 with key_length unset: heads of 8 / 4 = 2, q = 4 x 2 = 8 (still 8) -- so give key_length 4.
+    found = _found(tmp_path, **{"llama.attention.key_length": 8})
+    assert found[0] == {
+        "kind": "metadata", "severity": "error", "key": "llama.attention.head_count", "value": 2,
+        "tensor": "blk.0.attn_q.weight", "expected": "ne[1] = 16 (attention.head_count 2 x attention.key_length 8)",
+        "actual": "ne[1] = 8, shape [8, 8]"}
+
+
+def test_head_count_kv_contradicts_attn_k(tmp_path: Path) -> None:
+    found = _found(tmp_path, **{"llama.attention.head_count_kv": 2})
+    assert found == [{"kind": "metadata", "severity": "error", "key": "llama.attention.head_count_kv", "value": 2,
+                      "tensor": f"blk.{i}.attn_k.weight",
+                      "expected": "ne[1] = 8 (attention.head_count_kv 2 x embedding_length 8 / attention.head_count 2)",
+                      "actual": "ne[1] = 4, shape [8, 4]"} for i in range(N_LAYER)]
+
+
+def test_embedding_length_and_feed_forward_length(tmp_path: Path) -> None:
+    tensors = _tensors(blk__1__ffn_gate__weight=(N_EMBD, 12), output_norm__weight=(9,))
+    found = _found(tmp_path, tensors)
+    assert [(f["key"], f["value"], f["tensor"], f["expected"], f["actual"]) for f in found] == [
+        ("llama.embedding_length", 8, "output_norm.weight", "ne[0] = 8 (embedding_length 8)", "ne[0] = 9, shape [9]"),
+        ("llama.feed_forward_length", 16, "blk.1.ffn_gate.weight", "ne[1] = 16 (feed_forward_length 16)",
+         "ne[1] = 12, shape [8, 12]")]
+
+
+def test_expert_count_contradicts_the_router(tmp_path: Path) -> None:
+    tensors = [*_tensors(), _f32("blk.0.ffn_gate_inp.weight", N_EMBD, 4)]
+    found = _found(tmp_path, tensors, **{"llama.expert_count": 8, "llama.expert_used_count": 2})
+    assert [(f["key"], f["value"], f["tensor"], f["actual"]) for f in found] == [
+        ("llama.expert_count", 8, "blk.0.ffn_gate_inp.weight", "ne[1] = 4, shape [8, 4]")]
+
+
+def test_file_type_naming_a_type_no_tensor_has_is_a_warning(tmp_path: Path) -> None:
+    assert _found(tmp_path, **{"general.file_type": 15}) == [
+        {"kind": "metadata", "severity": "warning", "key": "general.file_type", "value": 15, "tensor": None,
+         "expected": "tensors of Q4_K (the main type of file type 15)", "actual": "tensors of F32 only"}]
+
+
+def test_a_vocabulary_only_file_gets_the_tokenizer_checks_only(tmp_path: Path) -> None:
+    # block_count 32 and no layer stored is a vocabulary file, not a contradiction; the bad eos id is one.
+    found = _found(tmp_path, [], **{"llama.block_count": 32, "tokenizer.ggml.eos_token_id": 99})
+    assert [(f["key"], f["value"]) for f in found] == [("tokenizer.ggml.eos_token_id", 99)]
+
+
+def test_scan_reports_it_with_the_value_offset_and_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    write_gguf(path, _tensors(), _meta(**{"tokenizer.ggml.bos_token_id": 7}))
+    entry = open_model(path).metadata["tokenizer.ggml.bos_token_id"]
+    report = scan(str(path))
+    assert not report.ok and [(m.key, m.offset) for m in report.metadata] == [("tokenizer.ggml.bos_token_id",
+                                                                              entry.offset)]
+    [d] = list(report.diagnostics())
+    assert (d.kind, d.severity, d.field, d.offset) == ("metadata", "error", "tokenizer.ggml.bos_token_id", entry.offset)
+    result = CliRunner().invoke(main, ["scan", "--format", "json", str(path)])
+    assert result.exit_code == 1
+    [model] = json.loads(result.output)["models"]
+    assert model["metadata"][0]["value"] == 7 and model["metadata"][0]["offset"] == entry.offset
+    text = CliRunner().invoke(main, ["scan", str(path)])
+    assert text.exit_code == 1
+    assert (f"metadata tokenizer.ggml.bos_token_id = 7 at file {path} offset {entry.offset}: expected a token id in "
+            "0..5, got 7, outside 6 tokens in tokenizer.ggml.tokens") in text.output
+    assert "1 metadata finding" in text.output

@@ -1,0 +1,193 @@
+"""`ggaudit rows` right about the cause when the fault is below it (issue 26): the fault layer
+(tests/faultlayer.c) preloaded under `python -m ggaudit rows` corrupts one read path of one model file
+while the file on disk stays intact; then the classifier and the per-row decision with plain bytes.
+
+The model is fixtures/ple_q8_0.gguf, copied: per_layer_token_embd.weight is Q8_0 (ggml's block_q8_0 in
+ggml/src/ggml-common.h: `ggml_half d; int8_t qs[QK8_0];`, 34 bytes), 1024 rows of 170 bytes at offset
+23712, so byte k of block b (k >= 2) holds column 32 * b + k - 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ggaudit.format.layout import open_model
+from ggaudit.rows.classify import Filled, RawRow
+from ggaudit.rows.readers import POISON, SECTOR, open_reader
+from ggaudit.rows.table import RowTable
+from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, decide_row
+from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
+from fault_support import faulted_env, run_ggaudit
+from platforms import needs_linux
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "ple_q8_0.gguf"
+PLE = "per_layer_token_embd.weight"
+ROW, BLOCK, K, MASK = 100, 1, 6, 0x10
+RB, BASE = 170, 23712
+
+
+def at(row: int, byte: int = 0) -> int:
+    return BASE + row * RB + byte
+
+
+def hexed(data: bytes, offset: int) -> str:
+    return data[offset:offset + 16].hex(" ")
+
+
+@pytest.fixture
+def model(ddir: Path) -> Path:
+    target = ddir / "model.gguf"
+    shutil.copyfile(FIXTURE, target)
+    return target
+
+
+def rows(model: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
+    done = run_ggaudit(["rows", str(model), "--json", *args], env)
+    assert done.code in (0, 1), done.stderr
+    return done.code, json.loads(done.stdout)["models"][0]
+
+
+def picked(m: dict[str, Any], *keys: str) -> tuple[Any, ...]:
+    return tuple(m[k] for k in keys)
+
+
+# --- item 1: the right bytes by evidence, not the buffered read --------------------------------------------
+
+@needs_linux
+def test_buffered_stack_wrong_blames_buffered_and_the_reference_read_not_the_paths_that_agree(model: Path) -> None:
+    data, flip = model.read_bytes(), at(ROW, BLOCK * 34 + K)
+    bad = bytearray(data)
+    bad[flip] ^= MASK
+    env = faulted_env(model, "buffered", "flip", offset=flip, mask=MASK)
+    code, report = rows(model, env, "--ids", "99-101", "--modes", "buffered,mmap,direct")
+    assert (code, report["mismatch_count"], report["nonfinite_rows"]) == (1, 2, 0)
+    assert [picked(m, "mode", "stage", "row", "offset", "column", "reference", "expected", "actual")
+            for m in report["mismatches"]] == [
+        (mode, stage, ROW, flip, 32 * BLOCK + K - 2, AGREEMENT, hexed(data, flip), hexed(bad, flip))
+        for mode, stage in (("buffered", "gather"), ("buffered", "reference"))]
+    assert report["mismatches"][0]["delivered"] == [
+        {"paths": ["reference", "buffered"], "bytes": hexed(bad, flip), "right": False},
+        {"paths": ["mmap", "direct"], "bytes": hexed(data, flip), "right": True}]
+    assert "the reference read is the odd one: mmap and direct delivered" in report["mismatches"][0]["detail"]
+
+
+@needs_linux
+def test_page_cache_against_direct_with_nothing_to_decide_gives_both_explanations(model: Path) -> None:
+    data, flip = model.read_bytes(), at(ROW, BLOCK * 34 + K)
+    env = faulted_env(model, "pagecache", "flip", offset=flip, mask=MASK)
+    code, report = rows(model, env, "--ids", "100", "--modes", "buffered,mmap,direct")
+    [m] = report["mismatches"]
+    assert (code, m["mode"], m["stage"], m["reference"], m["offset"]) == (1, "direct", "gather", BUFFERED, flip)
+    assert [(d["paths"], d["right"]) for d in m["delivered"]] == [(["reference", "buffered", "mmap"], None),
+                                                                 (["direct"], None)]
+    assert "either the page cache holds other bytes than the disk" in m["detail"]
+    assert "or direct reads are wrong on this machine" in m["detail"] and "rows --manifest" in m["detail"]
+    assert m["actual"] == hexed(data, flip)      # direct delivered the file's bytes; nothing could say so
+
+
+@needs_linux
+def test_a_manifest_decides_the_page_cache_is_wrong(model: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "m.json"
+    write_tensor_manifest(build_tensor_manifest(str(FIXTURE)), manifest)    # made where the model is intact
+    data, flip = model.read_bytes(), at(ROW, BLOCK * 34 + K)
+    env = faulted_env(model, "pagecache", "flip", offset=flip, mask=MASK)
+    code, report = rows(model, env, "--ids", "100", "--modes", "buffered,mmap,direct", "--manifest", str(manifest))
+    assert code == 1
+    assert [picked(m, "mode", "stage", "reference", "expected") for m in report["mismatches"]] == [
+        (mode, stage, MANIFEST, hexed(data, flip))
+        for mode, stage in (("buffered", "gather"), ("mmap", "gather"), ("buffered", "reference"))]
+    assert [(d["paths"], d["right"]) for d in report["mismatches"][0]["delivered"]] == [
+        (["reference", "buffered", "mmap"], False), (["direct"], True)]
+
+
+# --- item 2: a filled sector is not a short read ------------------------------------------------------------
+
+@needs_linux
+def test_a_sector_filled_below_the_read_is_filled_with_its_byte_and_sectors(model: Path) -> None:
+    sector, byte = 80 * SECTOR, 0xFF    # 40960: bytes 78.. of row 101, all of rows 102 and 103, bytes ..79 of 104
+    env = faulted_env(model, "direct", "fill", offset=sector, length=SECTOR, byte=byte)
+    code, report = rows(model, env, "--ids", "101-104", "--modes", "direct")
+    assert (code, report["short_read_count"], report["by_kind"]) == (1, 0, {"filled": 4})
+    assert [picked(m, "row", "filled") for m in report["mismatches"]] == [
+        (101, {"byte": byte, "offset": sector, "length": at(102) - sector, "sectors": [80, 80]}),
+        (102, {"byte": byte, "offset": at(102), "length": RB, "sectors": [80, 80]}),
+        (103, {"byte": byte, "offset": at(103), "length": RB, "sectors": [80, 80]}),
+        (104, {"byte": byte, "offset": at(104), "length": sector + SECTOR - at(104), "sectors": [80, 80]})]
+
+
+def test_the_classifier_tells_filled_sectors_from_poison_and_from_a_flip() -> None:
+    t = open_model(FIXTURE).tensor(PLE)
+    table = RowTable(t, FIXTURE.stat().st_size)
+    want = FIXTURE.read_bytes()[at(102):at(103)]
+    assert RawRow(table, 102, want, bytes(RB)).filled() == Filled(0, at(102), RB)
+    assert RawRow(table, 102, want, b"\xff" * RB).filled() == Filled(0xFF, at(102), RB)
+    assert RawRow(table, 102, want, bytes([POISON]) * RB).filled() is None   # poison: the read never landed
+    one = bytearray(want)
+    one[7] = 0 if want[7] else 1
+    assert RawRow(table, 102, want, bytes(one)).filled() is None             # one byte changed, not a sector
+    # row 101 crosses into sector 80 at its byte 78: zeros from there to its end fill that sector's part
+    want101 = FIXTURE.read_bytes()[at(101):at(102)]
+    tail = want101[:78] + bytes(RB - 78)
+    assert RawRow(table, 101, want101, tail).filled() == Filled(0, 80 * SECTOR, RB - 78)
+    assert RawRow(table, 101, want101, want101[:79] + bytes(RB - 79)).filled() is None  # starts mid-sector
+
+
+# --- item 3: the cache blamed only for what it changed ----------------------------------------------------
+
+@needs_linux
+def test_a_hit_returning_what_a_wrong_miss_stored_inherits_the_misses_verdict(model: Path) -> None:
+    env = faulted_env(model, "direct", "shift", offset=at(ROW), length=RB, shift=RB)   # row 101's bytes
+    code, report = rows(model, env, "--ids", "99-101", "--modes", "direct", "--cache-rows", "16")
+    found = {(m["stage"], m["kind"], m["other_row"]) for m in report["mismatches"]}
+    assert (code, found) == (1, {(s, "misplaced", ROW + 1) for s in ("gather", "cache-miss", "cache-hit",
+                                                                     "cache-pressure")})
+    [hit] = [m for m in report["mismatches"] if m["stage"] == "cache-hit"]
+    assert hit["detail"].startswith(f"cached from a wrong read (cache-miss, misplaced): the bytes of row {ROW + 1};")
+
+
+# --- item 4: far offsets named -----------------------------------------------------------------------------
+
+@needs_linux
+def test_a_row_from_400_rows_away_is_misplaced_and_named(model: Path) -> None:
+    env = faulted_env(model, "direct", "shift", offset=at(ROW), length=RB, shift=400 * RB)   # 68000 > 64 KiB
+    code, report = rows(model, env, "--ids", "100", "--modes", "direct")
+    [m] = report["mismatches"]
+    assert (code, m["kind"], m["other_row"], m["other_offset"]) == (1, "misplaced", ROW + 400, at(ROW + 400))
+    assert m["detail"].startswith(f"the bytes of row {ROW + 400}, 400 rows ({400 * RB} bytes) away")
+
+
+@needs_linux
+def test_the_alignment_probes_buffer_delivered_again_is_named_as_a_previous_request(model: Path) -> None:
+    with open_reader(str(model), "direct") as reader:
+        align = reader.alignment.offset
+    inside = at(ROW) % align          # the row's place in its aligned span, hence in the probe's buffer
+    assert inside + RB <= align
+    env = faulted_env(model, "direct", "stale", offset=at(ROW), times="once")
+    code, report = rows(model, env, "--ids", "100", "--modes", "direct")
+    [m] = report["mismatches"]
+    assert (code, m["kind"], m["other_offset"]) == (1, "stale", inside)
+    assert "alignment probe" in m["detail"] and "a previous request's buffer" in m["detail"]
+
+
+# --- the decision with plain bytes ------------------------------------------------------------------------
+
+A, B = b"right bytes", b"wrong bytes"
+
+
+@pytest.mark.parametrize("delivered, manifest, right, reference", [
+    ({"reference": B, "buffered": B, "mmap": A, "direct": A}, None, A, AGREEMENT),     # buffered stack wrong
+    ({"reference": A, "buffered": A, "mmap": B, "direct": A}, None, A, AGREEMENT),     # mmap wrong
+    ({"reference": A, "buffered": A, "mmap": A, "direct": B}, None, A, BUFFERED),      # undecidable
+    ({"reference": B, "buffered": B, "mmap": B, "direct": A}, None, B, BUFFERED),      # undecidable
+    ({"reference": B, "buffered": B, "mmap": B, "direct": A}, A, A, MANIFEST),
+    ({"reference": B, "buffered": A, "mmap": A}, None, A, AGREEMENT),                  # the reference read alone
+    ({"reference": B, "mmap": A}, None, B, BUFFERED),                                  # one path is no majority
+])
+def test_decide_row(delivered: dict[str, bytes], manifest: bytes | None, right: bytes, reference: str) -> None:
+    truth = decide_row(delivered, None if manifest is None else manifest.__eq__)
+    assert (truth.right, truth.reference) == (right, reference)
