@@ -173,6 +173,11 @@ KINDS = _kinds(
          title="A read returned fewer bytes than asked, not at the end of the file",
          meaning="One read call returned less than asked although the file goes on.",
          action="The read path treats a short read as complete: it must read again until it has every byte."),
+    Kind(id="rows/read-error", severity=ERROR, title="A read of a read path failed (EIO, EAGAIN, a mapping's copy)",
+         meaning="One read of the file on this path failed with an error from below; its rows were not compared "
+                 "on that path, and the other reads and paths went on.",
+         action="The device or a layer under the file failed the read: check the device (dmesg, SMART) and read "
+                "again; if it persists, do not load the model through this path."),
     Kind(id="rows/nonfinite", severity=ERROR, title="Rows of the table hold NaN or Inf in the file itself",
          meaning="The selected rows' bytes are delivered faithfully, but they decode to NaN or Inf.",
          action="Every read path delivers them faithfully: the file is damaged. " + _REFETCH),

@@ -11,7 +11,9 @@
  *                   short (returns only the bytes before the range), stale (delivers the previous request's
  *                   bytes on that path), eio, eintr, eagain, einval (fails with that errno, the buffer
  *                   untouched; einval on the direct path is a filesystem that takes O_DIRECT at open and
- *                   refuses every read, as some FUSE and network filesystems do)
+ *                   refuses every read, as some FUSE and network filesystems do); on a mapping, eio, eintr
+ *                   and eagain fail a process_vm_readv copy out of it (ggaudit's Linux mmap read): eio as
+ *                   EFAULT, what the kernel says for a mapped page it cannot read in (a load gets SIGBUS)
  *   FAULT_OFFSET  comma-separated absolute file offsets; FAULT_LENGTH the range length (default 1)
  *   FAULT_TIMES   once, always (default) or a count: how many reads (or mappings) are faulted
  *   FAULT_LOG     optional file: one line per injected fault ("PATH KIND OFFSET LENGTH"), so a test can show
@@ -68,6 +70,13 @@ static ssize_t (*real_preadv64)(int, const struct iovec *, int, off64_t);
 static ssize_t (*real_preadv2)(int, const struct iovec *, int, off_t, int);
 static ssize_t (*real_preadv64v2)(int, const struct iovec *, int, off64_t, int);
 static void *(*real_mmap64)(void *, size_t, int, int, int, off64_t);
+static int (*real_munmap)(void *, size_t);
+static ssize_t (*real_vm_readv)(pid_t, const struct iovec *, unsigned long, const struct iovec *, unsigned long,
+                                unsigned long);
+
+/* For request faults on a mapping: the read-only mappings of the file (address, file offset, length). */
+#define MAX_MAPS 16
+static struct { unsigned char *at; long long off; size_t len; } maps[MAX_MAPS];
 
 static void die(const char *what, const char *value) {
     fprintf(stderr, "faultlayer: bad %s: %s\n", what, value ? value : "(unset)");
@@ -95,7 +104,9 @@ static void configure(void) {
     if (F.kind == sizeof KINDS / sizeof *KINDS) die("FAULT_KIND", kind);
     int paths = !on ? 0 : !strcmp(on, "buffered") ? BUFFERED : !strcmp(on, "direct") ? DIRECT
               : !strcmp(on, "mmap") ? MAPPED : !strcmp(on, "pagecache") ? BUFFERED | MAPPED : 0;
-    if (!paths || (F.kind > SHIFT && (paths & MAPPED))) die("FAULT_ON (a mapping takes data faults only)", on);
+    int copy_fault = F.kind == FAIL_EIO || F.kind == FAIL_EINTR || F.kind == FAIL_EAGAIN;
+    if (!paths || (F.kind > SHIFT && !copy_fault && (paths & MAPPED)))
+        die("FAULT_ON (a mapping takes data faults, eio, eintr and eagain only)", on);
     char *list = strdup(getenv("FAULT_OFFSET") ? getenv("FAULT_OFFSET") : ""), *save = NULL;
     for (char *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
         if (F.n_offsets == MAX_OFFSETS) die("FAULT_OFFSET (too many)", o);
@@ -127,6 +138,8 @@ __attribute__((constructor)) static void init(void) {
     real_preadv2 = dlsym(RTLD_NEXT, "preadv2");
     real_preadv64v2 = dlsym(RTLD_NEXT, "preadv64v2");
     real_mmap64 = dlsym(RTLD_NEXT, "mmap64");
+    real_munmap = dlsym(RTLD_NEXT, "munmap");
+    real_vm_readv = dlsym(RTLD_NEXT, "process_vm_readv");
     configure();
 }
 
@@ -301,6 +314,14 @@ static void *faulted_map(void *addr, size_t len, int prot, int flags, int fd, of
     if (!(F.on & MAPPED) || (prot & PROT_WRITE) || (flags & MAP_ANONYMOUS) || !is_target(fd)
         || fstat(fd, &st) != 0)
         return real_mmap64(addr, len, prot, flags, fd, off);
+    if (F.kind > SHIFT) { /* a request fault: the mapping stays the page cache's; its copies fail */
+        void *p = real_mmap64(addr, len, prot, flags, fd, off);
+        pthread_mutex_lock(&lock);
+        for (int i = 0; p != MAP_FAILED && i < MAX_MAPS; i++)
+            if (!maps[i].at) { maps[i].at = p, maps[i].off = off, maps[i].len = len; break; }
+        pthread_mutex_unlock(&lock);
+        return p;
+    }
     long long end = off + (long long)len < st.st_size ? off + (long long)len : st.st_size;
     if (end <= off || !overlaps(off, end - off) || !take_turn(MAPPED, off, end - off))
         return real_mmap64(addr, len, prot, flags, fd, off);
@@ -317,4 +338,32 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 }
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
     return faulted_map(addr, len, prot, flags, fd, off);
+}
+
+int munmap(void *addr, size_t len) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (maps[i].at == addr) maps[i].at = NULL;
+    pthread_mutex_unlock(&lock);
+    return real_munmap(addr, len);
+}
+
+/* A copy out of a mapping of the file (one remote range, as ggaudit's mmap read makes): fails when it overlaps
+ * a range. */
+ssize_t process_vm_readv(pid_t pid, const struct iovec *local, unsigned long n_local, const struct iovec *remote,
+                         unsigned long n_remote, unsigned long flags) {
+    if (n_remote == 1 && pid == getpid()) {
+        unsigned char *from = remote->iov_base;
+        long long at = -1;
+        pthread_mutex_lock(&lock);
+        for (int i = 0; i < MAX_MAPS; i++)
+            if (maps[i].at && from >= maps[i].at && from + remote->iov_len <= maps[i].at + maps[i].len)
+                at = maps[i].off + (from - maps[i].at);
+        pthread_mutex_unlock(&lock);
+        if (at >= 0 && overlaps(at, (long long)remote->iov_len) && take_turn(MAPPED, at, (long long)remote->iov_len)) {
+            errno = F.kind == FAIL_EIO ? EFAULT : F.kind == FAIL_EINTR ? EINTR : EAGAIN;
+            return -1;
+        }
+    }
+    return real_vm_readv(pid, local, n_local, remote, n_remote, flags);
 }

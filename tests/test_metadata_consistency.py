@@ -82,6 +82,15 @@ def test_a_layer_past_block_count(tmp_path: Path) -> None:
          "actual": "tensors of 1 more layer, the first of layer 1"}]
 
 
+
+def test_a_block_count_of_2_to_the_64_is_counted_not_walked(tmp_path: Path) -> None:
+    # The value is the file's: walking 0..block_count for the missing layers would never end.
+    huge = 2**64 - 1
+    assert _found(tmp_path, **{"llama.block_count": Typed(V.UINT64, huge)}) == [
+        {"kind": "metadata", "severity": "error", "key": "llama.block_count", "value": huge, "tensor": None,
+         "expected": f"tensors for each of layers 0..{huge - 1}",
+         "actual": f"none for {huge - N_LAYER} of them, the first layer {N_LAYER}"}]
+
 def test_vocabulary_against_token_embd_rows_and_vocab_size(tmp_path: Path) -> None:
     tokens = [f"t{i}" for i in range(N_VOCAB + 1)]
     found = _found(tmp_path, **{"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": [0.0] * 7,
@@ -177,3 +186,22 @@ def test_scan_reports_it_with_the_value_offset_and_exit_1(tmp_path: Path) -> Non
     assert (f"metadata tokenizer.ggml.bos_token_id = 7 at file {path} offset {entry.offset}: expected a token id in "
             "0..5, got 7, outside 6 tokens in tokenizer.ggml.tokens") in text.output
     assert "1 metadata finding" in text.output
+
+
+def test_check_exits_1_on_a_block_count_its_tensors_contradict(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    write_gguf(path, _tensors(), _meta(**{"llama.block_count": 5}))
+    offset = open_model(path).metadata["llama.block_count"].offset
+    result = CliRunner().invoke(main, ["check", "--json", str(path)])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    [model] = doc["models"]
+    assert (doc["status"], model["ok"], model["verdict"]) == ("findings", False, "unverified")
+    [c] = [c for c in model["conclusions"] if c["code"] == "metadata"]
+    assert (c["evidence"]["key"], c["evidence"]["value"], c["evidence"]["offset"], c["evidence"]["actual"]) == (
+        "llama.block_count", 5, offset, "none for 3 of them, the first layer 2")
+    # Every path agreeing is not "nothing wrong" when the header contradicts the tensors.
+    assert "nothing-wrong" not in [c["code"] for c in model["conclusions"]]
+    text = CliRunner().invoke(main, ["check", str(path)])
+    assert text.exit_code == 1 and "nothing wrong was found" not in text.stdout
+    assert f"metadata llama.block_count = 5 at file {path} offset {offset}: expected tensors for each" in text.stdout

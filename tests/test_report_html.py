@@ -19,6 +19,7 @@ from ggaudit.cli.reporters import NAMES, html as html_reporter
 from ggaudit.cli.reporters._svg import MAP_WIDTH, STRIP_LABEL, map_x, strip_x
 from ggaudit.errors import ReadError
 from ggaudit.format.build import TensorSpec, write_gguf
+from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import Buffer, Reader, open_reader
 from support import FIXTURES, run_cli
@@ -149,6 +150,31 @@ def test_text_report_lines_are_on_the_page(model: tuple[Path, dict[str, int]], p
 
     for line in text.splitlines():
         assert escape(line) in page, line
+
+
+def test_the_scan_section_lists_metadata_and_template_findings_as_lines(tmp_path: Path) -> None:
+    path = tmp_path / "h.gguf"
+    template = "{{ ''.__class__ }}\u202e"      # code execution, and a bidi control hidden after it
+    write_gguf(path, [TensorSpec("blk.0.attn_norm.weight", T.F32, (4,), bytes(16))],
+               {"general.architecture": "llama", "llama.block_count": 2, "tokenizer.chat_template": template})
+    out = tmp_path / "report.html"
+    assert run_cli(["scan", path, "--format", "html", "-o", out]).exit_code == 1
+    page = out.read_text("utf-8")
+    check_page(page)
+    section = page[page.index('<section id="target-1">'):]
+    facts = re.findall(r"<tr><td>(metadata|chat template) findings</td><td class=\"mono\">(\d+)</td></tr>", section)
+    assert facts == [("metadata", "1"), ("chat template", "2")]
+    header = re.search(r"<h3>Metadata and chat templates</h3>\s*<ol>(.*?)</ol>", section)
+    assert header is not None
+    lines = re.findall(r"<li><code>(.*?)</code></li>", header.group(1))
+    meta = open_model(path).metadata
+    text_at = meta["tokenizer.chat_template"].offset + 8      # the string's u64 length, then its text
+    assert [line.split(":")[0] for line in lines] == [
+        f"metadata llama.block_count = 2 at file {path} offset {meta['llama.block_count'].offset}",
+        f"template tokenizer.chat_template line 1 column 7 at file {path} offset {text_at + 6}",
+        f"template tokenizer.chat_template line 1 column 19 at file {path} offset {text_at + 18}"]
+    assert "error underscore-attribute: attribute &#x27;__class__&#x27;" in lines[1]
+    assert "warning bidi: bidi control U+202E" in lines[2] and "\u202e" not in page
 
 
 class _FlipRow(Reader):

@@ -27,7 +27,8 @@ def test_clean_run_text(tmp_path: Path) -> None:
                         f"offset {t.tensor.offset}")
     assert lines[2].startswith("rows: 9 (rows 4,100-102 + random 5 seed 7); crossing: 4096-byte page ")
     assert [line.split(" ")[0] for line in lines[3:6]] == ["buffered", "mmap", "direct"]
-    assert lines[-1] == "result: clean: every path delivered the file's bytes"
+    assert lines[-1] == ("result: clean: every path delivered the file's bytes; "
+                         "the 9 selected rows are finite in the file")
 
 
 def test_capture_mismatch_text_and_exit_1(tmp_path: Path) -> None:
@@ -128,7 +129,8 @@ def test_prefetch_flag_adds_a_stage_and_is_refused_with_all(tmp_path: Path) -> N
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[3:5]] == ["direct (gather)", "direct (prefetch)"]
     assert lines[4].startswith("direct (prefetch): 4 rows, 3 reads, ")  # rows 1-2 share one read
-    assert lines[-1] == "result: clean: every path delivered the file's bytes"
+    assert lines[-1] == ("result: clean: every path delivered the file's bytes; "
+                         "the 4 selected rows are finite in the file")
     refused = run(t.path, "--all", "--prefetch")
     assert refused.exit_code == 2 and refused.stdout == ""
     assert refused.stderr.splitlines() == ["ggaudit: error: --prefetch: a sweep of all rows reads in large chunks, "

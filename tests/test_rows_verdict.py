@@ -95,17 +95,17 @@ def test_nan_scale_in_a_selected_row_is_exit_1_with_both_facts(tmp_path: Path) -
     assert result.exit_code == 1, result.output
     assert result.stdout.splitlines()[-1] == (
         "result: every path delivered the file's bytes; 2 selected rows hold non-finite values "
-        f"(first: row 5, block 1, field d = 0x7e00 nan, offset {offset + 5 * ROW + 34})")
+        f"(first: row 5, block 1, column 32, field d = 0x7e00 nan, offset {offset + 5 * ROW + 34})")
     one = run_cli(["rows", model, "--ids", "9", "--modes", "buffered", "--json"])
     doc = json.loads(one.stdout)["models"][0]
     assert one.exit_code == 1
     assert doc["first_nonfinite"] == {"kind": "nan", "row": 9, "block": 1, "column": 32, "field": "d",
                                       "offset": offset + 9 * ROW + 34, "bits": "0x7e00", "cause": "field"}
     assert (doc["nonfinite_rows"], doc["delivered"], doc["ok"], doc["mismatch_count"]) == (1, True, False, 0)
-    # Rows around them are fine: exit 0 and the old line.
+    # Rows around them are fine: exit 0, and the verdict says the 8 rows were tested and are finite.
     clean = run_cli(["rows", model, "--ids", "0-4,6-8", "--modes", "buffered"])
     assert clean.exit_code == 0 and clean.stdout.splitlines()[-1] == \
-        "result: clean: every path delivered the file's bytes"
+        "result: clean: every path delivered the file's bytes; the 8 selected rows are finite in the file"
 
 
 def test_inf_element_of_a_float_table_names_its_column(tmp_path: Path) -> None:
@@ -130,18 +130,19 @@ def test_capture_without_read_paths_says_what_was_compared(tmp_path: Path) -> No
     alone = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
     assert alone.exit_code == 0, alone.output
     assert alone.stdout.splitlines()[-1] == ("result: clean: the capture matched the file in all 3 rows "
-                                             "(no read path run)")
+                                             "(no read path run); the 3 selected rows are finite in the file")
     doc = json.loads(run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--json"]).stdout)
     doc = doc["models"][0]
     assert (doc["compared"], doc["stats"], doc["delivered"], doc["ok"]) == (["capture"], [], True, True)
     both = run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--modes", "buffered"])
     assert both.exit_code == 0, both.output
-    assert both.stdout.splitlines()[-1] == "result: clean: every path and the capture delivered the file's bytes"
+    assert both.stdout.splitlines()[-1] == ("result: clean: every path and the capture delivered the file's bytes; "
+                                            "the 3 selected rows are finite in the file")
     _nan_rows(model, [7])
     nan = run_cli(["rows", model, "--against", tmp_path / "cap.npz"])
     assert nan.exit_code == 1
     assert nan.stdout.splitlines()[-1].startswith(
         "result: 1 mismatch (garbage 1), 0 short reads; mismatched rows crossing: ")
     assert nan.stdout.splitlines()[-1].endswith(
-        f"; 1 selected row holds non-finite values (first: row 7, block 1, field d = 0x7e00 nan, "
+        f"; 1 selected row holds non-finite values (first: row 7, block 1, column 32, field d = 0x7e00 nan, "
         f"offset {t.row_offset(7) + 34})")

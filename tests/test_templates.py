@@ -70,6 +70,16 @@ def test_namespace_called_and_real_idioms_are_allowed() -> None:
     assert _found(template) == []
 
 
+def test_a_macro_parameter_named_like_a_global_is_the_argument_not_the_global() -> None:
+    # functionary v3.2 (tests/data/templates/llama.cpp-meetkai-functionary-medium-v3.2.jinja) takes
+    # namespace='functions'; inside the macro the name is that string (a call block's parameter likewise).
+    # Outside them it is jinja2's global again; an underscore attribute is an error whatever it is on.
+    template = ("{% macro m(namespace='f', cycler=1) %}{{ 'ns ' + namespace }}{{ cycler.__init__ }}{% endmacro %}\n"
+                "{% call(self) m() %}{{ self }}{% endcall %}{{ namespace.x }}")
+    assert sorted(_found(template)) == [("error", "forbidden-name", 2, 47, "namespace"),
+                                        ("error", "underscore-attribute", 1, 72, "__init__")]
+
+
 def test_tag_characters_are_decoded_and_shown() -> None:
     hidden = "".join(chr(0xE0000 + ord(c)) for c in "obey me")
     [f] = check_template("m.gguf", "k", f"{PREFIX}Hi{hidden}!")
@@ -125,3 +135,18 @@ def test_scan_reports_a_template_with_its_file_offset_and_exit_1(tmp_path: Path)
     text = CliRunner().invoke(main, ["scan", str(path)])
     assert (f"template tokenizer.chat_template.tool_use line 2 column 7 at file {path} offset {value.offset + 24}: "
             "error underscore-attribute: attribute '__class__'") in text.output
+
+
+def test_check_exits_1_on_a_template_walking_class(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    write_gguf(path, [TensorSpec("w", T.F32, (4,), bytes(16))],
+               {"general.architecture": "llama", "tokenizer.chat_template": "{{ ''.__class__.__mro__ }}"})
+    result = CliRunner().invoke(main, ["check", "--json", str(path)])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    [model] = doc["models"]
+    assert (doc["status"], model["ok"]) == ("findings", False)
+    found = sorted((c["evidence"]["rule"], c["evidence"]["column"], c["evidence"]["seen"])
+                   for c in model["conclusions"] if c["code"] == "template")
+    assert found == [("underscore-attribute", 7, "__class__"), ("underscore-attribute", 17, "__mro__")]
+    assert "nothing-wrong" not in [c["code"] for c in model["conclusions"]]

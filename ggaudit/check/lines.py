@@ -17,7 +17,7 @@ def headline(r: CheckReport) -> str:
     """The verdict in one sentence."""
     paths = " and ".join(r.modes) if len(r.modes) < 3 else f"{', '.join(r.modes[:-1])} and {r.modes[-1]}"
     if r.verdict == INTACT:
-        what = f"intact: every byte matches what was published, and {paths} reads deliver the same bytes"
+        what = f"intact: {_matched(r)}, and {paths} reads deliver the same bytes"
     elif r.verdict == DAMAGED:
         what = "damaged: the file on disk is not the one published"
     elif r.verdict == NONFINITE:
@@ -28,6 +28,14 @@ def headline(r: CheckReport) -> str:
         what = (f"unverified: no published reference, so the file can only be checked against itself; {paths} "
                 "reads agree" if r.ok else "unverified: no published reference")
     return f"{escape_path(r.target)}: {what}"
+
+
+def _matched(r: CheckReport) -> str:
+    """What the intact bytes were found to match: a llama-gguf-hash manifest's lines cover the tensors' bytes
+    only (not the header or the padding), so that is all that is claimed when one decided."""
+    if any(c.code == "matches-manifest" and c.evidence.get("format") == "llama-gguf-hash" for c in r.conclusions):
+        return "every tensor's bytes match the manifest's lines (llama-gguf-hash gives no digest of the header)"
+    return "every byte matches what was published"
 
 
 def check_lines(r: CheckReport) -> Iterator[str]:

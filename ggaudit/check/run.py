@@ -34,10 +34,11 @@ from ..stores.locate import Target, target_text
 from ..stores.registry import Roots, Store, find_store
 from ..verify.digests import GitBlobSha1, Segment, SegmentDigests
 from ..verify.manifests.llama_hash import FORMAT as LLAMA_HASH
-from ..verify.manifests.llama_hash import manifest_format
+from ..verify.manifests.llama_hash import (FilePlan, HashEntry, LineDigests, in_header_order, manifest_format,
+                                           plan_llama_check, read_llama_hash)
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorDigest, TensorManifest, read_tensor_manifest,
                                        rows_per_group)
-from .decide import MANIFEST, Expectation, Observed, decide_file
+from .decide import MANIFEST, Expectation, LineDigest, ManifestLines, Observed, decide_file
 from .expect import file_key, published_digests
 from .verdict import summarize
 from .options import CheckOptions
@@ -72,8 +73,9 @@ def check(target: Target, *, options: CheckOptions | None = None, progress: Prog
 @dataclass(frozen=True, kw_only=True)
 class FileCheckPlan:
     """What every pass over one file needs, worked out once before the first: the file, the digests it
-    should have, the paths that compute the expectations' algorithms, and the scan of its tensors (on the
-    ``scan_path`` pass: ``scan``, its plans, and ``kernel``, how they are scanned)."""
+    should have (``lines``: a llama-gguf-hash manifest's, computed on every path), the paths that compute the
+    expectations' algorithms, and the scan of its tensors (on the ``scan_path`` pass: ``scan``, its plans, and
+    ``kernel``, how they are scanned)."""
 
     file: GGUFFile
     published: Expectation | None
@@ -82,6 +84,7 @@ class FileCheckPlan:
     scan_path: str
     scan: tuple[Plan, ...]
     kernel: Options
+    lines: ManifestLines | None = None
 
     @property
     def algorithms(self) -> list[str]:
@@ -127,6 +130,8 @@ def plan_check(target: Target, o: CheckOptions) -> CheckPlan:
     files = [f for m in models for f in m.files]
     published = published_digests(store, [f.path for f in files], o)
     manifest = _manifest(o.manifest)
+    lines = _manifest_lines(manifest, files, o.manifest, text) if isinstance(manifest, tuple) else [None] * len(files)
+    tensor_manifest = manifest if isinstance(manifest, TensorManifest) else None
     scan_options = ScanOptions(anomalies=o.anomalies, workers=0)
     scans = tuple(plan_scan(m, scan_options) for m in models)
     modes = tuple(o.modes)      # CheckOptions keeps them as a tuple in the house order
@@ -134,9 +139,9 @@ def plan_check(target: Target, o: CheckOptions) -> CheckPlan:
     digest_paths = tuple(m for m in modes if m in DIGEST_PATHS) or modes[:1]
     return CheckPlan(target=text, store=store, modes=modes, scan_path=scan_path, scans=scans,
                      files=tuple(FileCheckPlan(file=f, published=published.get(file_key(f.path)),
-                                          expected=_manifest_entry(manifest, f),
+                                          expected=_manifest_entry(tensor_manifest, f), lines=f_lines,
                                           digest_paths=digest_paths, scan_path=scan_path, scan=_scan_of(f, scans),
-                                          kernel=scan_options.kernel) for f in files))
+                                          kernel=scan_options.kernel) for f, f_lines in zip(files, lines, strict=True)))
 
 
 def judge(plan: CheckPlan, passes: Sequence[Sequence[PassObservation]], *, seconds: float) -> CheckReport:
@@ -167,13 +172,48 @@ def _open(target: Target, o: CheckOptions) -> tuple[str, Store | None, list[Mode
     return text, store, [open_model(p) for p in paths]
 
 
-def _manifest(path: str | os.PathLike[str] | None) -> TensorManifest | None:
+def _manifest(path: str | os.PathLike[str] | None) -> TensorManifest | tuple[HashEntry, ...] | None:
+    """ggaudit's tensor manifest, or llama-gguf-hash's lines, told apart by content (as verify tells them)."""
     if path is None:
         return None
     if manifest_format(path) == LLAMA_HASH:
-        raise UsageError(path, "is llama-gguf-hash lines: check takes ggaudit's tensor manifest (`ggaudit manifest`); "
-                               "`ggaudit verify --manifest` checks against these", field="manifest")
+        return read_llama_hash(path)
     return read_tensor_manifest(path)
+
+
+#: Why a model line is not compared on a file whose tensors' data is not in header order.
+NOT_IN_HEADER_ORDER = ("the file stores its tensors' data in another order than its header lists them, and its "
+                       "digest of them in header order does not compose from each tensor's digest")
+
+
+def _manifest_lines(entries: Sequence[HashEntry], files: Sequence[GGUFFile], path: str | os.PathLike[str] | None,
+                    target: str) -> list[ManifestLines | None]:
+    """Each file's lines of a llama-gguf-hash manifest, matched as verify matches them (by tensor name, never by
+    the path a line gives: :func:`plan_llama_check`); None for a file no line names. A manifest naming nothing
+    of the target, or giving a file only a model line that cannot be compared, is NothingChecked."""
+    plan = plan_llama_check(entries, files, path)
+    if not any(p.named for p in plan.files):
+        raise NothingChecked(path, f"names nothing of {target}: no line names a tensor or a file of it; nothing was "
+                                   "checked", field="manifest")
+    missing: dict[str, list[str]] = {}
+    for _, tensor, home in plan.missing:
+        if home is not None:
+            missing.setdefault(home.path, []).append(tensor)
+    found = [_file_lines(p, tuple(missing.get(p.file.path, ())), path) if p.named else None for p in plan.files]
+    for lines, p in zip(found, plan.files, strict=True):
+        if lines is not None and not lines.comparable:
+            raise NothingChecked(path, f"gives {p.file.path} only its model line, which cannot be compared: "
+                                       f"{lines.model_why}; nothing was checked", field="manifest")
+    return found
+
+
+def _file_lines(p: FilePlan, missing: tuple[str, ...], path: str | os.PathLike[str] | None) -> ManifestLines:
+    model = None if p.model is None else LineDigest(p.model.type, p.model.hex, p.model.line)
+    return ManifestLines(tensors={name: LineDigest(e.type, e.hex, e.line) for name, e in p.tensors.items()},
+                         model=model, model_why=None if model is None or in_header_order(p.file) else
+                         NOT_IN_HEADER_ORDER, missing=missing,
+                         unnamed=tuple(t.name for t in p.file.tensors if t.name not in p.tensors) if p.extra else (),
+                         what=f"the llama-gguf-hash manifest {os.path.basename(os.fspath(path or ''))}")
 
 
 @dataclass(frozen=True)
@@ -242,7 +282,9 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
     with reader:
         whole, tensors = Xxh3_128(), _tensor_digests(f, plan.group_bytes)
         hashers = {a: _hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
-        consumers: list[ChunkConsumer] = [whole, tensors, *hashers.values(), *([counted] if counted else [])]
+        lines = _line_digests(f, plan.lines)      # every path: the lines decide which path is right
+        consumers: list[ChunkConsumer] = [whole, tensors, *hashers.values(), *([counted] if counted else []),
+                                          *(lines.consumers if lines else ())]
         scanner = structure_check = None
         if mode == plan.scan_path:
             scanner = ScanConsumer(plan.scan, plan.kernel) if plan.scan else None
@@ -251,9 +293,11 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
         stats = read_pass(reader, consumers, stop=stop)
     f.check_unchanged(f"while it was read ({mode})")
     digests = {a: h.hexdigest() for a, h in hashers.items()}
+    by_line, model_line = lines.results() if lines else (None, None)
     return PassObservation(mode=mode, read=PathRead(stats=stats, fingerprint=whole.hexdigest(), digests=digests),
                            observed=Observed(mode=mode, fingerprint=whole.hexdigest(), digests=digests,
-                                             tensors=_tensor_results(f, tensors, plan.group_bytes)),
+                                             tensors=_tensor_results(f, tensors, plan.group_bytes),
+                                             lines=by_line, model_line=model_line),
                            accs=None if scanner is None else scanner.results(),
                            structure=None if structure_check is None else tuple(structure_check.findings()))
 
@@ -267,10 +311,20 @@ def _judge_file(plan: FileCheckPlan, passes: Sequence[PassObservation]) -> FileC
                                      "checked", field="modes")
     decision = decide_file(f.path, observed, published=plan.published,
                            manifest=expected.whole if expected else None,
-                           expected_tensors=expected.tensors if expected else ())
+                           expected_tensors=expected.tensors if expected else (), lines=plan.lines)
     return FileCheck(path=f.path, size=f.size, published=plan.published,
                      manifest=expected.whole if expected else None,
                      reads=tuple(p.read for p in passes if p.read is not None), skipped=skipped, decision=decision)
+
+
+def _line_digests(f: GGUFFile, lines: ManifestLines | None) -> LineDigests | None:
+    """The consumers of a llama-gguf-hash manifest's lines of ``f``: each tensor's of its line's type, and the
+    model line's when it is compared."""
+    if lines is None:
+        return None
+    model = lines.compared_model
+    return LineDigests(f, {name: line.algorithm for name, line in lines.tensors.items()},
+                       None if model is None else model.algorithm)
 
 
 def _hasher(algorithm: str, size: int) -> Hasher:

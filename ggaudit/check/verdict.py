@@ -61,7 +61,8 @@ def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...],
     compared = tuple(m for m in modes if m not in skipped)
     warnings = [f"{m} reads skipped: {why}; compared: {', '.join(compared)}" for m, why in skipped.items()]
     warnings += [w for s in scans for w in s.warnings]
-    if verdict == UNVERIFIED and not any(c.code == "read-path-differs" for c in found):
+    # Said only when nothing at all was found: a scan finding (structure, metadata, template, outlier) is wrong.
+    if verdict == UNVERIFIED and not any(c.code == "read-path-differs" for c in found) and all(s.ok for s in scans):
         found.append(Conclusion(code="nothing-wrong", text="nothing wrong was found: every path delivered the same "
                                 "bytes and they hold no NaN or Inf, but nothing published says they are the "
                                 "publisher's"))

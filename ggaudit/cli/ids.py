@@ -1,5 +1,6 @@
 """Row IDs as the command line takes them: `--ids "4162,4170-4200"` and `--ids-file FILE` (the same text,
-'#' comments), turned into the int64 array the library's `check_rows(model, rows=...)` takes."""
+'#' comments, one ID a line as a one-column CSV holds them, or a JSON list of IDs), turned into the int64
+array the library's `check_rows(model, rows=...)` takes."""
 
 from __future__ import annotations
 
@@ -64,6 +65,15 @@ def read_ids_file(path: str) -> str:
         raise UsageError(path, "ID file is not text", offset=err.start) from None
 
 
+def unbracketed(text: str) -> str:
+    """A JSON list of IDs (``[4162, 4170]``) as the comma list inside it; any other text as it is. The
+    brackets become spaces, so a line number in a message is still the file's."""
+    start, end = len(text) - len(text.lstrip()), len(text.rstrip())
+    if end - start < 2 or text[start] != "[" or text[end - 1] != "]":
+        return text
+    return f"{text[:start]} {text[start + 1:end - 1]} {text[end:]}"
+
+
 def given_ids(ids: tuple[str, ...], ids_files: tuple[str, ...], n_rows: int) -> tuple[np.ndarray, list[str]]:
     """The IDs of every --ids (joined) then every --ids-file, in the order given, and how each was given
     ("--ids 4,100-102", "--ids-file FILE") for a message that names them."""
@@ -73,6 +83,6 @@ def given_ids(ids: tuple[str, ...], ids_files: tuple[str, ...], n_rows: int) -> 
         picked.append(parse_ids(text, n_rows))
         said.append(f"--ids {(text if len(text) <= 60 else text[:57] + '...') or repr(text)}")
     for name in ids_files:
-        picked.append(parse_ids(read_ids_file(name), n_rows, name))
+        picked.append(parse_ids(unbracketed(read_ids_file(name)), n_rows, name))
         said.append(f"--ids-file {name}")
     return np.concatenate(picked), said

@@ -18,6 +18,16 @@ if TYPE_CHECKING:
     from ..rows.replay import ReadPathProgress, RowsReport
 
 
+def _two_names(text: str | None) -> tuple[str, str] | None:
+    """--capture-arrays IDS,ROWS as the pair of names RowsOptions takes."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if len(names) != 2 or not all(names):
+        raise UsageError("--capture-arrays", "must name the IDs and the rows arrays, as IDS,ROWS")
+    return names[0], names[1]
+
+
 def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
     """Every --modes given, joined (each once, in order); None when there was none."""
     if not given:
@@ -46,7 +56,7 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
 @click.option("--ids", multiple=True, metavar="LIST",
               help='Row IDs and ranges, e.g. "4162,4170-4200" (repeatable; all are joined).')
 @click.option("--ids-file", "ids_files", multiple=True, type=PathParam(dir_okay=False),
-              help="File of row IDs/ranges ('#' comments; repeatable).")
+              help="File of row IDs/ranges ('#' comments; one a line; a JSON list; repeatable).")
 @click.option("--all", "all_rows", is_flag=True, help="Sweep the whole table in large sequential aligned reads.")
 @click.option("--random", "random_n", type=int, metavar="N", help="Also pick N distinct random rows.")
 @click.option("--seed", type=int, metavar="S", help="Seed for --random (printed when chosen for you).")
@@ -63,6 +73,9 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
                    "compare that one only then (buffers reused too early); holds two batches of buffers.")
 @click.option("--against", type=PathParam(dir_okay=False), metavar="CAPTURE",
               help="Engine capture (.npz/.npy: ids + raw uint8 rows or float16/float32 decoded rows).")
+@click.option("--capture-arrays", metavar="IDS,ROWS",
+              help="The capture's IDs and rows arrays (or fields), when not `ids` and one other or told apart "
+                   "by shape.")
 @click.option("--manifest", type=PathParam(dir_okay=False), metavar="M",
               help="Tensor manifest (ggaudit manifest) whose row-group digests decide a mismatched row's right bytes.")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
@@ -72,7 +85,8 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
 @handle_errors
 def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
-         cache_rows: int, prefetch: bool, against: str | None, manifest: str | None, fp8: bool, fail_fast: bool,
+         cache_rows: int, prefetch: bool, against: str | None, capture_arrays: str | None, manifest: str | None,
+         fp8: bool, fail_fast: bool,
          store: str | None, rendering: Rendering) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     # Imported here, not above: `ggaudit rows --help` loads neither numpy nor the readers.
@@ -89,7 +103,8 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
     check_report_file(rendering, inputs)
     with run_progress("rows", [model], rendering, unit=ROWS) as bar, bar.item() as tick:
         options = RowsOptions(workers=workers, batch=batch, cache_rows=cache_rows, prefetch=prefetch, fp8=fp8,
-                              fail_fast=fail_fast, progress=None if tick is None else _by_read_path(bar, tick))
+                              fail_fast=fail_fast, progress=None if tick is None else _by_read_path(bar, tick),
+                              capture_arrays=_two_names(capture_arrays))
 
         def replay(_: str) -> RowsReport:
             opened = open_model(model, store=store)

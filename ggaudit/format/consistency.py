@@ -326,10 +326,12 @@ def _layers(h: _Header, tensors: Sequence[Tensor]) -> Iterator[MetadataFinding]:
         yield h.finding(key, f"layers 0..{n_layer - 1}",
                         f"tensors of {len(beyond)} more layer{'s' if len(beyond) > 1 else ''}, the first of "
                         f"layer {beyond[0]}", tensor=stored[beyond[0]])
-    missing = [i for i in range(n_layer) if i not in stored]
-    if missing:
+    # Counted from the layers stored, never by walking 0..block_count: the value is the file's (up to 2**64).
+    missing = n_layer - (len(stored) - len(beyond))
+    if missing > 0:
+        first = next(i for i in range(n_layer) if i not in stored)     # within len(stored) + 1 steps
         yield h.finding(key, f"tensors for each of layers 0..{n_layer - 1}",
-                        f"none for {len(missing)} of them, the first layer {missing[0]}")
+                        f"none for {missing} of them, the first layer {first}")
 
 
 def _vocab_rows(h: _Header, tensors: Sequence[Tensor]) -> Iterator[MetadataFinding]:

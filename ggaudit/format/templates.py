@@ -57,9 +57,13 @@ _ATTRIBUTE_FILTERS = frozenset(("attr", "map", "selectattr", "rejectattr", "sort
 #: Most elements a ``range()`` of constants may produce (real templates range over the messages).
 MAX_RANGE = 100_000
 
-_TAGS = range(0xE0000, 0xE0080)
-_BIDI = frozenset((0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)))
-_ZERO_WIDTH = frozenset((0x180E, 0x200B, 0x200C, 0x200D, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0xFEFF))
+# Runs of invisible characters, as regular expressions: found in one pass of re's C loop, not a Python loop
+# per character (a template of 20,000 characters costs microseconds, not milliseconds).
+_TAGS = re.compile("[\U000E0000-\U000E007F]+")
+_BIDI = re.compile("[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]+")
+_ZERO_WIDTH = re.compile("[\u180E\u200B-\u200D\u2060-\u2064\uFEFF]+")
+#: U+FE00..FE0F and U+E0100..E01EF: one after an emoji picks its style; two or more in a row are a payload.
+_SELECTORS = re.compile("[\uFE00-\uFE0F\U000E0100-\U000E01EF]{2,}")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{80,}={0,2}")
 _HEX = re.compile(r"(?<![0-9A-Za-z])[0-9A-Fa-f]{64,}(?![0-9A-Za-z])")
 _URL = re.compile(r"\b(?:https?|ftp|file|javascript)://[^\s'\"<>{}]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}[^\s'\"<>{}]*",
@@ -183,11 +187,31 @@ def _const_int(node: nodes.Node) -> int | None:
     return None
 
 
+def _walk(tree: nodes.Template) -> Iterator[tuple[nodes.Node, frozenset[str]]]:
+    """Every node under ``tree``, in pre-order (a call before the name it calls), with the parameters of the
+    macros around it: there a name is the caller's argument (functionary's ``namespace='functions'``), not
+    jinja2's global of that name."""
+    from jinja2 import nodes as n
+
+    none: frozenset[str] = frozenset()
+    stack = [(c, none) for c in tree.iter_child_nodes()][::-1]
+    while stack:
+        node, params = stack.pop()
+        yield node, params
+        if isinstance(node, (n.Macro, n.CallBlock)):
+            inner = params | {a.name for a in node.args}
+            # A call block's call is made where it stands; its body (like a macro's) sees the parameters.
+            outer = {id(c) for c in (node.call, *node.args, *node.defaults)} if isinstance(node, n.CallBlock) else set()
+            kids = [(c, params if id(c) in outer else inner) for c in node.iter_child_nodes()]
+        else:
+            kids = [(c, params) for c in node.iter_child_nodes()]
+        stack.extend(reversed(kids))
+
+
 def _code(src: _Source, tree: nodes.Template) -> Iterator[TemplateFinding]:
     from jinja2 import nodes as n
 
-    called_namespace = {id(c.node) for c in tree.find_all(n.Call)
-                        if isinstance(c.node, n.Name) and c.node.name == "namespace"}
+    called_namespace: set[int] = set()      # pre-order: a call is met before the name it calls
 
     def error(node: nodes.Node, needle: str, rule: str, detail: str) -> TemplateFinding:
         return src.finding(src.find(node.lineno, needle), rule, ERROR, needle, detail)
@@ -197,12 +221,13 @@ def _code(src: _Source, tree: nodes.Template) -> Iterator[TemplateFinding]:
                      f"{how} {name!r}, a name starting with _: the way out of the template into Python "
                      "(CVE-2024-34359)")
 
-    for node in tree.find_all(n.Node):
+    for node, params in _walk(tree):
         if isinstance(node, n.Getattr) and node.attr.startswith("_"):
             yield underscore(node, node.attr, "attribute")
         elif isinstance(node, n.Getitem) and (key := _const_text(node.arg)) is not None and key.startswith("_"):
             yield underscore(node, key if isinstance(node.arg, n.Const) else key[:1], "item")
-        elif isinstance(node, n.Name) and node.name in FORBIDDEN_NAMES and id(node) not in called_namespace:
+        elif isinstance(node, n.Name) and node.name in FORBIDDEN_NAMES and id(node) not in called_namespace and \
+                node.ctx == "load" and node.name not in params:
             yield error(node, node.name, "forbidden-name",
                         f"{node.name!r}: an object whose attributes reach Python internals")
         elif isinstance(node, n.Name) and node.name.startswith("__"):
@@ -211,6 +236,8 @@ def _code(src: _Source, tree: nodes.Template) -> Iterator[TemplateFinding]:
             word = {n.Import: "import", n.FromImport: "import", n.Include: "include", n.Extends: "extends"}[type(node)]
             yield error(node, word, "import", f"{{% {word} %}}: loads another template, which engines refuse")
         elif isinstance(node, n.Call):
+            if isinstance(node.node, n.Name) and node.node.name == "namespace":
+                called_namespace.add(id(node.node))
             yield from _call(src, node, error)
         elif isinstance(node, (n.Filter, n.Test)):
             yield from _filter(src, node, error, underscore)
@@ -256,61 +283,40 @@ def _filter(src: _Source, node: nodes.Filter | nodes.Test, error: Any, underscor
 
 # ----- hidden content: the text ------------------------------------------------------------------
 
-def _runs(text: str, wanted: Any) -> Iterator[tuple[int, int]]:
-    """``[start, end)`` of each run of characters whose code point ``wanted`` holds."""
-    start = None
-    for i, ch in enumerate(text):
-        if ord(ch) in wanted:
-            start = i if start is None else start
-        elif start is not None:
-            yield start, i
-            start = None
-    if start is not None:
-        yield start, len(text)
-
-
 def _is_pictograph(ch: str) -> bool:
     cp = ord(ch)
     return cp >= 0x1F000 or 0x2600 <= cp < 0x27C0 or unicodedata.category(ch) == "So"
 
 
-class _VariationSelectors:
-    """U+FE00..FE0F and U+E0100..E01EF: one after an emoji picks its style; a run of them is a payload,
-    a byte per selector (0..15, then 16..255)."""
+def _selector_byte(ch: str) -> int:
+    """The byte a variation selector carries: 0..15 for U+FE00..FE0F, then 16..255."""
+    cp = ord(ch)
+    return cp - 0xFE00 if cp <= 0xFE0F else cp - 0xE0100 + 16
 
-    def __contains__(self, cp: object) -> bool:
-        return isinstance(cp, int) and (0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF)
 
-    @staticmethod
-    def byte(ch: str) -> int:
-        cp = ord(ch)
-        return cp - 0xFE00 if cp <= 0xFE0F else cp - 0xE0100 + 16
+def _code_points(run: str) -> str:
+    return ", ".join(f"U+{ord(c):04X}" for c in run)
 
 
 def _hidden(src: _Source) -> Iterator[TemplateFinding]:
     text = src.text
-    for start, end in _runs(text, _TAGS):
-        hidden = "".join(chr(ord(c) - 0xE0000) for c in text[start:end] if 0xE0020 <= ord(c) <= 0xE007E)
-        yield src.finding(start, "tag-characters", WARNING, hidden,
-                          f"{end - start} invisible Unicode tag characters, which spell {hidden!r}")
-    for start, end in _runs(text, _BIDI):
-        names = ", ".join(f"U+{ord(c):04X}" for c in text[start:end])
-        yield src.finding(start, "bidi", WARNING, text[start:end],
-                          f"bidi control {names}: the text shown is not the order it is read in")
-    for start, end in _runs(text, _ZERO_WIDTH):
-        if all(c == "\u200d" for c in text[start:end]) and start > 0 and end < len(text) and \
+    for m in _TAGS.finditer(text):
+        hidden = "".join(chr(ord(c) - 0xE0000) for c in m.group() if 0xE0020 <= ord(c) <= 0xE007E)
+        yield src.finding(m.start(), "tag-characters", WARNING, hidden,
+                          f"{len(m.group())} invisible Unicode tag characters, which spell {hidden!r}")
+    for m in _BIDI.finditer(text):
+        yield src.finding(m.start(), "bidi", WARNING, m.group(),
+                          f"bidi control {_code_points(m.group())}: the text shown is not the order it is read in")
+    for m in _ZERO_WIDTH.finditer(text):
+        start, end = m.span()
+        if m.group().strip("\u200d") == "" and start > 0 and end < len(text) and \
                 _is_pictograph(text[start - 1]) and _is_pictograph(text[end]):
             continue    # a zero-width joiner inside an emoji sequence
-        names = ", ".join(f"U+{ord(c):04X}" for c in text[start:end])
-        yield src.finding(start, "zero-width", WARNING, text[start:end], f"zero-width character {names}")
-    selectors = _VariationSelectors()
-    for start, end in _runs(text, selectors):
-        if end - start < 2:
-            continue
-        payload = bytes(selectors.byte(c) for c in text[start:end])
-        shown = payload.decode("utf-8", "backslashreplace")
-        yield src.finding(start, "variation-selectors", WARNING, shown,
-                          f"{end - start} variation selectors in a row, a payload of bytes that reads {shown!r}")
+        yield src.finding(start, "zero-width", WARNING, m.group(), f"zero-width character {_code_points(m.group())}")
+    for m in _SELECTORS.finditer(text):
+        shown = bytes(_selector_byte(c) for c in m.group()).decode("utf-8", "backslashreplace")
+        yield src.finding(m.start(), "variation-selectors", WARNING, shown,
+                          f"{len(m.group())} variation selectors in a row, a payload of bytes that reads {shown!r}")
     yield from _blobs(src)
 
 
@@ -327,13 +333,14 @@ def _blobs(src: _Source) -> Iterator[TemplateFinding]:
         yield src.finding(m.start(), "url", WARNING, m.group(), "a URL: a template has no reason to hold one")
 
 
-def _instructions(src: _Source, env: Any) -> Iterator[TemplateFinding]:
-    """Plain text (outside every tag) that gives the model instructions to override, hide or deceive."""
-    for lineno, token, value in env.lex(src.text):
-        if token != "data":
-            continue
-        for m in _INSTRUCTION.finditer(value):
-            yield src.finding(src.find(lineno, m.group()), "instruction", WARNING, m.group(),
+def _instructions(src: _Source, tree: nodes.Template) -> Iterator[TemplateFinding]:
+    """Plain text (outside every tag: the tree's TemplateData, so the template is not lexed a second time)
+    that gives the model instructions to override, hide or deceive."""
+    from jinja2 import nodes as n
+
+    for data in tree.find_all(n.TemplateData):
+        for m in _INSTRUCTION.finditer(data.data):
+            yield src.finding(src.find(data.lineno, m.group()), "instruction", WARNING, m.group(),
                               "plain text outside any tag that instructs the model, rendered into every prompt")
 
 
@@ -352,7 +359,7 @@ def check_template(path: str, key: str, text: str, value_offset: int = 0) -> tup
         found.insert(0, src.finding(src.starts[line - 1], "syntax", ERROR, err.message or "",
                                     f"does not parse: {err.message}; engines refuse it"))
         return tuple(found)
-    return (*_code(src, tree), *found, *_instructions(src, env))
+    return (*_code(src, tree), *found, *_instructions(src, tree))
 
 
 def template_keys(model: Model) -> list[tuple[str, MetaValue]]:

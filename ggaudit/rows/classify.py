@@ -30,8 +30,8 @@ from .gather import Sample, uniform
 from .readers import POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
 from .table import RowTable
 
-__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Delivery", "Filled", "RawRow", "RowMismatch",
-           "captured", "locate"]
+__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Delivery", "Filled", "Place", "RawRow",
+           "RowMismatch", "captured", "first_nonfinite", "locate"]
 
 KINDS = ("short-read", "filled", "stale", "misplaced", "cache-crosstalk", "garbage")
 #: Mismatches beyond the reporting cap are counted under this name instead of being classified.
@@ -72,6 +72,28 @@ class Delivery:
         return {"paths": list(self.paths), "bytes": self.shown, "right": self.right}
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where in a row a value sits: its block and (decoded) column."""
+
+    block: int
+    column: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"block": self.block, "column": self.column}
+
+
+def first_nonfinite(table: RowTable, values: np.ndarray | None) -> Place | None:
+    """The place of the first NaN or Inf among a row's decoded *values* (None: all finite, or not decoded)."""
+    if values is None:
+        return None
+    bad = np.flatnonzero(~np.isfinite(values))
+    if not bad.size:
+        return None
+    column = int(bad[0])
+    return Place(column // table.tensor.block_size, column)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RowMismatch:
     """One row whose content from a read path (or capture) differs from the file."""
@@ -93,6 +115,8 @@ class RowMismatch:
     differing: int       # bytes (or values) that differ
     expected_finite: bool | None
     actual_finite: bool | None
+    #: The first NaN or Inf of the row delivered (None: it is finite, or does not decode).
+    actual_nonfinite: Place | None = None
     other_row: int | None = None
     other_offset: int | None = None
     max_abs_diff: float | None = None
@@ -109,6 +133,7 @@ class RowMismatch:
                 "offset": self.offset, "block": self.block, "column": self.column, "expected": self.expected,
                 "actual": self.actual, "differing": self.differing, "unit": self.unit,
                 "expected_finite": self.expected_finite, "actual_finite": self.actual_finite,
+                "actual_nonfinite": None if self.actual_nonfinite is None else self.actual_nonfinite.to_json(),
                 "other_row": self.other_row, "other_offset": self.other_offset, "max_abs_diff": self.max_abs_diff,
                 "detail": self.detail, "filled": None if self.filled is None else self.filled.to_json(),
                 "reference": self.reference, "delivered": [d.to_json() for d in self.delivered]}
@@ -229,6 +254,9 @@ class RawRow:
         return (None if exp is None else bool(np.isfinite(exp).all()),
                 None if act is None else bool(np.isfinite(act).all()))
 
+    def nonfinite(self) -> Place | None:
+        return first_nonfinite(self.table, self._decoded[1])
+
 
 class DecodedRow:
     """A captured row of decoded values against ggaudit's decode of the file's row, cast to its type;
@@ -244,9 +272,7 @@ class DecodedRow:
         self.same = bool(equal.all())
         self.first = int(np.flatnonzero(~equal)[0]) if not self.same else -1
         self.differing = int((~equal).sum())
-        both = np.isfinite(self.want) & np.isfinite(got)
-        self.max_abs_diff = float(np.max(np.abs(self.want[both].astype(np.float64) - got[both]))) \
-            if both.any() else None
+        self.max_abs_diff = _max_abs_diff(self.want, got, equal)
 
     def _decode(self, raw: bytes) -> np.ndarray:
         decoded = self.table.decode(raw)
@@ -307,6 +333,9 @@ class DecodedRow:
     def finite(self) -> tuple[bool | None, bool | None]:
         return bool(np.isfinite(self.want).all()), bool(np.isfinite(self.got).all())
 
+    def nonfinite(self) -> Place | None:
+        return first_nonfinite(self.table, self.got)
+
     @property
     def note(self) -> str:
         """The stored block the first differing value decodes from: the values alone do not show it."""
@@ -315,6 +344,16 @@ class DecodedRow:
 
 
 Form = RawRow | DecodedRow
+
+
+def _max_abs_diff(want: np.ndarray, got: np.ndarray, equal: np.ndarray) -> float | None:
+    """The largest |want - got| of the finite values; None when a value that differs is NaN or Inf on
+    either side (the difference is unbounded: a NaN beside "max abs diff 0" would read as equal) or when
+    no value is finite on both sides."""
+    finite = np.isfinite(want) & np.isfinite(got)
+    if np.any(~equal & ~finite) or not finite.any():
+        return None
+    return float(np.max(np.abs(want[finite].astype(np.float64) - got[finite])))
 
 
 def _uint_of(dtype: np.dtype) -> type:
@@ -361,7 +400,8 @@ class Classifier:
         return RowMismatch(kind=verdict.kind, mode=mode, stage=stage, file=t.path, tensor=t.name, row=row,
                            row_offset=at, length=t.row_bytes, byte=byte, offset=at + byte, block=block,
                            column=column, expected=expected, actual=actual, differing=form.differing,
-                           expected_finite=expected_finite, actual_finite=actual_finite, other_row=verdict.other_row,
+                           expected_finite=expected_finite, actual_finite=actual_finite,
+                           actual_nonfinite=form.nonfinite(), other_row=verdict.other_row,
                            other_offset=verdict.other_offset, max_abs_diff=form.max_abs_diff,
                            detail=verdict.detail + form.note, unit=form.unit, filled=verdict.filled)
 

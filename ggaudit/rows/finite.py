@@ -48,6 +48,7 @@ class NonFiniteValue:
 class NonFiniteRows:
     rows: int                       # selected rows holding at least one non-finite value
     first: NonFiniteValue | None
+    tested: int = 0                 # rows tested (0: not tested, as for a table of integers)
 
 
 def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray | None,
@@ -59,8 +60,9 @@ def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray 
         return NonFiniteRows(0, None)
     t = table.tensor
     opts = Options(max_abs=None, limit=1 << 62, fail_fast=False)
-    count, first = 0, None
+    count, first, tested = 0, None, 0
     for chunk, data in _chunks(table, reference, rows):
+        tested += int(chunk.size)
         if decided:
             data = _with_decided(table, chunk, data, decided)
         plan = Plan(0, t.name, t.path, 0, len(data), t.n_cols, layout, False)
@@ -72,7 +74,7 @@ def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray 
         count += int(hit.size)
         if first is None:
             first = _located(table, chunk, min(acc.findings, key=lambda f: f.offset))
-    return NonFiniteRows(count, first)
+    return NonFiniteRows(count, first, tested)
 
 
 def _chunks(table: RowTable, reference: BufferedReader, rows: np.ndarray | None

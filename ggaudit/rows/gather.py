@@ -13,7 +13,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
 
-from .readers import PAGE, POISON, Buffer, BufferedReader, Reader, align_down, align_up, is_short, same_bytes
+from .readers import (PAGE, POISON, Buffer, BufferedReader, FailedRead, Reader, align_down, align_up, is_short,
+                      same_bytes)
 
 #: Largest single read of a gather (rows sharing pages are merged up to this).
 GATHER_READ = 64 << 10
@@ -186,6 +187,8 @@ class Gatherer:
         self.executor = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
         self.reads = self.bytes = 0
         self.shortfalls: list[Shortfall] = []
+        #: Reads that failed (EIO, EAGAIN, ...): their rows are left out of the gather, the others go on.
+        self.failures: list[FailedRead] = []
 
     def gather(self, rows: Iterable[int], held: list[Buffer] | None = None) -> list[Sample]:
         """Each row copied out of its read buffer before the buffer goes back to the pool; or, given
@@ -197,9 +200,10 @@ class Gatherer:
         batch = sorted(set(rows))
         plan = plan_reads(self.base, self.row_bytes, batch, self.reader.alignment.offset, self.max_read)
         out: list[Sample] = [None] * len(batch)  # type: ignore[list-item]  # every slot gets filled
+        failed = len(self.failures)
         for w in range(0, len(plan), self.wave):
             self._wave(batch, plan[w:w + self.wave], out, held)
-        return out
+        return out if len(self.failures) == failed else [s for s in out if s is not None]
 
     def _prepare(self, reads: list[Read], ready: ReadyWave) -> None:
         """For each read a poisoned buffer from the pool, the span the read path fetches, and the job."""
@@ -236,13 +240,19 @@ class Gatherer:
     def _read(self, jobs: Iterator[tuple[int, memoryview, int]], landed: list[int]) -> None:
         read_into = self.reader.read_into
         for k, view, start in jobs:
-            landed[k] = read_into(view, start)
+            try:
+                landed[k] = read_into(view, start)
+            except FailedRead as err:
+                landed[k] = -1          # no rows from this read; list.append is atomic across the workers
+                self.failures.append(err)
 
     def _finish(self, rows: list[int], reads: list[Read], ready: ReadyWave, landed: list[int],
                 out: list[Sample], held: list[Buffer] | None) -> None:
         """Note short reads and unlanded buffers, and slice each read's rows into *out*."""
         rb, base, size, new = self.row_bytes, self.base, self.reader.size, tuple.__new__
         for (first, _, i, j), buf, (start, length), got in zip(reads, ready.buffers, ready.spans, landed, strict=True):
+            if got < 0:
+                continue                # the read failed: its rows' slots stay empty (see gather)
             cut = got < length and is_short(start, length, got, size)
             if cut:
                 self.shortfalls.append(Shortfall(start, length, got))
@@ -260,8 +270,8 @@ class Gatherer:
                 at = base + rows[k] * rb - start
                 data = bytes(whole[at:at + rb]) if held is None else whole[at:at + rb]
                 out[k] = new(Sample, (rows[k], data, unlanded, False, cut, False))
-        self.reads += len(landed)
-        self.bytes += sum(landed)
+        self.reads += sum(got >= 0 for got in landed)
+        self.bytes += sum(got for got in landed if got > 0)
 
     def _return(self, buffers: list[Buffer], held: list[Buffer] | None) -> None:
         if held is None:
@@ -337,6 +347,9 @@ class Chunk(NamedTuple):
     expected: bytes | None
     unlanded: bool
     shortfall: Shortfall | None
+    #: The read of the chunk that failed, with the stage it failed in ("sweep": the path's, "reference"): the
+    #: chunk was not compared.
+    failure: tuple[str, FailedRead] | None = None
 
 
 class Sweep:
@@ -384,9 +397,15 @@ class Sweep:
         try:
             buf.poison(max(span, off - start + length))
             view = buf.view[:span]
-            got = self.reader.read_into(view, start)
-            view.release()
-            self.reference.read_exact_into(ref.view[:length], off)
+            stage = "sweep"
+            try:
+                got = self.reader.read_into(view, start)
+                stage = "reference"
+                self.reference.read_exact_into(ref.view[:length], off)
+            except FailedRead as err:
+                return Chunk(first, count, None, None, False, None, (stage, err))
+            finally:
+                view.release()
             actual, expected = buf.view[off - start:off - start + length], ref.view[:length]
             same = same_bytes(actual, expected)
             unlanded = still_poison(buf.view, got)

@@ -11,9 +11,9 @@ from ..text import escape, escape_path
 
 if TYPE_CHECKING:
     from .classify import RowMismatch
-    from .replay import RowsReport, ShortRead
+    from .replay import ReadFailure, RowsReport, ShortRead
 
-__all__ = ["describe_row_mismatch", "describe_short_read", "nonfinite_text"]
+__all__ = ["describe_read_failure", "describe_row_mismatch", "describe_short_read", "finite_text", "nonfinite_text"]
 
 
 def _yes(value: bool | None) -> str:
@@ -37,7 +37,7 @@ def describe_row_mismatch(m: RowMismatch, *, elements: bool = False) -> list[str
         f"  expected: {m.expected}",
         f"  actual:   {m.actual}",
         f"  {_differ(m.differing, m.unit)}; decoded row finite: expected "
-        f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}"
+        f"{_yes(m.expected_finite)}, actual {_yes(m.actual_finite)}{_first_bad(m, elements)}"
         + (f"; max abs diff {m.max_abs_diff:g}" if m.max_abs_diff is not None else ""),
     ]
     if m.detail:
@@ -45,9 +45,34 @@ def describe_row_mismatch(m: RowMismatch, *, elements: bool = False) -> list[str
     return lines
 
 
+def _first_bad(m: RowMismatch, elements: bool) -> str:
+    """Where the delivered row's first NaN or Inf is, when it holds one."""
+    p = m.actual_nonfinite
+    if p is None:
+        return ""
+    return f" (first NaN/Inf at {'' if elements else f'block {p.block}, '}column {p.column})"
+
+
 def describe_short_read(s: ShortRead) -> str:
     return (f"short read: {s.mode} ({s.stage}) file {escape_path(s.file)}, offset {s.offset} (0x{s.offset:x}), "
             f"asked {plural(s.requested, 'byte')}, got {s.returned}, not at end of file")
+
+
+def describe_read_failure(f: ReadFailure) -> str:
+    why = f.error or "no errno"
+    return (f"read error: {f.mode} ({f.stage}) file {escape_path(f.file)}, offset {f.offset} (0x{f.offset:x}), "
+            f"{plural(f.length, 'byte')}: {why}; that read's rows were not compared, the other reads went on")
+
+
+def finite_text(r: RowsReport) -> str:
+    """What the finiteness test found: the rows holding NaN or Inf, or that the rows tested hold none
+    ("" when no row was tested: a table of integers, or a replay stopped early)."""
+    if r.nonfinite_rows:
+        return nonfinite_text(r)
+    if not r.finite_tested:
+        return ""
+    n = r.finite_tested
+    return "the selected row is finite in the file" if n == 1 else f"the {n} selected rows are finite in the file"
 
 
 def nonfinite_text(r: RowsReport) -> str:
@@ -55,6 +80,7 @@ def nonfinite_text(r: RowsReport) -> str:
     rows = f"{r.nonfinite_rows} selected row{'s hold' if r.nonfinite_rows != 1 else ' holds'} non-finite values"
     if f is None:
         return rows
-    where = f"column {f.column}" if f.field == "value" else f"block {f.block}, field {escape(f.field)}"
+    where = f"column {f.column}" if f.field == "value" else \
+        f"block {f.block}, column {f.column}, field {escape(f.field)}"
     how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
     return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"

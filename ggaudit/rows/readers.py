@@ -64,6 +64,17 @@ class Alignment:
 NO_ALIGNMENT = Alignment(1, 1, "none")
 
 
+class FailedRead(ReadError):
+    """One read of a read path failed with an error from below (EIO, EAGAIN, a copy out of a mapping that
+    faulted): a finding for that path, which the other paths outlive. *errno* is None where the OS gives
+    no errno (Windows' ReadFile). A file that shrank or ends early is a plain ReadError: it changed."""
+
+    def __init__(self, path: str | None, message: str, *, offset: int | None = None, field: str | None = None,
+                 mode: str = "", length: int = 0, errno: int | None = None) -> None:
+        super().__init__(path, message, offset=offset, field=field)
+        self.mode, self.length, self.errno = mode, length, errno
+
+
 class DirectIOUnavailable(ReadError):
     """Direct I/O cannot be used on this file's filesystem (or platform); the caller says so and goes on."""
 
@@ -221,9 +232,9 @@ class Reader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _failed(self, err: OSError, offset: int, length: int) -> ReadError:
-        return ReadError(self.path, f"{self.mode} read of {length} bytes failed: {err.strerror or err}",
-                         offset=offset)
+    def _failed(self, err: OSError, offset: int, length: int) -> FailedRead:
+        return FailedRead(self.path, f"{self.mode} read of {length} bytes failed: {err.strerror or err}",
+                          offset=offset, mode=self.mode, length=length, errno=err.errno)
 
 
 class BufferedReader(Reader):
@@ -334,14 +345,17 @@ class MmapReader(Reader):
             local.base, local.len = address_of(view), n
             remote.base, remote.len = self._base + offset, n
             got = self._vm_read(_PID[0], ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
+            # ctypes does not retry an interrupted call as Python's own os calls do (PEP 475): retry here.
+            while got < 0 and ctypes.get_errno() == errno.EINTR:
+                got = self._vm_read(_PID[0], ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
             if got != n:
-                raise self._cut_short(offset + max(got, 0), ctypes.get_errno())
+                raise self._cut_short(offset + max(got, 0), n - max(got, 0), ctypes.get_errno())
             return n
         # Without it, touching a page past the end of a file that shrank raises SIGBUS, which kills the
         # process: check the size first (this leaves a race with a truncate during the copy).
         now = os.fstat(self.fd).st_size
         if offset + n > now:
-            raise self._cut_short(offset, 0)
+            raise self._cut_short(offset, n, 0)
         view[:n] = self._bytes[offset:offset + n]  # type: ignore[index]
         return n
 
@@ -358,13 +372,15 @@ class MmapReader(Reader):
             with contextlib.suppress(OSError, ValueError):
                 self._map.madvise(advice, start, stop - start)
 
-    def _cut_short(self, offset: int, err: int) -> ReadError:
+    def _cut_short(self, offset: int, length: int, err: int) -> ReadError:
+        """The copy of [offset, offset + length) out of the map failed: the file shrank (it changed), or a
+        page could not be read in (process_vm_readv's EFAULT, where a CPU load would have raised SIGBUS)."""
         now = os.fstat(self.fd).st_size
         if now < self.size:
             return ReadError(self.path, f"file shrank to {now} bytes while mapped (changed while reading?)",
                              offset=offset)
-        return ReadError(self.path, f"mmap read failed: {os.strerror(err) if err else 'short copy'}",
-                         offset=offset)
+        return FailedRead(self.path, f"mmap copy of {length} bytes failed: {os.strerror(err) if err else 'short copy'}",
+                          offset=offset, mode=self.mode, length=length, errno=err or None)
 
     def close(self) -> None:
         if self._bytes is not None:
@@ -457,10 +473,10 @@ class LinuxDirectReader(BufferedReader):
         except OSError as err:
             if err.errno == errno.EINVAL:
                 a = self.alignment
-                raise ReadError(self.path, f"direct read of {len(view)} bytes failed: EINVAL (offset and "
-                                           f"length must be multiples of {a.offset}, the buffer address of "
-                                           f"{a.memory}; buffer at 0x{address_of(view):x})",
-                                offset=offset) from err
+                raise FailedRead(self.path, f"direct read of {len(view)} bytes failed: EINVAL (offset and "
+                                            f"length must be multiples of {a.offset}, the buffer address of "
+                                            f"{a.memory}; buffer at 0x{address_of(view):x})",
+                                 offset=offset, mode=self.mode, length=len(view), errno=errno.EINVAL) from err
             raise self._failed(err, offset, len(view)) from err
 
 
@@ -561,7 +577,8 @@ class WindowsDirectReader(Reader):
         if err == ERROR_INVALID_PARAMETER:
             why += (f" (ERROR_INVALID_PARAMETER: offset, length and buffer address must be multiples of the "
                     f"{self.alignment.offset}-byte sector)")
-        raise ReadError(self.path, f"ReadFile of {len(view)} bytes failed: {why}", offset=offset)
+        raise FailedRead(self.path, f"ReadFile of {len(view)} bytes failed: {why}", offset=offset, mode=self.mode,
+                         length=len(view))
 
     def close(self) -> None:
         if getattr(self, "handle", None) is not None:

@@ -12,6 +12,7 @@ read buffers.
 from __future__ import annotations
 
 import dataclasses
+import errno as errnos
 import functools
 import logging
 import os
@@ -29,12 +30,13 @@ from .._version import __version__
 from ..diagnostic import Diagnostic
 from ..lines import is_elements
 from ..format.blocks import GGMLQuantizationType
-from ..errors import NothingChecked, UsageError, check_arg
+from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..format.layout import Model, Tensor
 from ..stores.locate import Target, open_model
 from ..arrays import distinct
 from . import MODES
-from .readers import PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, Reader, open_reader
+from .readers import (PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, FailedRead, Reader,
+                      open_reader)
 from .table import RowTable
 from .gather import (BufferPool, CacheLedger, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall,
                      Sweep, through_cache)
@@ -42,13 +44,14 @@ from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMism
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
 from .settle import Kept, RowGroups, far_named, manifest_groups, settled
 from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
-from .lines import describe_row_mismatch, describe_short_read, nonfinite_text
-from .select import (MAX_SELECTED, Capture, RowChoice, RowIds, RowSelection, Selection, crosses, crossing_mask,
-                     crossing_rows, crossing_rows_of, int_text, load_capture, select_rows)
+from .lines import describe_read_failure, describe_row_mismatch, describe_short_read, nonfinite_text
+from .select import (MAX_SELECTED, Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses,
+                     crossing_mask, crossing_rows, crossing_rows_of, int_text, load_capture, select_rows)
 
 __all__ = [
     "KINDS", "CaptureResult", "Classifier", "Delivery", "Filled", "Geometry", "NonFiniteValue", "PathStats",
-    "RowCache", "RowChoice", "RowMismatch", "RowSelection", "RowsOptions", "RowsReport", "Selection", "ShortRead",
+    "ReadFailure", "RowCache", "RowChoice", "RowMismatch", "RowSelection", "RowsOptions", "RowsReport", "Selection",
+    "ShortRead",
     "check_rows", "crosses", "crossing_rows", "crossing_rows_of", "geometry_of", "load_capture", "pick_tensor",
     "select_rows", "table_geometry",
 ]
@@ -96,6 +99,34 @@ class ShortRead:
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "stage": self.stage, "file": self.file, "offset": self.offset,
                 "requested": self.requested, "returned": self.returned}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadFailure:
+    """A read that failed with an error from below (EIO, EAGAIN, a mapping's copy that faulted): the rows it
+    held were not compared on that path (stage ``reference``: on any path), the rest went on."""
+
+    mode: str            # the read path: buffered | mmap | direct (the reference read is buffered)
+    stage: str           # open (the direct path's probe), reference, gather, ..., capture
+    file: str
+    offset: int
+    length: int
+    errno: int | None    # None where the OS gives none (Windows' ReadFile)
+    message: str
+
+    @property
+    def error(self) -> str | None:
+        """The errno's name (EIO, EAGAIN, EFAULT), or None."""
+        return None if self.errno is None else errnos.errorcode.get(self.errno, str(self.errno))
+
+    @classmethod
+    def of(cls, err: FailedRead, stage: str) -> ReadFailure:
+        return cls(mode=err.mode, stage=stage, file=err.path or "", offset=err.offset or 0, length=err.length,
+                   errno=err.errno, message=err.message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "stage": self.stage, "file": self.file, "offset": self.offset,
+                "length": self.length, "errno": self.errno, "error": self.error, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -156,7 +187,8 @@ class CaptureResult:
 #: The ``schema`` of :meth:`RowsReport.to_json`.
 SCHEMA = "ggaudit/rows-report/1"
 #: Every kind of diagnostic a rows report yields (ggaudit.kinds ids).
-DIAGNOSTIC_KINDS = (*(f"rows/{k}" for k in (*KINDS, UNCLASSIFIED)), "rows/incomplete-read", "rows/nonfinite")
+DIAGNOSTIC_KINDS = (*(f"rows/{k}" for k in (*KINDS, UNCLASSIFIED)), "rows/incomplete-read", "rows/read-error",
+                    "rows/nonfinite")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +220,11 @@ class RowsReport:
     #: Selected rows holding a NaN or Inf in the file itself (every path may deliver them faithfully).
     nonfinite_rows: int = 0
     first_nonfinite: NonFiniteValue | None = None
+    #: Selected rows tested for NaN and Inf (0: none was: a table of integers, or a replay stopped by fail-fast).
+    finite_tested: int = 0
+    #: Reads that failed (kept in full up to MAX_REPORTED; read_error_count counts every one).
+    read_errors: tuple[ReadFailure, ...] = ()
+    read_error_count: int = 0
 
     @property
     def compared(self) -> tuple[str, ...]:
@@ -220,8 +257,8 @@ class RowsReport:
 
     @property
     def delivered(self) -> bool:
-        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read."""
-        return not self.mismatch_count and not self.short_read_count
+        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read, no failed read."""
+        return not self.mismatch_count and not self.short_read_count and not self.read_error_count
 
     @property
     def ok(self) -> bool:
@@ -239,6 +276,9 @@ class RowsReport:
         for s in self.short_reads:     # a read of the file (a span of rows, or more), not of one tensor's place
             yield Diagnostic(kind="rows/incomplete-read", message=describe_short_read(s), file=s.file,
                              offset=s.offset, length=s.requested, extras={"tensor": self.tensor, **s.to_json()})
+        for f in self.read_errors:
+            yield Diagnostic(kind="rows/read-error", message=describe_read_failure(f), file=f.file, offset=f.offset,
+                             length=f.length, extras={"tensor": self.tensor, **f.to_json()})
         if self.nonfinite_rows:
             yield self._nonfinite_diagnostic()
 
@@ -269,7 +309,9 @@ class RowsReport:
             "capture": None if self.capture is None else self.capture.to_json(),
             "stats": [s.to_json() for s in self.stats], "warnings": list(self.warnings),
             "nonfinite_rows": self.nonfinite_rows,
-            "first_nonfinite": None if self.first_nonfinite is None else self.first_nonfinite.to_json()}
+            "first_nonfinite": None if self.first_nonfinite is None else self.first_nonfinite.to_json(),
+            "finite_tested": self.finite_tested,
+            "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors]}
 
 
 def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
@@ -320,6 +362,9 @@ class RowsOptions:
     cache_factory: CacheFactory = default_cache
     pool_factory: PoolFactory = BufferPool
     progress: ReadPathProgress | None = None
+    #: The capture's (IDs, rows) array or field names, when they are neither ``ids`` and one other nor
+    #: told apart by shape.
+    capture_arrays: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         for name, least in (("workers", 1), ("batch", 1), ("cache_rows", 0)):
@@ -329,6 +374,10 @@ class RowsOptions:
                 raise UsageError(None, f"must be at least {least}, not {int_text(value)}", field=name)
         for name in ("prefetch", "fp8", "fail_fast"):
             check_arg(name, getattr(self, name), bool, "True or False")
+        names = self.capture_arrays
+        if names is not None and not (isinstance(names, tuple) and len(names) == 2
+                                      and all(isinstance(n, str) and n for n in names)):
+            raise UsageError(None, "must be None or two names, (IDs, rows)", field="capture_arrays")
         for name, optional in (("reader_factory", True), ("cache_factory", False), ("pool_factory", False),
                                ("progress", True)):
             value = getattr(self, name)
@@ -354,6 +403,10 @@ class _Findings:
         self.rows = array("q")
         self.short_reads: list[ShortRead] = []
         self.short_count = 0
+        self.failures: list[ReadFailure] = []
+        self.failure_count = 0
+        self.captured = 0    # captured rows compared with the file
+        self._failed_at: set[tuple[str, str, int]] = set()
 
     def add(self, row: int, make: Callable[[], RowMismatch], expected: bytes | None = None,
             actual: bytes | None = None, remake: Callable[[bytes], RowMismatch] | None = None) -> RowMismatch | None:
@@ -389,13 +442,27 @@ class _Findings:
                 self.short_reads.append(ShortRead(mode=mode, stage=stage, file=file, offset=s.offset,
                                                   requested=s.requested, returned=s.returned))
 
+    def failed(self, stage: str, errors: Iterable[FailedRead]) -> None:
+        """Failed reads, once each: the reference read of a row fails again for every path that needs it."""
+        for err in errors:
+            failure = ReadFailure.of(err, stage)
+            key = (failure.mode, failure.stage, failure.offset)
+            if key in self._failed_at:
+                continue
+            self._failed_at.add(key)
+            self.failure_count += 1
+            if len(self.failures) < MAX_REPORTED:
+                self.failures.append(failure)
+
     @property
     def stop(self) -> bool:
-        return self.fail_fast and bool(self.count or self.short_count)
+        return self.fail_fast and bool(self.count or self.short_count or self.failure_count)
 
 
-def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int]) -> dict[int, bytes]:
-    """Reference bytes of *rows*, one exact read per run of consecutive rows."""
+def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int],
+                    failed: Callable[[FailedRead, list[int]], None] | None = None) -> dict[int, bytes]:
+    """Reference bytes of *rows*, one exact read per run of consecutive rows; given *failed*, a run whose
+    read fails is left out (and handed to it with its rows), so its rows are not compared and the others are."""
     out: dict[int, bytes] = {}
     ordered = sorted(set(rows))
     i = 0
@@ -403,7 +470,14 @@ def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int]) -
         j = i
         while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
             j += 1
-        data = ref.read_exact(table.row_offset(ordered[i]), (j - i + 1) * table.row_bytes)
+        try:
+            data = ref.read_exact(table.row_offset(ordered[i]), (j - i + 1) * table.row_bytes)
+        except FailedRead as err:
+            if failed is None:
+                raise
+            failed(err, ordered[i:j + 1])
+            i = j + 1
+            continue
         for n, row in enumerate(ordered[i:j + 1]):
             out[row] = data[n * table.row_bytes:(n + 1) * table.row_bytes]
         i = j + 1
@@ -423,6 +497,21 @@ class _Replay:
     probed: dict[str, int] = field(default_factory=dict)
     #: The verdict of the read that filled each row's cache entry with wrong bytes, for its hits to inherit.
     miss_verdicts: dict[int, RowMismatch] = field(default_factory=dict)
+    #: Rows compared per read path: a path none of whose reads delivered a row compared nothing.
+    compared: Counter[str] = field(default_factory=Counter)
+    #: Rows whose reference read failed: not compared, and not tested for NaN (their bytes are unknown).
+    unreadable: set[int] = field(default_factory=set)
+
+    def _reference(self, rows: Sequence[int]) -> dict[int, bytes]:
+        return _reference_rows(self.reference, self.table, rows, self._reference_failed)
+
+    def _reference_failed(self, err: FailedRead, rows: list[int]) -> None:
+        self.findings.failed("reference", [err])
+        self.unreadable.update(rows)
+
+    def _failed_reads(self, gatherer: Gatherer, stage: str) -> None:
+        self.findings.failed(stage, gatherer.failures)
+        gatherer.failures.clear()
 
     def _progress(self, mode: str, done: int, total: int) -> None:
         if self.options.progress is not None:
@@ -443,7 +532,11 @@ class _Replay:
         batch = ref if suspects is None else suspects
         self.ran.setdefault(mode, {})[stage] = None
         for s in samples:
-            if s.data == ref[s.row]:
+            want = ref.get(s.row)
+            if want is None:        # its reference read failed: a read error, not compared
+                continue
+            self.compared[mode] += 1
+            if s.data == want:
                 if not s.as_stored:
                     self.miss_verdicts.pop(s.row, None)   # its cache entry (if any) got the right bytes
                 continue
@@ -499,7 +592,7 @@ class _Replay:
 
     def _batch(self, gatherer: Gatherer, caches: dict[str, tuple[RowCache, CacheLedger]],
                rows: Sequence[int]) -> None:
-        ref = _reference_rows(self.reference, self.table, rows)
+        ref = self._reference(rows)
         mode, cache_rows = gatherer.reader.mode, self.options.cache_rows
 
         def gather(stage: str) -> Callable[[Iterable[int]], list[Sample]]:
@@ -507,6 +600,7 @@ class _Replay:
                 samples = gatherer.gather(batch)
                 self.findings.short(mode, stage, gatherer.reader.path, gatherer.shortfalls)
                 gatherer.shortfalls.clear()
+                self._failed_reads(gatherer, stage)
                 return samples
             return run
 
@@ -535,15 +629,16 @@ class _Replay:
         held: Held | None = None
         try:
             with ThreadPoolExecutor(1) as ahead:
-                held, ref = gatherer.hold(batches[0]), _reference_rows(self.reference, t, batches[0])
+                held, ref = gatherer.hold(batches[0]), self._reference(batches[0])
                 for k in range(len(batches)):
                     assert held is not None  # batch k landed before k+1 was asked for
                     following = ahead.submit(gatherer.hold, batches[k + 1]) if k + 1 < len(batches) else None
                     # Meanwhile, as an engine works on batch k, read the next batch's reference bytes.
-                    ref_next = {} if following is None else _reference_rows(self.reference, t, batches[k + 1])
+                    ref_next = {} if following is None else self._reference(batches[k + 1])
                     landed = None if following is None else following.result()
                     self.findings.short(mode, "prefetch", reader.path, gatherer.shortfalls)
                     gatherer.shortfalls.clear()
+                    self._failed_reads(gatherer, "prefetch")
                     self.check(held.samples, ref, mode, "prefetch", suspects={**ref_next, **ref})
                     gatherer.release(held)
                     held, ref = landed, ref_next
@@ -575,6 +670,13 @@ class _Replay:
     def _sweep_chunk(self, chunk: Chunk, mode: str) -> None:
         if chunk.shortfall is not None:
             self.findings.short(mode, "sweep", self.table.path, [chunk.shortfall])
+        if chunk.failure is not None:
+            stage, err = chunk.failure
+            self.findings.failed(stage, [err])
+            if stage == "reference":
+                self.unreadable.update(range(chunk.first, chunk.first + chunk.n_rows))
+            return
+        self.compared[mode] += chunk.n_rows
         actual, expected = chunk.actual, chunk.expected
         if actual is None or expected is None:
             return
@@ -608,22 +710,30 @@ def _cache_counts(caches: Sequence[RowCache]) -> tuple[int, int, int]:
 
 def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
                     findings: _Findings) -> CaptureResult:
-    """Each captured row against the file: raw bytes exactly, decoded values bit for bit."""
+    """Each captured row against the file: raw bytes exactly, decoded values bit for bit (any NaN equals
+    any NaN); the largest difference of decoded values is None (unbounded) once a NaN or Inf differs."""
     classifier = Classifier(table, reference)
-    bad, worst = 0, None
+    bad, worst, unbounded = 0, None, False
     previous: bytes | None = None  # the file's bytes of the row captured just before
     for i, row in _indexed_ids(capture.ids):
-        expected = reference.read_exact(table.row_offset(row), table.row_bytes)
+        try:
+            expected = reference.read_exact(table.row_offset(row), table.row_bytes)
+        except FailedRead as err:    # the file's bytes of this row are unknown: a read error, not compared
+            findings.failed("capture", [err])
+            previous = None
+            continue
+        findings.captured += 1
         form = captured(table, row, expected, np.asarray(capture.data[i]))
         worst = form.max_abs_diff if worst is None or (form.max_abs_diff or 0) > worst else worst
         if not form.same:
             bad += 1
+            unbounded = unbounded or (form.unit == "values" and form.max_abs_diff is None)
             findings.add(row, functools.partial(classifier.classify, form, "capture", "capture", previous=previous))
         previous = expected
         if findings.stop:
             break
     return CaptureResult(file=capture.path, kind=capture.kind, dtype=str(capture.data.dtype), rows=len(capture.ids),
-                         mismatched_rows=bad, max_abs_diff=worst)
+                         mismatched_rows=bad, max_abs_diff=None if unbounded else worst)
 
 
 def _indexed_ids(ids: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, int]]:
@@ -637,11 +747,11 @@ def _indexed_ids(ids: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, i
 
 def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None = None,
                modes: Sequence[str] = MODES, options: RowsOptions | None = None, select: RowSelection | None = None,
-               against: str | os.PathLike[str] | None = None,
+               against: str | os.PathLike[str] | tuple[Any, Any] | None = None,
                manifest: str | os.PathLike[str] | None = None) -> RowsReport:
     """Replay rows of *tensor* (default: per_layer_token_embd.weight, else token_embd.weight) through
     each read path in *modes*, and/or compare an engine's capture of gathered rows (*against*, a .npz or
-    structured .npy) with the file.
+    structured .npy, or an (ids, rows) pair of arrays already in memory) with the file.
 
     *rows* lists row IDs: a sequence of ints, a range or a 1-D integer array. *select* (a RowSelection)
     adds random or page-crossing rows, or sweeps every row; with neither, the capture's IDs are checked.
@@ -653,7 +763,10 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     each mismatch says which decided (``reference``) and which paths delivered which bytes (``delivered``).
     """
     check_arg("tensor", tensor, (str, type(None)), "a string or None")
-    check_arg("against", against, (str, os.PathLike, type(None)), "a path or None")
+    check_arg("against", against, (str, os.PathLike, tuple, type(None)), "a path, an (ids, rows) pair or None")
+    if isinstance(against, tuple) and len(against) != 2:
+        raise UsageError(None, f"must be a path or an (ids, rows) pair, not a tuple of {len(against)}",
+                         field="against")
     check_arg("manifest", manifest, (str, os.PathLike, type(None)), "a path or None")
     check_arg("options", options, (RowsOptions, type(None)), "a RowsOptions or None")
     check_arg("select", select, (RowSelection, type(None)), "a RowSelection or None")
@@ -668,7 +781,8 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                                "with", field="modes")
     table = RowTable(t, os.path.getsize(t.path), opts.fp8)
     digest = None if manifest is None else manifest_groups(read_tensor_manifest(manifest), t, os.fspath(manifest))
-    capture = load_capture(os.fspath(against), table) if against is not None else None
+    capture = None if against is None else capture_of(*against, table) if isinstance(against, tuple) else \
+        load_capture(os.fspath(against), table, opts.capture_arrays)
     chooses = rows is not None or sel.all_rows or sel.random is not None or sel.page_crossing
     selection = select_rows(table, rows, sel, extra=capture.ids if capture is not None and not chooses else ())
     findings = _Findings(opts.fail_fast)
@@ -681,10 +795,11 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
             if findings.stop:
                 break
             _run_mode(replay, factory, mode, selection, warnings)
+        _every_path_failed(replay, findings)
         decided = _settle(replay, digest)
         # Bytes delivered faithfully can still be NaN: the file's own values of the rows selected.
-        nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(table, reference, selection.rows,
-                                                                                decided)
+        nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(
+            table, reference, _readable(table, selection.rows, replay.unreadable), decided)
     _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
     bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
@@ -695,7 +810,9 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       geometry=geometry, mismatch_geometry=bad_geometry, mismatch_count=findings.count,
                       by_kind=by_kind, mismatches=tuple(findings.mismatches), short_reads=tuple(findings.short_reads),
                       short_read_count=findings.short_count, capture=capture_result, stats=tuple(replay.stats),
-                      warnings=tuple(warnings), nonfinite_rows=nonfinite.rows, first_nonfinite=nonfinite.first)
+                      warnings=tuple(warnings), nonfinite_rows=nonfinite.rows, first_nonfinite=nonfinite.first,
+                      finite_tested=nonfinite.tested,
+                      read_errors=tuple(findings.failures), read_error_count=findings.failure_count)
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("
                              + "; ".join(report.warnings) + ")")
@@ -716,6 +833,25 @@ def _settle(replay: _Replay, digest: TensorDigest | None) -> dict[int, bytes]:
     return decided
 
 
+def _every_path_failed(replay: _Replay, findings: _Findings) -> None:
+    """Reads failed and not one row was compared on any path (nor a captured row): nothing was checked,
+    so the result is the first failure (exit 2), not a report of findings."""
+    if not findings.failure_count or findings.captured or any(replay.compared.values()):
+        return
+    first = findings.failures[0]
+    paths = ", ".join(sorted({f.mode for f in findings.failures}))
+    raise ReadError(first.file, f"every read failed ({paths}; first: {first.message}); no row was compared",
+                    offset=first.offset)
+
+
+def _readable(table: RowTable, rows: np.ndarray | None, unreadable: set[int]) -> np.ndarray | None:
+    """The selected rows without those whose reference read failed (None: the whole table)."""
+    if not unreadable:
+        return rows
+    left_out = np.fromiter(unreadable, np.int64)
+    return np.setdiff1d(np.arange(table.n_rows, dtype=np.int64) if rows is None else rows, left_out)
+
+
 def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Selection,
               warnings: list[str]) -> None:
     try:
@@ -723,6 +859,9 @@ def _run_mode(replay: _Replay, factory: ReaderFactory, mode: str, selection: Sel
     except DirectIOUnavailable as err:
         warnings.append(f"{mode}: skipped: {err}")
         log.info("%s", err)
+        return
+    except FailedRead as err:    # the direct path's probe read at open: this path fails, the others go on
+        replay.findings.failed("open", [err])
         return
     with reader:
         if selection.rows is None:

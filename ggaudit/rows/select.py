@@ -360,13 +360,28 @@ class Capture:
 MAX_NPZ_BYTES = 1 << 30
 
 
-def load_capture(path: str, table: RowTable) -> Capture:
+#: The ``file`` of a capture handed over as arrays (``check_rows(..., against=(ids, rows))``).
+IN_MEMORY = "(arrays in memory)"
+
+
+def capture_of(ids: Any, rows: Any, table: RowTable) -> Capture:
+    """An engine's gathered rows already in memory: *ids* and *rows* as a capture file holds them
+    (anything numpy makes an array of), checked the same way."""
+    try:
+        ids, rows = np.asarray(ids), np.asarray(rows)
+    except (ValueError, TypeError) as err:
+        raise UsageError(None, f"must be (ids, rows) arrays: {shorten(str(err), 120)}", field="against") from None
+    return _check_capture(IN_MEMORY, table, ids, rows)
+
+
+def load_capture(path: str, table: RowTable, names: tuple[str, str] | None = None) -> Capture:
     """An engine's gathered rows: .npz with `ids` and one data array, or a structured .npy (ids, rows).
 
     Opened as every input is (ggaudit.io: regular files only, so a FIFO cannot hang the run nor a device
     feed it without end), size-capped, and parsed from that one descriptor: numpy never opens the path.
     Whatever is wrong with the bytes (a damaged zip, a bad CRC, a cut array, object or pickled data) is
-    one UsageError naming the capture.
+    one UsageError naming the capture. *names*: the (IDs, rows) arrays or fields to use, whatever else the
+    capture holds.
     """
     try:
         fd, st = fileio.open_readonly(path)
@@ -382,7 +397,7 @@ def load_capture(path: str, table: RowTable) -> Capture:
                 # numpy warns (on stderr, raw) about a header in Python 2's syntax: the bytes are the
                 # user's, the header parsed, and the warning would only break the one-line contract.
                 warnings.simplefilter("ignore")
-                ids, data = _capture_arrays(path, f, st.st_size)
+                ids, data = _capture_arrays(path, f, st.st_size, names)
         except _BAD_CAPTURE as err:
             raise UsageError(path, f"cannot load the capture: {shorten(str(err) or type(err).__name__, 120)}"
                              ) from None
@@ -401,28 +416,33 @@ def max_capture_bytes(table: RowTable) -> int:
     return (1 << 20) + MAX_SELECTED * (8 + max(table.row_bytes, 4 * table.tensor.n_cols))
 
 
-def _capture_arrays(path: str, f: BinaryIO, size: int) -> tuple[np.ndarray, np.ndarray]:
+def _capture_arrays(path: str, f: BinaryIO, size: int, names: tuple[str, str] | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     if f.read(len(_NPY_MAGIC)) == _NPY_MAGIC:
         f.seek(0)
         loaded: Any = _map_npy(f, size)
-        names = loaded.dtype.names or ()
-        if "ids" not in names or len(names) != 2:
-            raise UsageError(path, "a .npy capture must be a structured array with fields `ids` and the rows",
-                             field="dtype")
-        return loaded["ids"], loaded[next(n for n in names if n != "ids")]
+        fields = loaded.dtype.fields or {}
+        named = _named(path, names, list(fields), "field") or \
+            _told_apart({n: (fields[n][0].shape, fields[n][0].base) for n in fields}, 0)
+        if named is None:
+            raise UsageError(path, "a .npy capture must be a structured array with fields `ids` and the rows "
+                                   "(or two fields told apart by shape: integer IDs, rows of values)", field="dtype")
+        return loaded[named[0]], loaded[named[1]]
     f.seek(0)
     loaded = np.load(f, allow_pickle=False)     # not a .npy: a zip (.npz), or refused (pickles)
     if not isinstance(loaded, np.lib.npyio.NpzFile):
         raise UsageError(path, "the capture is neither a .npz nor a .npy file")
     with loaded:
         keys = list(loaded.keys())
-        others = [k for k in keys if k != "ids"]
-        if "ids" not in keys or len(others) != 1:
-            raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array (found "
+        named = _named(path, names, keys, "array") or \
+            (_told_apart({k: _npz_header(path, loaded, k) for k in keys}, 1) if len(keys) == 2 else None)
+        if named is None:
+            raise UsageError(path, f"a .npz capture needs `ids` and exactly one rows array, or two arrays told "
+                                   f"apart by shape: 1-D integer IDs, 2-D rows (found "
                                    f"{shorten(', '.join(map(quote, keys)), 120)})", field="arrays")
-        for name in ("ids", others[0]):
+        for name in named:
             _check_npz_member(path, loaded, name)
-        return loaded["ids"], loaded[others[0]]
+        return loaded[named[0]], loaded[named[1]]
 
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -450,15 +470,45 @@ def _map_npy(f: BinaryIO, size: int) -> np.ndarray:
     return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
 
 
-def _check_npz_member(path: str, loaded: Any, name: str) -> None:
-    """Refuse, from its header, an array of a .npz that would not fit comfortably in memory: numpy reads a
-    .npz member whole (and may inflate it from a few bytes), where a .npy is mapped."""
+def _named(path: str, names: tuple[str, str] | None, found: list[str], what: str) -> tuple[str, str] | None:
+    """The (IDs, rows) names asked for, when they are in the capture (None: none were asked for)."""
+    if names is None:
+        return None
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise UsageError(path, f"the capture has no {what} {quote(missing[0])} (found "
+                               f"{shorten(', '.join(map(quote, found)), 120)})", field="capture_arrays")
+    return names
+
+
+def _told_apart(arrays: dict[str, tuple[tuple[int, ...], np.dtype]], ndim: int) -> tuple[str, str] | None:
+    """(IDs, rows) of a capture's two arrays (or structured fields), given each one's (shape, dtype): the
+    one named ``ids`` and the other, else the one of *ndim* dimensions holding integers and the one of
+    more; None when the arrays do not tell which is which."""
+    if len(arrays) != 2:
+        return None
+    if "ids" in arrays:
+        return "ids", next(n for n in arrays if n != "ids")
+    ids = [n for n, (shape, dtype) in arrays.items() if len(shape) == ndim and dtype.kind in "iu"]
+    rows = [n for n, (shape, _) in arrays.items() if len(shape) == ndim + 1]
+    return (ids[0], rows[0]) if len(ids) == 1 and len(rows) == 1 else None
+
+
+def _npz_header(path: str, loaded: Any, name: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of a .npz member from its header, before numpy reads it."""
     try:
         with loaded.zip.open(f"{name}.npy") as f:
             shape, _, dtype = _read_header(f)
     except _BAD_CAPTURE as err:
         raise UsageError(path, f"cannot read the header of `{shorten(name)}`: "
                                f"{shorten(str(err) or type(err).__name__, 120)}", field=shorten(name)) from None
+    return shape, dtype
+
+
+def _check_npz_member(path: str, loaded: Any, name: str) -> None:
+    """Refuse, from its header, an array of a .npz that would not fit comfortably in memory: numpy reads a
+    .npz member whole (and may inflate it from a few bytes), where a .npy is mapped."""
+    shape, dtype = _npz_header(path, loaded, name)
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if nbytes > MAX_NPZ_BYTES:
         raise UsageError(path, f"`{shorten(name)}` would take {nbytes} bytes in memory (more than {MAX_NPZ_BYTES}); "

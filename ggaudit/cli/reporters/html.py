@@ -21,7 +21,7 @@ from ...batch import STATUS_CLEAN, STATUS_ERROR, Outcome, Report, overall_status
 from ...format.info import ModelInfo
 from ...lines import format_value, plural, shape_text
 from ...scan.report import (Finding, ScaleHistogram, ScanReport, TensorScan, counts_text, describe_finding,
-                            describe_structure)
+                            describe_metadata, describe_structure, describe_template)
 from ...text import escape, escape_message, escape_path
 from . import DEFAULT, Rendering
 from . import text as plain
@@ -209,6 +209,7 @@ def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
     flagged = sum(1 for t in r.tensors if t.total)
     facts = [("files", str(len(r.files))), ("tensors", f"{len(r.tensors)} ({flagged} with findings)"),
              ("findings", counts), ("structure findings", str(len(r.structure))),
+             ("metadata findings", str(len(r.metadata))), ("chat template findings", str(len(r.templates))),
              ("tensor bytes scanned", str(r.stats.bytes)), ("time", f"{r.stats.seconds:.3f} s"),
              ("reader processes", str(r.stats.workers)), ("complete", "yes" if r.complete else "no (--fail-fast)")]
     if r.max_abs is not None:
@@ -216,12 +217,24 @@ def _scan(r: ScanReport, rendering: Rendering) -> list[str]:
     facts.extend((f"{name} of {escape_path(d.path)}", digest) for d in r.digests for name, digest in d.digests.items())
     out = ["<h3>Summary</h3>", _table(["", ""], ([_td(html.escape(k)), _td(html.escape(v), "mono")] for k, v in facts),
                                       len(facts), "facts")]
+    out.extend(_header_findings(r))
     out.append("<h3>Tensors</h3>")
     out.extend(_tensor_tables(r.tensors))
     for path in r.files:
         out.extend(_scan_map(r, path))
     out.extend(_histograms(r))
     return out
+
+
+def _header_findings(r: ScanReport) -> list[str]:
+    """The header's findings, a line each as the text report words them (key or template line, offset, what)."""
+    found = [*(describe_metadata(m) for m in r.metadata), *(describe_template(t) for t in r.templates)]
+    if not found:
+        return []
+    return ["<h3>Metadata and chat templates</h3>",
+            "<ol>" + "".join(f"<li><code>{html.escape(escape_message(line))}</code></li>" for line in found[:MAX_ROWS])
+            + "</ol>", *([f'<p class="more">... {plural(len(found) - MAX_ROWS, "more finding")} not listed</p>']
+                         if len(found) > MAX_ROWS else [])]
 
 
 def _tensor_tables(tensors: Sequence[TensorScan]) -> list[str]:
@@ -332,13 +345,20 @@ def _bars(t: TensorScan, h: ScaleHistogram) -> list[Bar]:
 
 # --- rows ------------------------------------------------------------------------------------------
 
+def _nonfinite_count(r: RowsReport) -> str:
+    """Of the rows tested for NaN and Inf: a 0 alone would read as tested and finite."""
+    if not r.finite_tested:
+        return "not tested"
+    return f"{r.nonfinite_rows} of {r.finite_tested} tested"
+
+
 def _rows(r: RowsReport, rendering: Rendering) -> list[str]:
     facts = [("file", _p(r.file)), ("tensor", f"{_t(r.tensor)} ({html.escape(r.ggml_type)})"),
              ("table", f"{r.n_rows} rows of {r.row_bytes} bytes ({r.n_cols} columns) at offset {r.table_offset}"),
              ("rows checked", f"{r.rows_checked} ({_t(r.selection)})"),
              ("compared", html.escape(", ".join(r.compared) or "nothing")),
              ("mismatches", f"{r.mismatch_count} in rows; short reads {r.short_read_count}"),
-             ("rows holding NaN/Inf", str(r.nonfinite_rows))]
+             ("rows holding NaN/Inf", _nonfinite_count(r))]
     out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts"),
            "<h3>Rows</h3>", _rows_strip(r),
            _legend([("checked", "checked"), ("page", "crosses a 4096-byte page"),

@@ -310,6 +310,8 @@ def rows_lines(report: RowsReport) -> list[str]:
     if r.capture is not None:
         c = r.capture
         diff = f", max abs diff {c.max_abs_diff:g}" if c.max_abs_diff is not None else ""
+        if c.kind == "decoded" and c.max_abs_diff is None and c.mismatched_rows:
+            diff = ", max abs diff unbounded (a NaN or Inf differs)"
         lines.append(f"capture {escape_path(c.file)}: {c.rows} {c.kind} {'row' if c.rows == 1 else 'rows'} "
                      f"({c.dtype}), {c.mismatched_rows} {_verb(c.mismatched_rows)}{diff}")
     # The mismatches and short reads kept; the rows holding NaN or Inf are said in the result line.
@@ -319,6 +321,8 @@ def rows_lines(report: RowsReport) -> list[str]:
         lines.append(f"... {plural(more, 'more mismatch', 'more mismatches')} not shown")
     if r.short_read_count > len(r.short_reads):
         lines.append(f"... {plural(r.short_read_count - len(r.short_reads), 'more short read')} not shown")
+    if r.read_error_count > len(r.read_errors):
+        lines.append(f"... {plural(r.read_error_count - len(r.read_errors), 'more read error')} not shown")
     lines.append(_rows_result(r))
     return lines
 
@@ -332,13 +336,14 @@ def _rows_result(r: RowsReport) -> str:
         verdict = _delivered(r)
     else:
         kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
+        failed = f", {plural(r.read_error_count, 'failed read')}" if r.read_error_count else ""
         verdict = (f"{plural(r.mismatch_count, 'mismatch', 'mismatches')} ({kinds}), "
-                   f"{plural(r.short_read_count, 'short read')}; mismatched rows crossing: "
+                   f"{plural(r.short_read_count, 'short read')}{failed}; mismatched rows crossing: "
                    f"{_geometry(r.mismatch_geometry)}")
-    if r.nonfinite_rows:
-        from ...rows.lines import nonfinite_text
+    from ...rows.lines import finite_text
 
-        verdict += f"; {nonfinite_text(r)}"
+    finite = finite_text(r) if r.compared else ""
+    verdict += f"; {finite}" if finite else ""
     return f"result: {'clean: ' if r.ok and r.compared else ''}{verdict}"
 
 

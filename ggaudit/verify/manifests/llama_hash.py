@@ -238,6 +238,38 @@ def _runs(tensors: Sequence[Tensor]) -> list[list[Tensor]]:
     return runs
 
 
+def in_header_order(gguf_file: GGUFFile) -> bool:
+    """Whether the file stores its tensors' data in the order its header lists them, each after the one
+    before: only then does one read front to back feed a model line's hash as llama-gguf-hash feeds it
+    (none of its types composes from each tensor's digest)."""
+    return len(_runs(gguf_file.tensors)) <= 1
+
+
+class LineDigests:
+    """The digests a manifest's lines ask of one file, as chunk consumers of one read of the whole file
+    front to back (any read path): per type, one consumer over the tensors asked of that type, in file
+    order; with ``model_type``, the model line's over every tensor (the file must be :func:`in_header_order`).
+    ``tensor_types``: tensor name -> type."""
+
+    def __init__(self, gguf_file: GGUFFile, tensor_types: Mapping[str, str], model_type: str | None) -> None:
+        if model_type is not None and not in_header_order(gguf_file):
+            raise ValueError("a model line is fed in header order, and this file stores its tensors in another")
+        by_offset = sorted(gguf_file.tensors, key=lambda t: t.offset)
+        self._tensors = {name: new_hash(kind) for name, kind in tensor_types.items()}
+        self._model = None if model_type is None else new_hash(model_type)
+        kinds = [k for k in HASH_TYPES if k in set(tensor_types.values())]
+        spans = [[(t.offset, t.nbytes, (self._tensors[t.name],)) for t in by_offset
+                  if tensor_types.get(t.name) == kind] for kind in kinds]
+        if self._model is not None:
+            spans.append([(t.offset, t.nbytes, (self._model,)) for t in gguf_file.tensors])
+        self.consumers: tuple[_TensorFeed, ...] = tuple(_TensorFeed(s) for s in spans if s)
+
+    def results(self) -> tuple[dict[str, str], str | None]:
+        """Each tensor's digest (by name) and the model line's (None when not asked), once the file was read."""
+        return ({name: h.hexdigest() for name, h in self._tensors.items()},
+                None if self._model is None else self._model.hexdigest())
+
+
 def tensor_data_span(gguf_file: GGUFFile) -> int:
     """Bytes :func:`hash_gguf_file` reads of the file at most: its runs of tensors, padding between included."""
     return sum(run[-1].end - run[0].offset for run in _runs(gguf_file.tensors))

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Time the header checks (check_metadata, check_templates) on real models and on a built model with a
+262,144-token vocabulary, against a jinja2 parse of the same templates measured in the same run.
+
+    python scripts/bench_metadata.py [MODEL ...] [--rounds N] [--processes N]
+
+With no MODEL: every bench-data/real/*.gguf (``scripts/gather_real_models.py`` fetches them; Gemma 3 270M has
+262,144 tokens) and a model written to a temporary folder: a gemma3 of 18 layers whose shapes the loader's
+rules fix, 262,144 tokens with scores and token types, and the three chat templates of llama.cpp's
+command-r vocabulary (tests/data/templates/, 8.8k characters: the largest real set there).
+
+In-process, warm (the model opened once, jinja2 imported): the rounds take turns (check_metadata, then
+check_templates, then the reference, a plain ``jinja2.Environment().parse`` of each template: what any
+check that parses must at least cost), so a load that comes and goes weighs on each alike; the median of
+each is printed, and the checks' ratio to the reference. The target (issue 27): check_metadata plus
+check_templates under 20 ms on each model; the exit status is 1 when one misses.
+
+In fresh processes (bytecode warm, as installed): the one-time cost a process pays at its first model with a
+template, apart: importing jinja2, and the first check_templates after it. It is printed beside the target,
+not inside it: it is paid once per process (a scan of a fleet pays it once), and never by a model without a
+template (ggaudit.scan loads jinja2 only for a model that has one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ggaudit.format.blocks import GGMLQuantizationType as T, GGUFValueType as V
+from ggaudit.format.build import TensorSpec, Typed, write_gguf
+from ggaudit.format.consistency import check_metadata
+from ggaudit.format.layout import Model, open_model
+from ggaudit.format.templates import check_templates, template_keys
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "bench-data" / "real"
+TEMPLATES = ROOT / "tests" / "data" / "templates"
+VOCAB = 262_144
+TARGET_MS = 20.0
+#: The built model's hyperparameters (gemma3: no output.weight, the embedding is tied).
+EMBD, HEADS, HEADS_KV, FF, LAYERS = 32, 2, 1, 64, 18
+
+#: A fresh process: the model opened, ggaudit's modules imported; then timed: importing jinja2, the first
+#: check_templates after it, and a second one (warm). Printed as JSON, milliseconds.
+FIRST_CALL = """import json, sys, time
+from ggaudit.format.layout import open_model
+from ggaudit.format.templates import check_templates
+model = open_model(sys.argv[1])
+t0 = time.perf_counter()
+import jinja2
+t1 = time.perf_counter()
+check_templates(model)
+t2 = time.perf_counter()
+check_templates(model)
+t3 = time.perf_counter()
+print(json.dumps({"import": (t1 - t0) * 1e3, "first": (t2 - t1) * 1e3, "warm": (t3 - t2) * 1e3}))
+"""
+
+
+def _zeros(name: str, *shape: int) -> TensorSpec:
+    n = 1
+    for d in shape:
+        n *= d
+    return TensorSpec(name, T.F32, shape, bytes(4 * n))
+
+
+def build_model(path: Path) -> None:
+    """The built model: every shape as gemma3's loader fixes it, so the checks find nothing and do all."""
+    head = EMBD // HEADS
+    tensors = [TensorSpec("token_embd.weight", T.Q8_0, (EMBD, VOCAB), bytes(VOCAB * EMBD // 32 * 34)),
+               _zeros("output_norm.weight", EMBD)]
+    for i in range(LAYERS):
+        shapes = {"attn_norm": (EMBD,), "attn_q": (EMBD, head * HEADS), "attn_k": (EMBD, head * HEADS_KV),
+                  "attn_v": (EMBD, head * HEADS_KV), "attn_output": (head * HEADS, EMBD), "attn_q_norm": (head,),
+                  "attn_k_norm": (head,), "attn_post_norm": (EMBD,), "ffn_norm": (EMBD,), "ffn_post_norm": (EMBD,),
+                  "ffn_gate": (EMBD, FF), "ffn_up": (EMBD, FF), "ffn_down": (FF, EMBD)}
+        tensors += [_zeros(f"blk.{i}.{name}.weight", *shape) for name, shape in shapes.items()]
+    templates = {f"tokenizer.chat_template{suffix}": (TEMPLATES / f"ggml-vocab-command-r{suffix}.jinja").read_text(
+        "utf-8") for suffix in ("", ".rag", ".tool_use")}
+    meta = {"general.architecture": "gemma3", "general.file_type": 7, "gemma3.block_count": LAYERS,
+            "gemma3.embedding_length": EMBD, "gemma3.feed_forward_length": FF, "gemma3.attention.head_count": HEADS,
+            "gemma3.attention.head_count_kv": HEADS_KV, "tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.tokens": [f"<t{i}>" for i in range(VOCAB)],
+            "tokenizer.ggml.scores": Typed(V.FLOAT32, [-float(i) for i in range(VOCAB)], True),
+            "tokenizer.ggml.token_type": Typed(V.INT32, [1] * VOCAB, True),
+            "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1,
+            "tokenizer.ggml.padding_token_id": 0, **templates}
+    write_gguf(path, tensors, meta)
+
+
+def _parse_all(model: Model) -> Callable[[], object]:
+    """The reference: jinja2's own parse of each template, nothing else."""
+    from jinja2 import Environment
+
+    texts = [value.value for _, value in template_keys(model)]
+    return lambda: [Environment().parse(text) for text in texts]
+
+
+def warm_ms(model: Model, rounds: int) -> dict[str, float]:
+    """Median milliseconds of each call over ``rounds`` rounds taking turns, after one round not counted."""
+    calls: dict[str, Callable[[], object]] = {"check_metadata": lambda: check_metadata(model),
+                                              "check_templates": lambda: check_templates(model),
+                                              "jinja2 parse (reference)": _parse_all(model)}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(rounds + 1):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            if round_:
+                times[name].append((time.perf_counter() - started) * 1e3)
+    return {name: statistics.median(each) for name, each in times.items()}
+
+
+def first_call_ms(path: Path, processes: int) -> dict[str, float]:
+    """Medians over ``processes`` fresh processes (after one that writes the bytecode, not counted)."""
+    with tempfile.TemporaryDirectory(prefix="ggaudit-bench-pyc-") as pycache:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = pycache
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+        runs = [json.loads(subprocess.run([sys.executable, "-c", FIRST_CALL, str(path)], env=env, check=True,
+                                          capture_output=True, text=True).stdout) for _ in range(processes + 1)][1:]
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
+def report(path: Path, rounds: int, processes: int) -> bool:
+    """Print one model's figures; True when it meets the target."""
+    model = open_model(path)
+    tokens = model.metadata.get("tokenizer.ggml.tokens")
+    count = getattr(tokens.value, "count", 0) if tokens is not None else 0
+    chars = sum(len(v.value) for _, v in template_keys(model))
+    ms = warm_ms(model, rounds)
+    checks = ms["check_metadata"] + ms["check_templates"]
+    met = checks < TARGET_MS
+    print(f"{path.name}: {count} tokens, {len(model.tensors)} tensors, {len(template_keys(model))} templates "
+          f"({chars} characters)")
+    for name, value in ms.items():
+        print(f"  {name:30s} {value:8.2f} ms")
+    reference = ms["jinja2 parse (reference)"]
+    ratio = f", {ms['check_templates'] / reference:.2f}x the parse" if reference > 0.05 else ""
+    print(f"  {'checks, warm':30s} {checks:8.2f} ms  target < {TARGET_MS:g} ms: {'ok' if met else 'MISSED'}{ratio}")
+    if chars:
+        first = first_call_ms(path, processes)
+        once = first["import"] + first["first"]
+        print(f"  {'fresh process: import jinja2':30s} {first['import']:8.2f} ms")
+        print(f"  {'fresh process: first check':30s} {first['first']:8.2f} ms  (then {first['warm']:.2f} ms)")
+        print(f"  {'first model with a template':30s} {once + ms['check_metadata']:8.2f} ms  once per process, "
+              "outside the target")
+    return met
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path, help="GGUF files (default: bench-data/real/*.gguf and the "
+                        "built 262,144-token model)")
+    parser.add_argument("--rounds", type=int, default=31, help="in-process rounds (the median is shown)")
+    parser.add_argument("--processes", type=int, default=7, help="fresh processes for the one-time cost")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ggaudit-bench-metadata-") as tmp:
+        models = list(args.models)
+        if not models:
+            models = sorted(REAL.glob("*.gguf"))
+            if not models:
+                print(f"no real models in {REAL}: scripts/gather_real_models.py fetches them")
+            built = Path(tmp) / f"built-{VOCAB}-tokens.gguf"
+            build_model(built)
+            models.append(built)
+        print(f"median of {args.rounds} rounds in process, {args.processes} fresh processes")
+        met = [report(path, args.rounds, args.processes) for path in models]
+    return 0 if all(met) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
