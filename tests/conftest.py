@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -48,10 +49,25 @@ def _alignment_enforced(folder: Path) -> bool:
         probe.unlink()
 
 
+# A folder per test, made by mkdtemp in a folder of their own: pytest's numbered folders (its tmp_path, and
+# tmp_path_factory.mktemp) each first list every folder of the session's base folder, a cost that grows
+# with every test run before (seconds over the suite).
+
+@pytest.fixture(scope="session")
+def _test_folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tests")
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, _test_folders: Path) -> Path:
+    """pytest's tmp_path (a new empty folder, the test's own, named after it), made without the listing."""
+    return Path(tempfile.mkdtemp(prefix=re.sub(r"\W", "_", request.node.name)[:30], dir=_test_folders))
+
+
 @pytest.fixture(autouse=True)
-def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _private_digest_cache(_test_folders: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test's digest cache (verify's default on the command line) is its own, never the user's."""
-    monkeypatch.setenv("GGAUDIT_CACHE_DIR", str(tmp_path_factory.mktemp("digest-cache")))
+    monkeypatch.setenv("GGAUDIT_CACHE_DIR", tempfile.mkdtemp(prefix="digest-cache-", dir=_test_folders))
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ because an unhandled SIGBUS kills the process that maps the file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -122,12 +123,17 @@ def _drive(action: str, when: str, n: int, target: Path, marker: Path, args: lis
     return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
 
 
+@functools.cache
+def _sha256(source: Path) -> str:
+    return hashlib.sha256(source.read_bytes()).hexdigest()
+
+
 def _setup(case: Case, sources: dict[str, Path], tmp_path: Path) -> tuple[Path, list[str]]:
     model = Path(shutil.copy(sources[case.model], tmp_path / "model.gguf"))
     manifest = tmp_path / "model.manifest.json"
     if "{manifest}" in case.command:
         assert run_cli(["manifest", model, "-o", manifest]).exit_code == 0
-    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    digest = _sha256(sources[case.model])        # the copy's, hashed once a source
     sums = tmp_path / "SHA256SUMS"
     sums.write_text(f"{digest}  model.gguf\n")
     blob = tmp_path / f"sha256-{digest}"

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,25 @@ def settled() -> None:
     time.sleep(0.15)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """An Ollama store (model and projector blob), settled; returns (root, model blob, projector blob)."""
-    model, projector = ollama_store(tmp_path / "store", MODEL, PROJECTOR)
+@pytest.fixture(scope="module")
+def aged_stores(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Path]]:
+    """A store of its own for every test here that takes one, all laid out first and settled together: one
+    wait for the module instead of one a test."""
+    wanted = sum(item.module is request.module and "store" in item.fixturenames for item in request.session.items)
+    stores = []
+    for _ in range(wanted):
+        root = tmp_path_factory.mktemp("store") / "store"
+        stores.append((root, *ollama_store(root, MODEL, PROJECTOR)))
     settled()
-    return tmp_path / "store", model, projector
+    return iter(stores)
+
+
+@pytest.fixture
+def store(aged_stores: Iterator[tuple[Path, Path, Path]]) -> tuple[Path, Path, Path]:
+    """An Ollama store (model and projector blob), settled, no other test's; returns (root, model blob,
+    projector blob)."""
+    return next(aged_stores)
 
 
 @pytest.fixture

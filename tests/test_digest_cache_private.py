@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,12 +39,22 @@ SIZE = len(MODEL) + len(PROJECTOR)
 pytestmark = posix_modes
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    """An Ollama store (model and projector), settled."""
-    ollama_store(tmp_path / "store", MODEL, PROJECTOR)
+@pytest.fixture(scope="module")
+def aged_roots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A store of its own for every test here that takes one, all laid out first and settled together: one
+    wait for the module instead of one a test."""
+    wanted = sum(item.module is request.module and "root" in item.fixturenames for item in request.session.items)
+    roots = [tmp_path_factory.mktemp("store") / "store" for _ in range(wanted)]
+    for store in roots:
+        ollama_store(store, MODEL, PROJECTOR)
     settled()
-    return tmp_path / "store"
+    return iter(roots)
+
+
+@pytest.fixture
+def root(aged_roots: Iterator[Path]) -> Path:
+    """An Ollama store (model and projector), settled, no other test's."""
+    return next(aged_roots)
 
 
 def refused(database: Path, problem: str) -> str:

@@ -13,6 +13,7 @@ it has its own module, ``rows/table.py``, below them all.)"""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +45,12 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The parsed source of ``path``, once for all the tests here: they only read the trees."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _resolve(node: ast.ImportFrom, name: str, is_package: bool) -> str:
@@ -97,7 +104,7 @@ def _graph(*, type_checking: bool = True) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         edges: set[str] = set()
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8")), type_checking):
+        for node in _imports(_tree(path), type_checking):
             for target in _targets(node, name, path.name == "__init__.py"):
                 edges.update(m for m in _with_parents(target, name) if m != name)
         graph[name] = edges
@@ -192,7 +199,7 @@ def test_no_module_imports_the_front_door() -> None:
     job: a cycle the graph above leaves out. Modules import what they need from where it lives."""
     offenders = []
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             targets = _targets(node, name, path.name == "__init__.py")
             if "ggaudit" in targets and name != "ggaudit":
                 offenders.append(name)

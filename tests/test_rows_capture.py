@@ -15,7 +15,7 @@ from gguf import quants
 from ggaudit.rows import replay as R
 from ggaudit.errors import UsageError
 from ggaudit.cli.reporters.text import rows_lines
-from ggaudit.rows.classify import Place
+from ggaudit.rows.classify import RowPlace
 from ggaudit.rows.lines import describe_row_mismatch
 from ggaudit.rows.select import MAX_NPZ_BYTES
 from rows_support import Table, make_table
@@ -89,7 +89,7 @@ def test_decoded_capture_with_a_nan(ple: Table, tmp_path: Path) -> None:
     assert (m.expected_finite, m.actual_finite, m.unit, m.differing) == (True, False, "values", 1)
     assert f"stored block: {ple.row(4162)[54:72].hex(' ')}" in m.detail
     # NaN beside equal numbers is an unbounded difference, never "max abs diff 0"; the NaN's place is named.
-    assert (report.capture.max_abs_diff, m.max_abs_diff, m.actual_nonfinite) == (None, None, Place(3, 97))
+    assert (report.capture.max_abs_diff, m.max_abs_diff, m.actual_nonfinite) == (None, None, RowPlace(3, 97))
     assert describe_row_mismatch(m)[5] == ("  1 value differs; decoded row finite: expected yes, actual no "
                                            "(first NaN/Inf at block 3, column 97)")
     capture_line = next(line for line in rows_lines(report) if line.startswith("capture "))

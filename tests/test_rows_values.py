@@ -17,7 +17,7 @@ from ggaudit.cli.reporters import html as html_reporter
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
-from ggaudit.rows.classify import Place
+from ggaudit.rows.classify import RowPlace
 from ggaudit.rows.readers import Buffer, Reader, open_reader
 from support import run_cli, write_small_model
 
@@ -66,7 +66,7 @@ def test_a_delivered_nan_is_named_by_block_and_column(tmp_path: Path) -> None:
     (m,) = report.mismatches
     # The scale's low byte is 0x00 in the file already: the first difference is its high byte.
     assert (m.mode, m.row, m.block, m.column, m.offset, m.actual[:2]) == ("mmap", 7, 1, 32, at + 1, "7e")
-    assert (m.expected_finite, m.actual_finite, m.actual_nonfinite) == (True, False, Place(1, 32))
+    assert (m.expected_finite, m.actual_finite, m.actual_nonfinite) == (True, False, RowPlace(1, 32))
     assert m.to_json()["actual_nonfinite"] == {"block": 1, "column": 32}
     (line,) = [x for d in report.diagnostics() for x in d.lines if "decoded row finite" in x]
     assert line == "  1 byte differs; decoded row finite: expected yes, actual no (first NaN/Inf at block 1, column 32)"

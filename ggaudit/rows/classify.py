@@ -30,8 +30,20 @@ from .gather import Sample, uniform
 from .readers import POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
 from .table import RowTable
 
-__all__ = ["KINDS", "UNCLASSIFIED", "Classifier", "DecodedRow", "Delivery", "Filled", "Place", "RawRow",
-           "RowMismatch", "captured", "first_nonfinite", "locate"]
+__all__ = [
+    "KINDS",
+    "UNCLASSIFIED",
+    "Classifier",
+    "DecodedRow",
+    "Delivery",
+    "Filled",
+    "RawRow",
+    "RowMismatch",
+    "RowPlace",
+    "captured",
+    "first_nonfinite",
+    "locate",
+]
 
 KINDS = ("short-read", "filled", "stale", "misplaced", "cache-crosstalk", "garbage")
 #: Mismatches beyond the reporting cap are counted under this name instead of being classified.
@@ -73,7 +85,7 @@ class Delivery:
 
 
 @dataclass(frozen=True)
-class Place:
+class RowPlace:
     """Where in a row a value sits: its block and (decoded) column."""
 
     block: int
@@ -83,7 +95,7 @@ class Place:
         return {"block": self.block, "column": self.column}
 
 
-def first_nonfinite(table: RowTable, values: np.ndarray | None) -> Place | None:
+def first_nonfinite(table: RowTable, values: np.ndarray | None) -> RowPlace | None:
     """The place of the first NaN or Inf among a row's decoded *values* (None: all finite, or not decoded)."""
     if values is None:
         return None
@@ -91,7 +103,7 @@ def first_nonfinite(table: RowTable, values: np.ndarray | None) -> Place | None:
     if not bad.size:
         return None
     column = int(bad[0])
-    return Place(column // table.tensor.block_size, column)
+    return RowPlace(column // table.tensor.block_size, column)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +128,7 @@ class RowMismatch:
     expected_finite: bool | None
     actual_finite: bool | None
     #: The first NaN or Inf of the row delivered (None: it is finite, or does not decode).
-    actual_nonfinite: Place | None = None
+    actual_nonfinite: RowPlace | None = None
     other_row: int | None = None
     other_offset: int | None = None
     max_abs_diff: float | None = None
@@ -254,7 +266,7 @@ class RawRow:
         return (None if exp is None else bool(np.isfinite(exp).all()),
                 None if act is None else bool(np.isfinite(act).all()))
 
-    def nonfinite(self) -> Place | None:
+    def nonfinite(self) -> RowPlace | None:
         return first_nonfinite(self.table, self._decoded[1])
 
 
@@ -333,7 +345,7 @@ class DecodedRow:
     def finite(self) -> tuple[bool | None, bool | None]:
         return bool(np.isfinite(self.want).all()), bool(np.isfinite(self.got).all())
 
-    def nonfinite(self) -> Place | None:
+    def nonfinite(self) -> RowPlace | None:
         return first_nonfinite(self.table, self.got)
 
     @property
