@@ -169,10 +169,11 @@ def test_the_scan_section_lists_metadata_and_template_findings_as_lines(tmp_path
     lines = re.findall(r"<li><code>(.*?)</code></li>", header.group(1))
     meta = open_model(path).metadata
     text_at = meta["tokenizer.chat_template"].offset + 8      # the string's u64 length, then its text
-    assert [line.split(":")[0] for line in lines] == [
-        f"metadata llama.block_count = 2 at file {path} offset {meta['llama.block_count'].offset}",
-        f"template tokenizer.chat_template line 1 column 7 at file {path} offset {text_at + 6}",
-        f"template tokenizer.chat_template line 1 column 19 at file {path} offset {text_at + 18}"]
+    wheres = [f"metadata llama.block_count = 2 at file {path} offset {meta['llama.block_count'].offset}: ",
+              f"template tokenizer.chat_template line 1 column 7 at file {path} offset {text_at + 6}: ",
+              f"template tokenizer.chat_template line 1 column 19 at file {path} offset {text_at + 18}: "]
+    # Each line starts with where, then ": " and what (a Windows path holds a colon of its own).
+    assert [line[:len(where)] for line, where in zip(lines, wheres, strict=True)] == wheres
     assert "error underscore-attribute: attribute &#x27;__class__&#x27;" in lines[1]
     assert "warning bidi: bidi control U+202E" in lines[2] and "\u202e" not in page
 
