@@ -30,22 +30,13 @@ from ggaudit.format.layout import open_model
 from fault_support import faulted_env, run_ggaudit
 from platforms import needs_linux
 from support import run_cli
+# The same flip as the tests from below: byte 6 of block 1 of row 100 of the PLE table.
+from test_from_below import flip_offset, flipped
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "ple_q8_0.gguf"
 PLE, EMBD = "per_layer_token_embd.weight", "token_embd.weight"
 ROW, BLOCK, K, MASK = 100, 1, 6, 0x10
 NO_ROWS = "not available: llama-gguf-hash gives one digest per tensor, so a difference is located to the tensor"
-
-
-def flip_offset() -> int:
-    table = open_model(FIXTURE).tensor(PLE)
-    return table.offset + ROW * table.row_bytes + BLOCK * 34 + K
-
-
-def flipped(data: bytes, offset: int) -> bytes:
-    out = bytearray(data)
-    out[offset] ^= MASK
-    return bytes(out)
 
 
 def tensor_bytes(data: bytes, name: str) -> bytes:
