@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.format.blocks import Encoding, layout_of
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import Tensor, open_model
-from ggaudit.rows.readers import DirectIOUnavailable, open_reader
+from ggaudit.rows.readers import Buffer, DirectIOUnavailable, Reader, open_reader
 
 PLE = "per_layer_token_embd.weight"
 
@@ -103,3 +103,25 @@ def crossing(table: Table, boundary: int = 4096) -> list[int]:
     rb = table.tensor.row_bytes
     return [r for r in range(table.tensor.n_rows)
             if table.offset(r) // boundary != (table.offset(r) + rb - 1) // boundary]
+
+
+class Wrapped(Reader):
+    """Delegates everything to a real reader; subclasses break one thing."""
+
+    def __init__(self, inner: Reader) -> None:
+        super().__init__(inner.path, inner.size)
+        self.inner = inner
+        self.mode = inner.mode
+        self.alignment = inner.alignment
+
+    def span(self, offset: int, length: int) -> tuple[int, int]:
+        return self.inner.span(offset, length)
+
+    def alloc(self, size: int) -> Buffer:
+        return self.inner.alloc(size)
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        return self.inner.read_into(view, offset)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -21,9 +21,9 @@ from ggaudit.errors import ReadError
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import Buffer, Reader, open_reader
+from ggaudit.rows.readers import Reader, open_reader
 from support import FIXTURES, run_cli
-from rows_support import crossing, make_table
+from rows_support import Wrapped, crossing, make_table
 
 HOSTILE = "<script>\u202eevil"
 _VOID = {"meta", "br", "hr", "img", "input", "link", "wbr"}
@@ -178,27 +178,18 @@ def test_the_scan_section_lists_metadata_and_template_findings_as_lines(tmp_path
     assert "warning bidi: bidi control U+202E" in lines[2] and "\u202e" not in page
 
 
-class _FlipRow(Reader):
+class _FlipRow(Wrapped):
     """The mmap path with one byte of the file flipped: a read path that delivers the wrong bytes."""
 
     def __init__(self, inner: Reader, at: int) -> None:
-        super().__init__(inner.path, inner.size)
-        self.inner, self.at, self.mode, self.alignment = inner, at, inner.mode, inner.alignment
-
-    def span(self, offset: int, length: int) -> tuple[int, int]:
-        return self.inner.span(offset, length)
-
-    def alloc(self, size: int) -> Buffer:
-        return self.inner.alloc(size)
+        super().__init__(inner)
+        self.at = at
 
     def read_into(self, view: memoryview, offset: int) -> int:
         n = self.inner.read_into(view, offset)
         if offset <= self.at < offset + n:
             view[self.at - offset] ^= 0xFF
         return n
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def test_rows_strip_marks_checked_crossing_and_mismatching_rows(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from ggaudit.kinds import KINDS
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import BufferedReader, Reader, open_reader
 from ggaudit.text import escape
-from rows_support import make_table
+from rows_support import Wrapped, make_table
 from scan_support import finite_tensor, poke
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
@@ -172,19 +172,13 @@ def _verify_outcomes(path: Path, manifest: Path) -> list[Outcome[Any]]:
     return [Outcome(str(path), result=verify_manifest(path, manifest))]
 
 
-class _Shifted(Reader):
+class _Shifted(Wrapped):
     """A buffered reader that reads one row (``shift`` bytes) further on than asked: a misplaced row."""
 
     def __init__(self, inner: Reader, shift: int) -> None:
-        super().__init__(inner.path, inner.size)
-        self.inner, self.mode, self.alignment, self.shift = inner, inner.mode, inner.alignment, shift
+        super().__init__(inner)
+        self.shift = shift
         self.shifted = BufferedReader(inner.path)
-
-    def span(self, offset: int, length: int) -> tuple[int, int]:
-        return self.inner.span(offset, length)
-
-    def alloc(self, size: int) -> Any:
-        return self.inner.alloc(size)
 
     def read_into(self, view: memoryview, offset: int) -> int:
         self.shifted.read_into(view, offset + self.shift)
@@ -192,7 +186,7 @@ class _Shifted(Reader):
 
     def close(self) -> None:
         self.shifted.close()
-        self.inner.close()
+        super().close()
 
 
 def test_rows_mismatches_are_results_at_the_row(tmp_path: Path) -> None:

@@ -18,29 +18,7 @@ from ggaudit.rows import replay as R
 from ggaudit.rows.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
 from ggaudit.rows.gather import BufferPool
 from ggaudit.rows.table import RowTable
-from rows_support import Table, crossing, make_table
-
-
-class Wrapped(Reader):
-    """Delegates everything to a real reader; subclasses break one thing."""
-
-    def __init__(self, inner: Reader) -> None:
-        super().__init__(inner.path, inner.size)
-        self.inner = inner
-        self.mode = inner.mode
-        self.alignment = inner.alignment
-
-    def span(self, offset: int, length: int) -> tuple[int, int]:
-        return self.inner.span(offset, length)
-
-    def alloc(self, size: int) -> Buffer:
-        return self.inner.alloc(size)
-
-    def read_into(self, view: memoryview, offset: int) -> int:
-        return self.inner.read_into(view, offset)
-
-    def close(self) -> None:
-        self.inner.close()
+from rows_support import Table, Wrapped, crossing, make_table
 
 
 class ShortTreatedAsComplete(Wrapped):

@@ -23,7 +23,7 @@ from ggaudit.rows import replay as R
 from ggaudit.rows.readers import Reader, open_reader
 from fault_support import faulted_env, run_python
 from platforms import needs_linux
-from rows_support import Table, make_table
+from rows_support import Table, Wrapped, make_table
 
 FAULTED, OTHERS = 7000, (10, 7900)
 IDS = "10,7000,7900"
@@ -127,20 +127,17 @@ def test_eintr_is_retried_on_each_path(table: Table, path: str, tmp_path: Path) 
     assert len(log.read_text().splitlines()) == 2 and log.read_text().split()[:2] == [path, "eintr"]
 
 
-class _FailingAt(Reader):
+class _FailingAt(Wrapped):
     """A real reader whose reads covering *offset* fail with EIO, as if the device failed them."""
 
     def __init__(self, inner: Reader, offset: int) -> None:
-        super().__init__(inner.path, inner.size)
-        self.inner, self.offset, self.mode, self.alignment = inner, offset, inner.mode, inner.alignment
+        super().__init__(inner)
+        self.offset = offset
 
     def read_into(self, view: memoryview, offset: int) -> int:
         if offset <= self.offset < offset + len(view):
             raise self._failed(OSError(errno.EIO, "Input/output error"), offset, len(view))
         return self.inner.read_into(view, offset)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def test_a_failed_chunk_of_the_sweep_is_a_read_error_and_the_other_paths_sweep_on(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
 from ggaudit.rows.classify import RowPlace
-from ggaudit.rows.readers import Buffer, Reader, open_reader
+from ggaudit.rows.readers import Reader, open_reader
+from rows_support import Wrapped
 from support import run_cli, write_small_model
 
 ROW = 68            # write_small_model: Q8_0, 64 columns = 2 blocks of 34 bytes (f16 scale d, then 32 int8)
@@ -26,27 +27,18 @@ EMB = "token_embd.weight"
 NAN_F16 = b"\x00\x7e"
 
 
-class _NanScale(Reader):
+class _NanScale(Wrapped):
     """The mmap path delivering a NaN (0x7e00) over the f16 scale of block 1 of one row."""
 
     def __init__(self, inner: Reader, at: int) -> None:
-        super().__init__(inner.path, inner.size)
-        self.inner, self.at, self.mode, self.alignment = inner, at, inner.mode, inner.alignment
-
-    def span(self, offset: int, length: int) -> tuple[int, int]:
-        return self.inner.span(offset, length)
-
-    def alloc(self, size: int) -> Buffer:
-        return self.inner.alloc(size)
+        super().__init__(inner)
+        self.at = at
 
     def read_into(self, view: memoryview, offset: int) -> int:
         n = self.inner.read_into(view, offset)
         if offset <= self.at and self.at + 2 <= offset + n:
             view[self.at - offset:self.at - offset + 2] = NAN_F16
         return n
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _facts(page: str) -> dict[str, str]:
