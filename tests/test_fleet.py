@@ -9,7 +9,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +67,19 @@ def unstated(report: ScanReport | None, stopped: bool = False) -> ScanReport:
     return dataclasses.replace(report, stats=ScanStats(bytes=report.stats.bytes, seconds=0.0, workers=0))
 
 
-def assert_same(fleet: list[Outcome[ScanReport]], local: list[Outcome[ScanReport]], stopped: bool = False) -> None:
+def assert_alike(fleet: list[Outcome[Any]], local: list[Outcome[Any]], seen: Callable[[Any], Any]) -> None:
+    """The same models in the same order, the same errors, and reports equal as ``seen`` shows them."""
     assert [o.model for o in fleet] == [o.model for o in local]
     for got, want in zip(fleet, local, strict=True):
         if want.error is not None:
             assert type(got.error) is type(want.error) and str(got.error) == str(want.error)
         else:
             assert got.error is None, got.error
-            assert unstated(got.result, stopped) == unstated(want.result, stopped), got.model
+            assert seen(got.result) == seen(want.result), got.model
+
+
+def assert_same(fleet: list[Outcome[ScanReport]], local: list[Outcome[ScanReport]], stopped: bool = False) -> None:
+    assert_alike(fleet, local, lambda report: unstated(report, stopped))
 
 
 def local_scans(models: list[str], **options: Any) -> list[Outcome[ScanReport]]:
@@ -277,13 +282,7 @@ def untimed(doc: Any) -> Any:
 
 
 def assert_same_checks(fleet: list[Outcome[Any]], local: list[Outcome[Any]]) -> None:
-    assert [o.model for o in fleet] == [o.model for o in local]
-    for got, want in zip(fleet, local, strict=True):
-        if want.error is not None:
-            assert type(got.error) is type(want.error) and str(got.error) == str(want.error)
-        else:
-            assert got.error is None, got.error
-            assert untimed(got.result.to_json()) == untimed(want.result.to_json()), got.model
+    assert_alike(fleet, local, lambda report: untimed(report.to_json()))
 
 
 @pytest.fixture
