@@ -20,6 +20,7 @@ from ggaudit.check.report import DIAGNOSTIC_KINDS as CHECK_KINDS
 from ggaudit.kinds import KINDS, SEVERITIES
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.rows.report import DIAGNOSTIC_KINDS as ROWS_KINDS
 from ggaudit.scan.report import DIAGNOSTIC_KINDS as SCAN_KINDS
 from ggaudit.verify.diff import DIAGNOSTIC_KINDS as DIFF_KINDS
 from ggaudit.verify.report import DIAGNOSTIC_KINDS as VERIFY_KINDS
@@ -133,7 +134,7 @@ def test_a_diff_structure_difference_is_at_the_bytes_only_b_has(tmp_path: Path) 
 
 
 def test_every_kind_a_report_yields_is_registered_and_says_what_to_do() -> None:
-    yielded = [*SCAN_KINDS, *VERIFY_KINDS, *R.DIAGNOSTIC_KINDS, *DIFF_KINDS, *CHECK_KINDS]
+    yielded = [*SCAN_KINDS, *VERIFY_KINDS, *ROWS_KINDS, *DIFF_KINDS, *CHECK_KINDS]
     assert [k for k in yielded if k not in KINDS] == []
     assert [k for k in KINDS if k not in yielded] == []          # no kind is left that nothing yields
     for kind in KINDS.values():

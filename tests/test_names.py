@@ -64,7 +64,7 @@ def test_a_progress_callback_has_one_type_defined_in_io() -> None:
     aliases = _module_aliases()
     assert aliases["Callable[[int, int], None]"] == [("ggaudit/io.py", "Progress")]
     named = sorted((module, name) for found in aliases.values() for module, name in found if "Progress" in name)
-    assert named == [("ggaudit/io.py", "Progress"), ("ggaudit/rows/replay.py", "ReadPathProgress")]
+    assert named == [("ggaudit/io.py", "Progress"), ("ggaudit/rows/options.py", "ReadPathProgress")]
     # rows' is io's with the read path put first: (mode, done, total).
     assert typing.get_args(ReadPathProgress)[0] == [str, *typing.get_args(Progress)[0]]
 

@@ -17,7 +17,7 @@ from ggaudit.format.layout import open_model
 from ggaudit.rows.readers import POISON, BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
 from ggaudit.rows.classify import locate
 from ggaudit.rows.gather import WAVE_BYTES, Gatherer, Sample, plan_reads
-from ggaudit.rows.select import sample_rows
+from ggaudit.rows.select import crossing_mask, sample_rows
 from rows_support import PLE, Table, crossing, make_table
 
 
@@ -368,7 +368,7 @@ def test_crossing_rows_from_the_boundaries_match_the_rows_one_by_one(base: int, 
     for boundary in (512, 4096, 65536):
         pieces = list(R.crossing_rows_of(base, row_bytes, n_rows, boundary, chunk=3))
         got = np.concatenate(pieces).tolist() if pieces else []
-        want = rows[R.crossing_mask(base + rows * row_bytes, row_bytes, boundary)].tolist()
+        want = rows[crossing_mask(base + rows * row_bytes, row_bytes, boundary)].tolist()
         assert got == want, (boundary, got[:8], want[:8])
 
 

@@ -16,6 +16,7 @@ from gguf import quants
 
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
+from ggaudit.rows.findings import MAX_REPORTED
 from ggaudit.rows.gather import BufferPool
 from ggaudit.rows.table import RowTable
 from rows_support import Table, Wrapped, crossing, make_table
@@ -252,7 +253,7 @@ def test_sweep_catches_a_short_read_too(ple: Table) -> None:
     first_bad = (stop - ple.offset(0)) // 90
     assert report.mismatch_count == 5000 - first_bad
     # The first MAX_REPORTED are classified; the rest only counted.
-    assert report.by_kind == (("short-read", R.MAX_REPORTED), ("unclassified", 5000 - first_bad - R.MAX_REPORTED))
+    assert report.by_kind == (("short-read", MAX_REPORTED), ("unclassified", 5000 - first_bad - MAX_REPORTED))
     first = min(report.mismatches, key=lambda m: m.offset)
     assert (first.row, first.offset, first.stage) == (first_bad, stop, "sweep")
     assert report.mismatch_geometry.rows == 5000 - first_bad
@@ -262,7 +263,7 @@ def test_sweep_catches_a_buffer_handed_out_before_the_read_lands(ple: Table) -> 
     report = R.check_rows(ple.path, modes=["direct"], select=R.RowSelection(all_rows=True),
                           options=R.RowsOptions(reader_factory=faulty(HandedOutEarly)))
     assert report.mismatch_count == 5000 and not report.short_reads
-    assert report.by_kind == (("stale", R.MAX_REPORTED), ("unclassified", 5000 - R.MAX_REPORTED))
+    assert report.by_kind == (("stale", MAX_REPORTED), ("unclassified", 5000 - MAX_REPORTED))
     first = min(report.mismatches, key=lambda m: m.offset)
     k = next(i for i, x in enumerate(ple.row(0)) if x != POISON)
     assert (first.row, first.byte, first.offset, first.stage) == (0, k, ple.offset(0) + k, "sweep")

@@ -11,7 +11,7 @@ from ..text import escape, escape_path
 
 if TYPE_CHECKING:
     from .classify import RowMismatch
-    from .replay import ReadFailure, RowsReport, ShortRead
+    from .report import ReadFailure, RowsReport, ShortRead
 
 __all__ = ["describe_read_failure", "describe_row_mismatch", "describe_short_read", "finite_text", "nonfinite_text"]
 

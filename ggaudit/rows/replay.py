@@ -12,12 +12,10 @@ read buffers.
 from __future__ import annotations
 
 import dataclasses
-import errno as errnos
 import functools
 import logging
 import os
 import time
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,50 +24,63 @@ from typing import Any
 
 import numpy as np
 
-from .._version import __version__
-from ..diagnostic import Diagnostic
-from ..lines import is_elements
 from ..format.blocks import GGMLQuantizationType
 from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..format.layout import Model, Tensor
 from ..stores.locate import Target, open_model
 from ..arrays import distinct
 from . import MODES
-from .readers import (PAGE, SECTOR, WINDOW_64K, BufferedReader, DirectIOUnavailable, FailedRead, Reader,
-                      open_reader)
+from .readers import BufferedReader, DirectIOUnavailable, FailedRead, Reader, open_reader
 from .table import RowTable
-from .gather import (BufferPool, CacheLedger, Chunk, Gatherer, Held, PoolFactory, RowCache, Sample, Shortfall,
-                     Sweep, through_cache)
+from .gather import CacheLedger, Chunk, Gatherer, Held, RowCache, Sample, Sweep, through_cache
 from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
+from .findings import Findings
+from .options import ReaderFactory, ReadPathProgress, RowsOptions
+from .report import (CaptureResult, Geometry, PathStats, ReadFailure, RowsReport, ShortRead, geometry_of,
+                     rows_geometry, table_geometry)
 from .settle import Kept, RowGroups, far_named, manifest_groups, settled
 from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
-from .lines import describe_read_failure, describe_row_mismatch, describe_short_read, nonfinite_text
-from .select import (MAX_SELECTED, Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses,
-                     crossing_mask, crossing_rows, crossing_rows_of, int_text, load_capture, select_rows)
+from .select import (Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses, crossing_rows,
+                     crossing_rows_of, load_capture, select_rows)
 
 __all__ = [
-    "KINDS", "CaptureResult", "Classifier", "Delivery", "Filled", "Geometry", "NonFiniteValue", "PathStats",
-    "ReadFailure", "RowCache", "RowChoice", "RowMismatch", "RowSelection", "RowsOptions", "RowsReport", "Selection",
+    "KINDS",
+    "CaptureResult",
+    "Classifier",
+    "Delivery",
+    "Filled",
+    "Geometry",
+    "NonFiniteValue",
+    "PathStats",
+    "ReadFailure",
+    "ReadPathProgress",
+    "ReaderFactory",
+    "RowCache",
+    "RowChoice",
+    "RowMismatch",
+    "RowSelection",
+    "RowsOptions",
+    "RowsReport",
+    "Selection",
     "ShortRead",
-    "check_rows", "crosses", "crossing_rows", "crossing_rows_of", "geometry_of", "load_capture", "pick_tensor",
-    "select_rows", "table_geometry",
+    "check_rows",
+    "crosses",
+    "crossing_rows",
+    "crossing_rows_of",
+    "geometry_of",
+    "load_capture",
+    "pick_tensor",
+    "rows_geometry",
+    "select_rows",
+    "table_geometry",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENSORS = ("per_layer_token_embd.weight", "token_embd.weight")
-#: Boundaries a row may straddle: a 4 KiB page, a 512-byte sector, Windows' 64 KiB mmap granularity.
-BOUNDARIES = (("page", PAGE), ("sector", SECTOR), ("64k", WINDOW_64K))
 #: Rows larger than this are not replayed: every worker holds a few rows' worth of buffers.
 MAX_ROW_BYTES = 64 << 20
-#: Mismatches kept in full; beyond this they are only counted.
-MAX_REPORTED = 1000
-
-ReaderFactory = Callable[[str, str], Reader]
-#: Called as (read path, rows done, rows in all) after each batch or sweep chunk: :data:`ggaudit.io.Progress`
-#: with the read path first, since each path's pass over the rows is counted from 0.
-ReadPathProgress = Callable[[str, int, int], None]
 
 
 def pick_tensor(model: Model, name: str | None) -> Tensor:
@@ -85,379 +96,8 @@ def pick_tensor(model: Model, name: str | None) -> Tensor:
 
 # --- findings (RowMismatch: ggaudit.rows.classify) ------------------------------------------------
 
-@dataclass(frozen=True, kw_only=True)
-class ShortRead:
-    """A read that returned fewer bytes than asked without reaching the end of the file."""
-
-    mode: str            # the read path: buffered | mmap | direct
-    stage: str
-    file: str
-    offset: int
-    requested: int
-    returned: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "stage": self.stage, "file": self.file, "offset": self.offset,
-                "requested": self.requested, "returned": self.returned}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReadFailure:
-    """A read that failed with an error from below (EIO, EAGAIN, a mapping's copy that faulted): the rows it
-    held were not compared on that path (stage ``reference``: on any path), the rest went on."""
-
-    mode: str            # the read path: buffered | mmap | direct (the reference read is buffered)
-    stage: str           # open (the direct path's probe), reference, gather, ..., capture
-    file: str
-    offset: int
-    length: int
-    errno: int | None    # None where the OS gives none (Windows' ReadFile)
-    message: str
-
-    @property
-    def error(self) -> str | None:
-        """The errno's name (EIO, EAGAIN, EFAULT), or None."""
-        return None if self.errno is None else errnos.errorcode.get(self.errno, str(self.errno))
-
-    @classmethod
-    def of(cls, err: FailedRead, stage: str) -> ReadFailure:
-        return cls(mode=err.mode, stage=stage, file=err.path or "", offset=err.offset or 0, length=err.length,
-                   errno=err.errno, message=err.message)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "stage": self.stage, "file": self.file, "offset": self.offset,
-                "length": self.length, "errno": self.errno, "error": self.error, "message": self.message}
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """How many rows straddle each boundary class."""
-
-    rows: int = 0
-    page: int = 0
-    sector: int = 0
-    window_64k: int = 0
-
-    def __add__(self, other: Geometry) -> Geometry:
-        return Geometry(self.rows + other.rows, self.page + other.page, self.sector + other.sector,
-                        self.window_64k + other.window_64k)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "page": self.page, "sector": self.sector, "window_64k": self.window_64k}
-
-
-@dataclass(frozen=True, kw_only=True)
-class PathStats:
-    """What one stage of one read path did, and how long it took."""
-
-    mode: str            # the read path: buffered | mmap | direct
-    stage: str
-    reads: int
-    bytes: int
-    rows: int
-    seconds: float
-    alignment: int
-    alignment_source: str
-    buffers: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    cache_evictions: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "stage": self.stage, "reads": self.reads, "bytes": self.bytes, "rows": self.rows,
-                "seconds": round(self.seconds, 6), "alignment": self.alignment,
-                "alignment_source": self.alignment_source, "buffers": self.buffers, "cache_hits": self.cache_hits,
-                "cache_misses": self.cache_misses, "cache_evictions": self.cache_evictions}
-
-
-@dataclass(frozen=True, kw_only=True)
-class CaptureResult:
-    file: str
-    kind: str            # raw | decoded
-    dtype: str
-    rows: int
-    mismatched_rows: int
-    max_abs_diff: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "kind": self.kind, "dtype": self.dtype, "rows": self.rows,
-                "mismatched_rows": self.mismatched_rows, "max_abs_diff": self.max_abs_diff}
-
-
-#: The ``schema`` of :meth:`RowsReport.to_json`.
-SCHEMA = "ggaudit/rows-report/1"
-#: Every kind of diagnostic a rows report yields (ggaudit.kinds ids).
-DIAGNOSTIC_KINDS = (*(f"rows/{k}" for k in (*KINDS, UNCLASSIFIED)), "rows/incomplete-read", "rows/read-error",
-                    "rows/nonfinite")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RowsReport:
-    """The result of :func:`check_rows`; ``ok`` when every read path (and capture) delivered the file's
-    bytes and the selected rows hold only finite values."""
-
-    file: str
-    tensor: str
-    ggml_type: str
-    n_cols: int
-    row_bytes: int
-    n_rows: int
-    table_offset: int
-    #: How the rows were chosen (``selection`` says it in words).
-    choice: RowChoice
-    modes: tuple[str, ...]
-    rows_checked: int
-    geometry: Geometry
-    mismatch_geometry: Geometry
-    mismatch_count: int
-    by_kind: tuple[tuple[str, int], ...]
-    mismatches: tuple[RowMismatch, ...]
-    short_reads: tuple[ShortRead, ...]
-    short_read_count: int
-    capture: CaptureResult | None
-    stats: tuple[PathStats, ...]
-    warnings: tuple[str, ...]
-    #: Selected rows holding a NaN or Inf in the file itself (every path may deliver them faithfully).
-    nonfinite_rows: int = 0
-    first_nonfinite: NonFiniteValue | None = None
-    #: Selected rows tested for NaN and Inf (0: none was: a table of integers, or a replay stopped by fail-fast).
-    finite_tested: int = 0
-    #: Reads that failed (kept in full up to MAX_REPORTED; read_error_count counts every one).
-    read_errors: tuple[ReadFailure, ...] = ()
-    read_error_count: int = 0
-
-    @property
-    def compared(self) -> tuple[str, ...]:
-        """What was compared with the file: each read path that ran, then "capture"."""
-        ran = tuple(dict.fromkeys(s.mode for s in self.stats))
-        return ran + (("capture",) if self.capture is not None else ())
-
-    @property
-    def selection(self) -> str:
-        """How the rows were chosen, in words: ``rows 4,100-102 + random 5 seed 1``, ``all 5000 rows``."""
-        return self.choice.description
-
-    @property
-    def seed(self) -> int | None:
-        """The seed that chose the random rows (None: no random rows)."""
-        return self.choice.seed
-
-    @property
-    def checked_ranges(self) -> tuple[tuple[int, int], ...] | None:
-        """The rows checked as (first, last) ranges, when the report knows which: every row, or the IDs
-        listed (see RowChoice.ranges); None for a random sample, page-crossing rows or a capture's IDs."""
-        if self.rows_checked == self.n_rows:
-            return ((0, self.n_rows - 1),)
-        return self.choice.ranges
-
-    def crossing_rows(self, boundary: int) -> Iterator[np.ndarray]:
-        """The rows of the whole table crossing a multiple of *boundary* (PAGE, SECTOR, WINDOW_64K), in
-        absolute file offsets, ascending, in pieces: a table of 600M rows has 13M crossing a page."""
-        return crossing_rows_of(self.table_offset, self.row_bytes, self.n_rows, boundary)
-
-    @property
-    def delivered(self) -> bool:
-        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read, no failed read."""
-        return not self.mismatch_count and not self.short_read_count and not self.read_error_count
-
-    @property
-    def ok(self) -> bool:
-        """The bytes were delivered and the selected rows hold only finite values."""
-        return self.delivered and not self.nonfinite_rows
-
-    def diagnostics(self) -> Iterator[Diagnostic]:
-        """Each mismatch kept, each short read kept (``mismatch_count``, ``short_read_count``: all counted),
-        then the selected rows holding NaN or Inf, at the first of them."""
-        elements = is_elements(self.ggml_type)
-        for m in self.mismatches:
-            yield Diagnostic(kind=f"rows/{m.kind}", message="\n".join(describe_row_mismatch(m, elements=elements)),
-                             file=m.file, offset=m.row_offset, length=m.length, tensor=m.tensor, row=m.row,
-                             column=m.column, block=None if elements else m.block, extras=m.to_json())
-        for s in self.short_reads:     # a read of the file (a span of rows, or more), not of one tensor's place
-            yield Diagnostic(kind="rows/incomplete-read", message=describe_short_read(s), file=s.file,
-                             offset=s.offset, length=s.requested, extras={"tensor": self.tensor, **s.to_json()})
-        for f in self.read_errors:
-            yield Diagnostic(kind="rows/read-error", message=describe_read_failure(f), file=f.file, offset=f.offset,
-                             length=f.length, extras={"tensor": self.tensor, **f.to_json()})
-        if self.nonfinite_rows:
-            yield self._nonfinite_diagnostic()
-
-    def _nonfinite_diagnostic(self) -> Diagnostic:
-        """At the row of the first non-finite value (its value's place: row, column, block, field)."""
-        extras = {"tensor": self.tensor, "file": self.file, "nonfinite_rows": self.nonfinite_rows,
-                  "first": None if self.first_nonfinite is None else self.first_nonfinite.to_json()}
-        found = Diagnostic(kind="rows/nonfinite", message=nonfinite_text(self), file=self.file,
-                           length=self.row_bytes, tensor=self.tensor, extras=extras)
-        first = self.first_nonfinite
-        if first is None:
-            return found
-        return dataclasses.replace(found, offset=self.table_offset + first.row * self.row_bytes, row=first.row,
-                                   column=first.column, block=None if first.field == "value" else first.block,
-                                   field=first.field)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "file": self.file, "tensor": self.tensor,
-            "ggml_type": self.ggml_type, "n_cols": self.n_cols, "row_bytes": self.row_bytes, "n_rows": self.n_rows,
-            "table_offset": self.table_offset, "selection": self.selection, "choice": self.choice.to_json(),
-            "seed": self.seed,
-            "modes": list(self.modes), "rows_checked": self.rows_checked, "compared": list(self.compared),
-            "delivered": self.delivered, "geometry": self.geometry.to_json(),
-            "mismatch_geometry": self.mismatch_geometry.to_json(), "mismatch_count": self.mismatch_count,
-            "by_kind": dict(self.by_kind), "mismatches": [m.to_json() for m in self.mismatches],
-            "short_read_count": self.short_read_count, "short_reads": [s.to_json() for s in self.short_reads],
-            "capture": None if self.capture is None else self.capture.to_json(),
-            "stats": [s.to_json() for s in self.stats], "warnings": list(self.warnings),
-            "nonfinite_rows": self.nonfinite_rows,
-            "first_nonfinite": None if self.first_nonfinite is None else self.first_nonfinite.to_json(),
-            "finite_tested": self.finite_tested,
-            "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors]}
-
-
-def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
-    offs = np.asarray(offsets, dtype=np.int64)
-    return Geometry(int(offs.size), *(int(crossing_mask(offs, length, b).sum()) for _, b in BOUNDARIES))
-
-
-def table_geometry(table: RowTable) -> Geometry:
-    """Counted from the boundaries, not the rows: a 54 GB table of 90-byte rows has 600M rows."""
-    return Geometry(table.n_rows, *(sum(hit.size for hit in crossing_rows_of(table.tensor.offset, table.row_bytes,
-                                                                             table.n_rows, b))
-                                    for _, b in BOUNDARIES))
-
-
-def rows_geometry(table: RowTable, rows: np.ndarray, chunk: int = 1 << 20) -> Geometry:
-    """geometry_of the given rows, a chunk at a time (no offsets array as long as the selection)."""
-    total = Geometry()
-    for i in range(0, rows.size, chunk):
-        total = total + geometry_of(table.tensor.offset + rows[i:i + chunk] * table.row_bytes, table.row_bytes)
-    return total
-
 
 # --- the replay ----------------------------------------------------------------------------------
-
-CacheFactory = Callable[[int, RowTable], RowCache]
-
-
-def default_cache(capacity: int, table: RowTable) -> RowCache:
-    return RowCache(capacity)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RowsOptions:
-    """How check_rows replays: *workers* threads per gather (reads in flight for a sweep of all rows),
-    *batch* rows per gather, a row cache of *cache_rows* rows in front (0: no cache passes), a *prefetch*
-    stage after each read path's gather, *fp8* for an I8 table holding FP8 E4M3 bytes, *fail_fast* to stop
-    at the first finding. The factories put other readers (called as (file, read path)), caches and buffer
-    pools under the replay, as tests do with faulty ones; *progress* is called as (read path, rows done,
-    rows in all) after each batch or sweep chunk."""
-
-    workers: int = 4
-    batch: int = 256
-    cache_rows: int = 0
-    prefetch: bool = False
-    fp8: bool = False
-    fail_fast: bool = False
-    reader_factory: ReaderFactory | None = None
-    cache_factory: CacheFactory = default_cache
-    pool_factory: PoolFactory = BufferPool
-    progress: ReadPathProgress | None = None
-    #: The capture's (IDs, rows) array or field names, when they are neither ``ids`` and one other nor
-    #: told apart by shape.
-    capture_arrays: tuple[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        for name, least in (("workers", 1), ("batch", 1), ("cache_rows", 0)):
-            value = getattr(self, name)
-            check_arg(name, value, int, "an integer")
-            if value < least:
-                raise UsageError(None, f"must be at least {least}, not {int_text(value)}", field=name)
-        for name in ("prefetch", "fp8", "fail_fast"):
-            check_arg(name, getattr(self, name), bool, "True or False")
-        names = self.capture_arrays
-        if names is not None and not (isinstance(names, tuple) and len(names) == 2
-                                      and all(isinstance(n, str) and n for n in names)):
-            raise UsageError(None, "must be None or two names, (IDs, rows)", field="capture_arrays")
-        for name, optional in (("reader_factory", True), ("cache_factory", False), ("pool_factory", False),
-                               ("progress", True)):
-            value = getattr(self, name)
-            if not callable(value) and not (optional and value is None):
-                raise UsageError(None, f"must be callable{' or None' if optional else ''}, not "
-                                       f"{type(value).__name__}", field=name)
-
-
-class _Findings:
-    """Collects findings: the first MAX_REPORTED of each sort in full, every one counted.
-
-    Classifying a mismatch may read the file around the row, so beyond the cap rows are only counted
-    (as "unclassified"): a path that is wrong everywhere must not cost a search per row of a 54 GB table.
-    """
-
-    def __init__(self, fail_fast: bool) -> None:
-        self.fail_fast = fail_fast
-        self.kept: list[Kept] = []
-        self.count = 0
-        self.kinds: Counter[str] = Counter()
-        # Every mismatched row as 8 bytes (a set of Python ints costs ten times that), the first
-        # MAX_SELECTED times one is found; repeats (one row wrong on several paths) are removed at the end.
-        self.rows = array("q")
-        self.short_reads: list[ShortRead] = []
-        self.short_count = 0
-        self.failures: list[ReadFailure] = []
-        self.failure_count = 0
-        self.captured = 0    # captured rows compared with the file
-        self._failed_at: set[tuple[str, str, int]] = set()
-
-    def add(self, row: int, make: Callable[[], RowMismatch], expected: bytes | None = None,
-            actual: bytes | None = None, remake: Callable[[bytes], RowMismatch] | None = None) -> RowMismatch | None:
-        """Count a mismatch; the one made (None past the cap)."""
-        self.count += 1
-        if len(self.rows) < MAX_SELECTED:
-            self.rows.append(row)
-        if len(self.kept) < MAX_REPORTED:
-            m = make()
-            self.kept.append(Kept(m, expected, actual, remake))
-            self.kinds[m.kind] += 1
-            return m
-        self.kinds[UNCLASSIFIED] += 1
-        return None
-
-    def replace(self, kept: list[Kept]) -> None:
-        """The kept mismatches, settled: counted again (those past the cap stay unclassified)."""
-        unclassified = self.kinds[UNCLASSIFIED]
-        self.kept = kept
-        self.count = len(kept) + unclassified
-        self.kinds = Counter(k.mismatch.kind for k in kept)
-        if unclassified:
-            self.kinds[UNCLASSIFIED] = unclassified
-
-    @property
-    def mismatches(self) -> list[RowMismatch]:
-        return [k.mismatch for k in self.kept]
-
-    def short(self, mode: str, stage: str, file: str, shortfalls: Iterable[Shortfall]) -> None:
-        for s in shortfalls:
-            self.short_count += 1
-            if len(self.short_reads) < MAX_REPORTED:
-                self.short_reads.append(ShortRead(mode=mode, stage=stage, file=file, offset=s.offset,
-                                                  requested=s.requested, returned=s.returned))
-
-    def failed(self, stage: str, errors: Iterable[FailedRead]) -> None:
-        """Failed reads, once each: the reference read of a row fails again for every path that needs it."""
-        for err in errors:
-            failure = ReadFailure.of(err, stage)
-            key = (failure.mode, failure.stage, failure.offset)
-            if key in self._failed_at:
-                continue
-            self._failed_at.add(key)
-            self.failure_count += 1
-            if len(self.failures) < MAX_REPORTED:
-                self.failures.append(failure)
-
-    @property
-    def stop(self) -> bool:
-        return self.fail_fast and bool(self.count or self.short_count or self.failure_count)
-
 
 def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int],
                     failed: Callable[[FailedRead, list[int]], None] | None = None) -> dict[int, bytes]:
@@ -488,7 +128,7 @@ def _reference_rows(ref: BufferedReader, table: RowTable, rows: Sequence[int],
 class _Replay:
     table: RowTable
     reference: BufferedReader
-    findings: _Findings
+    findings: Findings
     options: RowsOptions
     stats: list[PathStats] = field(default_factory=list)
     #: The stages each read path ran, in order (every selected row went through each).
@@ -709,7 +349,7 @@ def _cache_counts(caches: Sequence[RowCache]) -> tuple[int, int, int]:
 
 
 def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
-                    findings: _Findings) -> CaptureResult:
+                    findings: Findings) -> CaptureResult:
     """Each captured row against the file: raw bytes exactly, decoded values bit for bit (any NaN equals
     any NaN); the largest difference of decoded values is None (unbounded) once a NaN or Inf differs."""
     classifier = Classifier(table, reference)
@@ -785,7 +425,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
         load_capture(os.fspath(against), table, opts.capture_arrays)
     chooses = rows is not None or sel.all_rows or sel.random is not None or sel.page_crossing
     selection = select_rows(table, rows, sel, extra=capture.ids if capture is not None and not chooses else ())
-    findings = _Findings(opts.fail_fast)
+    findings = Findings(opts.fail_fast)
     warnings: list[str] = []
     factory = opts.reader_factory or open_reader
     with BufferedReader(t.path) as reference:
@@ -833,7 +473,7 @@ def _settle(replay: _Replay, digest: TensorDigest | None) -> dict[int, bytes]:
     return decided
 
 
-def _every_path_failed(replay: _Replay, findings: _Findings) -> None:
+def _every_path_failed(replay: _Replay, findings: Findings) -> None:
     """Reads failed and not one row was compared on any path (nor a captured row): nothing was checked,
     so the result is the first failure (exit 2), not a report of findings."""
     if not findings.failure_count or findings.captured or any(replay.compared.values()):

@@ -1,0 +1,278 @@
+"""What a replay of rows found, as data: the rows report (:class:`RowsReport`), its findings other than
+mismatched rows (short and failed reads), how each path's stages read, and the boundary geometry of the rows
+checked. Made by :func:`ggaudit.rows.replay.check_rows`; told in words by :mod:`ggaudit.rows.lines`."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno as errnos
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..diagnostic import Diagnostic
+from ..lines import is_elements
+from .classify import KINDS, UNCLASSIFIED, RowMismatch
+from .finite import NonFiniteValue
+from .lines import describe_read_failure, describe_row_mismatch, describe_short_read, nonfinite_text
+from .readers import PAGE, SECTOR, WINDOW_64K, FailedRead
+from .select import RowChoice, crossing_mask, crossing_rows_of
+from .table import RowTable
+
+__all__ = ["BOUNDARIES", "DIAGNOSTIC_KINDS", "SCHEMA", "CaptureResult", "Geometry", "PathStats", "ReadFailure",
+           "RowsReport", "ShortRead", "geometry_of", "rows_geometry", "table_geometry"]
+
+#: Boundaries a row may straddle: a 4 KiB page, a 512-byte sector, Windows' 64 KiB mmap granularity.
+BOUNDARIES = (("page", PAGE), ("sector", SECTOR), ("64k", WINDOW_64K))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShortRead:
+    """A read that returned fewer bytes than asked without reaching the end of the file."""
+
+    mode: str            # the read path: buffered | mmap | direct
+    stage: str
+    file: str
+    offset: int
+    requested: int
+    returned: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "stage": self.stage, "file": self.file, "offset": self.offset,
+                "requested": self.requested, "returned": self.returned}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadFailure:
+    """A read that failed with an error from below (EIO, EAGAIN, a mapping's copy that faulted): the rows it
+    held were not compared on that path (stage ``reference``: on any path), the rest went on."""
+
+    mode: str            # the read path: buffered | mmap | direct (the reference read is buffered)
+    stage: str           # open (the direct path's probe), reference, gather, ..., capture
+    file: str
+    offset: int
+    length: int
+    errno: int | None    # None where the OS gives none (Windows' ReadFile)
+    message: str
+
+    @property
+    def error(self) -> str | None:
+        """The errno's name (EIO, EAGAIN, EFAULT), or None."""
+        return None if self.errno is None else errnos.errorcode.get(self.errno, str(self.errno))
+
+    @classmethod
+    def of(cls, err: FailedRead, stage: str) -> ReadFailure:
+        return cls(mode=err.mode, stage=stage, file=err.path or "", offset=err.offset or 0, length=err.length,
+                   errno=err.errno, message=err.message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "stage": self.stage, "file": self.file, "offset": self.offset,
+                "length": self.length, "errno": self.errno, "error": self.error, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How many rows straddle each boundary class."""
+
+    rows: int = 0
+    page: int = 0
+    sector: int = 0
+    window_64k: int = 0
+
+    def __add__(self, other: Geometry) -> Geometry:
+        return Geometry(self.rows + other.rows, self.page + other.page, self.sector + other.sector,
+                        self.window_64k + other.window_64k)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "page": self.page, "sector": self.sector, "window_64k": self.window_64k}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathStats:
+    """What one stage of one read path did, and how long it took."""
+
+    mode: str            # the read path: buffered | mmap | direct
+    stage: str
+    reads: int
+    bytes: int
+    rows: int
+    seconds: float
+    alignment: int
+    alignment_source: str
+    buffers: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_evictions: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "stage": self.stage, "reads": self.reads, "bytes": self.bytes, "rows": self.rows,
+                "seconds": round(self.seconds, 6), "alignment": self.alignment,
+                "alignment_source": self.alignment_source, "buffers": self.buffers, "cache_hits": self.cache_hits,
+                "cache_misses": self.cache_misses, "cache_evictions": self.cache_evictions}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureResult:
+    file: str
+    kind: str            # raw | decoded
+    dtype: str
+    rows: int
+    mismatched_rows: int
+    max_abs_diff: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "kind": self.kind, "dtype": self.dtype, "rows": self.rows,
+                "mismatched_rows": self.mismatched_rows, "max_abs_diff": self.max_abs_diff}
+
+
+#: The ``schema`` of :meth:`RowsReport.to_json`.
+SCHEMA = "ggaudit/rows-report/1"
+#: Every kind of diagnostic a rows report yields (ggaudit.kinds ids).
+DIAGNOSTIC_KINDS = (*(f"rows/{k}" for k in (*KINDS, UNCLASSIFIED)), "rows/incomplete-read", "rows/read-error",
+                    "rows/nonfinite")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowsReport:
+    """The result of :func:`check_rows`; ``ok`` when every read path (and capture) delivered the file's
+    bytes and the selected rows hold only finite values."""
+
+    file: str
+    tensor: str
+    ggml_type: str
+    n_cols: int
+    row_bytes: int
+    n_rows: int
+    table_offset: int
+    #: How the rows were chosen (``selection`` says it in words).
+    choice: RowChoice
+    modes: tuple[str, ...]
+    rows_checked: int
+    geometry: Geometry
+    mismatch_geometry: Geometry
+    mismatch_count: int
+    by_kind: tuple[tuple[str, int], ...]
+    mismatches: tuple[RowMismatch, ...]
+    short_reads: tuple[ShortRead, ...]
+    short_read_count: int
+    capture: CaptureResult | None
+    stats: tuple[PathStats, ...]
+    warnings: tuple[str, ...]
+    #: Selected rows holding a NaN or Inf in the file itself (every path may deliver them faithfully).
+    nonfinite_rows: int = 0
+    first_nonfinite: NonFiniteValue | None = None
+    #: Selected rows tested for NaN and Inf (0: none was: a table of integers, or a replay stopped by fail-fast).
+    finite_tested: int = 0
+    #: Reads that failed (kept in full up to MAX_REPORTED; read_error_count counts every one).
+    read_errors: tuple[ReadFailure, ...] = ()
+    read_error_count: int = 0
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """What was compared with the file: each read path that ran, then "capture"."""
+        ran = tuple(dict.fromkeys(s.mode for s in self.stats))
+        return ran + (("capture",) if self.capture is not None else ())
+
+    @property
+    def selection(self) -> str:
+        """How the rows were chosen, in words: ``rows 4,100-102 + random 5 seed 1``, ``all 5000 rows``."""
+        return self.choice.description
+
+    @property
+    def seed(self) -> int | None:
+        """The seed that chose the random rows (None: no random rows)."""
+        return self.choice.seed
+
+    @property
+    def checked_ranges(self) -> tuple[tuple[int, int], ...] | None:
+        """The rows checked as (first, last) ranges, when the report knows which: every row, or the IDs
+        listed (see RowChoice.ranges); None for a random sample, page-crossing rows or a capture's IDs."""
+        if self.rows_checked == self.n_rows:
+            return ((0, self.n_rows - 1),)
+        return self.choice.ranges
+
+    def crossing_rows(self, boundary: int) -> Iterator[np.ndarray]:
+        """The rows of the whole table crossing a multiple of *boundary* (PAGE, SECTOR, WINDOW_64K), in
+        absolute file offsets, ascending, in pieces: a table of 600M rows has 13M crossing a page."""
+        return crossing_rows_of(self.table_offset, self.row_bytes, self.n_rows, boundary)
+
+    @property
+    def delivered(self) -> bool:
+        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read, no failed read."""
+        return not self.mismatch_count and not self.short_read_count and not self.read_error_count
+
+    @property
+    def ok(self) -> bool:
+        """The bytes were delivered and the selected rows hold only finite values."""
+        return self.delivered and not self.nonfinite_rows
+
+    def diagnostics(self) -> Iterator[Diagnostic]:
+        """Each mismatch kept, each short read kept (``mismatch_count``, ``short_read_count``: all counted),
+        then the selected rows holding NaN or Inf, at the first of them."""
+        elements = is_elements(self.ggml_type)
+        for m in self.mismatches:
+            yield Diagnostic(kind=f"rows/{m.kind}", message="\n".join(describe_row_mismatch(m, elements=elements)),
+                             file=m.file, offset=m.row_offset, length=m.length, tensor=m.tensor, row=m.row,
+                             column=m.column, block=None if elements else m.block, extras=m.to_json())
+        for s in self.short_reads:     # a read of the file (a span of rows, or more), not of one tensor's place
+            yield Diagnostic(kind="rows/incomplete-read", message=describe_short_read(s), file=s.file,
+                             offset=s.offset, length=s.requested, extras={"tensor": self.tensor, **s.to_json()})
+        for f in self.read_errors:
+            yield Diagnostic(kind="rows/read-error", message=describe_read_failure(f), file=f.file, offset=f.offset,
+                             length=f.length, extras={"tensor": self.tensor, **f.to_json()})
+        if self.nonfinite_rows:
+            yield self._nonfinite_diagnostic()
+
+    def _nonfinite_diagnostic(self) -> Diagnostic:
+        """At the row of the first non-finite value (its value's place: row, column, block, field)."""
+        extras = {"tensor": self.tensor, "file": self.file, "nonfinite_rows": self.nonfinite_rows,
+                  "first": None if self.first_nonfinite is None else self.first_nonfinite.to_json()}
+        found = Diagnostic(kind="rows/nonfinite", message=nonfinite_text(self), file=self.file,
+                           length=self.row_bytes, tensor=self.tensor, extras=extras)
+        first = self.first_nonfinite
+        if first is None:
+            return found
+        return dataclasses.replace(found, offset=self.table_offset + first.row * self.row_bytes, row=first.row,
+                                   column=first.column, block=None if first.field == "value" else first.block,
+                                   field=first.field)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "file": self.file, "tensor": self.tensor,
+            "ggml_type": self.ggml_type, "n_cols": self.n_cols, "row_bytes": self.row_bytes, "n_rows": self.n_rows,
+            "table_offset": self.table_offset, "selection": self.selection, "choice": self.choice.to_json(),
+            "seed": self.seed,
+            "modes": list(self.modes), "rows_checked": self.rows_checked, "compared": list(self.compared),
+            "delivered": self.delivered, "geometry": self.geometry.to_json(),
+            "mismatch_geometry": self.mismatch_geometry.to_json(), "mismatch_count": self.mismatch_count,
+            "by_kind": dict(self.by_kind), "mismatches": [m.to_json() for m in self.mismatches],
+            "short_read_count": self.short_read_count, "short_reads": [s.to_json() for s in self.short_reads],
+            "capture": None if self.capture is None else self.capture.to_json(),
+            "stats": [s.to_json() for s in self.stats], "warnings": list(self.warnings),
+            "nonfinite_rows": self.nonfinite_rows,
+            "first_nonfinite": None if self.first_nonfinite is None else self.first_nonfinite.to_json(),
+            "finite_tested": self.finite_tested,
+            "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors]}
+
+
+def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
+    offs = np.asarray(offsets, dtype=np.int64)
+    return Geometry(int(offs.size), *(int(crossing_mask(offs, length, b).sum()) for _, b in BOUNDARIES))
+
+
+def table_geometry(table: RowTable) -> Geometry:
+    """Counted from the boundaries, not the rows: a 54 GB table of 90-byte rows has 600M rows."""
+    return Geometry(table.n_rows, *(sum(hit.size for hit in crossing_rows_of(table.tensor.offset, table.row_bytes,
+                                                                             table.n_rows, b))
+                                    for _, b in BOUNDARIES))
+
+
+def rows_geometry(table: RowTable, rows: np.ndarray, chunk: int = 1 << 20) -> Geometry:
+    """geometry_of the given rows, a chunk at a time (no offsets array as long as the selection)."""
+    total = Geometry()
+    for i in range(0, rows.size, chunk):
+        total = total + geometry_of(table.tensor.offset + rows[i:i + chunk] * table.row_bytes, table.row_bytes)
+    return total
