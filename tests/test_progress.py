@@ -169,11 +169,17 @@ def test_the_line_fits_the_terminal_the_name_shortened_first(monkeypatch: pytest
     assert all("\x1b" not in frame for frame in frames)
 
 
-def test_rows_each_pass_counted_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+def _rows_bar(monkeypatch: pytest.MonkeyPatch) -> tuple[RunProgress, io.StringIO, _Clock]:
+    """A rows run's line, 80 columns wide, on a clock the test moves."""
     monkeypatch.setenv("COLUMNS", "80")
     clock = _Clock()
     bar, stream = _bar(["m.gguf"], clock, unit=ROWS)
     bar.verb = "rows"
+    return bar, stream, clock
+
+
+def test_rows_each_pass_counted_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    bar, stream, clock = _rows_bar(monkeypatch)
     with bar.item() as tick:
         assert tick is not None
         bar.stage("buffered")
@@ -402,3 +408,22 @@ def test_json_on_stdout_holds_no_frame(big: Path) -> None:
     assert code == 1
     _progress_frames(err, "verify")
     assert json.loads(out)["models"][0]["stats"]["bytes_hashed"] == big.joinpath("a.gguf").stat().st_size
+
+
+def test_rows_whole_file_passes_count_bytes_and_the_next_pass_rows_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The published digest's whole-file reads (ggaudit.rows.published) are named "MODE whole file" and
+    counted in bytes; the line says so, and the replay's next pass counts rows again."""
+    from ggaudit.cli.rows import _by_read_path
+
+    bar, stream, clock = _rows_bar(monkeypatch)
+    with bar.item() as tick:
+        assert tick is not None
+        told = _by_read_path(bar, tick)
+        told("direct", 4000, 4000)
+        clock.now += 1
+        told("direct whole file", 5 << 20, 10 << 20)
+        clock.now += 1
+        told("buffered", 1000, 4000)
+    assert _frames(stream)[1:] == ["rows direct  m.gguf  4,000 / 4,000 rows  100%",
+                                   "rows direct whole file  m.gguf  5.0 MiB / 10.0 MiB  50%",
+                                   "rows buffered  m.gguf  1,000 / 4,000 rows  25%"]

@@ -117,8 +117,9 @@ def _fixture_examples() -> list[tuple[str, int, str, str]]:
 FIXTURE_EXAMPLES = _fixture_examples()
 
 
-def test_the_library_page_shows_diagnostics_on_the_fixtures() -> None:
-    assert [(page, ".diagnostics()" in code) for page, _, code, _ in FIXTURE_EXAMPLES] == [("docs/library.md", True)]
+def test_the_library_page_shows_diagnostics_and_the_rows_page_an_engines_reader_on_the_fixtures() -> None:
+    assert [(page, ".diagnostics()" in code, "reader_factory=" in code) for page, _, code, _ in FIXTURE_EXAMPLES] \
+        == [("docs/library.md", True, False), ("docs/rows.md", False, True)]
 
 
 @pytest.mark.parametrize(("page", "index", "code", "printed"), FIXTURE_EXAMPLES,

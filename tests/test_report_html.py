@@ -4,6 +4,7 @@ scale, the rows strip marking the mismatching row, hostile names escaped, and ev
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.batch import Outcome
-from ggaudit.cli.reporters import NAMES, html as html_reporter
+from ggaudit.cli.reporters import NAMES, html as html_reporter, junit as junit_reporter, sarif as sarif_reporter
 from ggaudit.cli.reporters._svg import MAP_WIDTH, STRIP_LABEL, map_x, strip_x
 from ggaudit.errors import ReadError
 from ggaudit.format.build import TensorSpec, write_gguf
@@ -217,6 +218,25 @@ def test_rows_strip_marks_checked_crossing_and_mismatching_rows(tmp_path: Path) 
     assert lanes["checked"] == [(pytest.approx(STRIP_LABEL + 50 * unit, abs=0.01), pytest.approx(100 * unit, abs=0.01))]
     page_rows = [round((x - STRIP_LABEL) / unit) for x, _ in lanes["page"]]
     assert page_rows == crossing(table) and all(w == pytest.approx(unit, abs=0.01) for _, w in lanes["page"])
+
+
+def test_rows_summaries_say_whose_cache_and_ring_ran_only_with_those_stages(tmp_path: Path) -> None:
+    """HTML's summary, JUnit's suite output (the text report) and SARIF's target properties."""
+    table = make_table(tmp_path, T.IQ4_NL, ne0=160, n_rows=300)
+    cached = R.check_rows(table.path, [4, 9], modes=("buffered",), options=R.RowsOptions(cache_rows=1))
+    plain = R.check_rows(table.path, [4, 9], modes=("buffered",))
+    text = ("the cache stages ran ggaudit's own row cache and buffer ring: what correct ones deliver over these read "
+            "paths on this machine, not the engine's (to run its own: docs/rows.md#for-engine-developers)")
+    assert cached.exercised is not None and cached.exercised.text == text and plain.exercised is None
+    for report, said in ((cached, True), (plain, False)):
+        outcome = [Outcome(model=table.path, result=report)]
+        page = html_reporter.report(outcome)
+        assert (f"<tr><td>cache and buffer ring</td><td>{text.replace(chr(39), '&#x27;')}</td></tr>" in page) is said
+        assert page.count("own row cache and buffer ring") == 2 * said   # the summary's row, the text report's note
+        (out,) = ET.fromstring(junit_reporter.report(outcome)).iter("system-out")
+        assert (f"note: {text}" in (out.text or "").splitlines()) is said
+        (target,) = json.loads(sarif_reporter.report(outcome))["runs"][0]["properties"]["targets"]
+        assert target.get("exercised") == (cached.exercised.to_json() if said else None)
 
 
 def _cli_page(tmp_path: Path, args: Sequence[object], status: int) -> str:

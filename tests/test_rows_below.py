@@ -9,10 +9,8 @@ ggml/src/ggml-common.h: `ggml_half d; int8_t qs[QK8_0];`, 34 bytes), 1024 rows o
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +20,7 @@ from ggaudit.rows.readers import POISON, SECTOR, open_reader
 from ggaudit.rows.table import RowTable
 from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, decide_row
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
-from fault_support import faulted_env, run_ggaudit
+from fault_support import faulted_env, hexed, picked, rows
 from platforms import needs_linux
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "ple_q8_0.gguf"
@@ -35,25 +33,11 @@ def at(row: int, byte: int = 0) -> int:
     return BASE + row * RB + byte
 
 
-def hexed(data: bytes, offset: int) -> str:
-    return data[offset:offset + 16].hex(" ")
-
-
 @pytest.fixture
 def model(ddir: Path) -> Path:
     target = ddir / "model.gguf"
     shutil.copyfile(FIXTURE, target)
     return target
-
-
-def rows(model: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
-    done = run_ggaudit(["rows", str(model), "--json", *args], env)
-    assert done.code in (0, 1), done.stderr
-    return done.code, json.loads(done.stdout)["models"][0]
-
-
-def picked(m: dict[str, Any], *keys: str) -> tuple[Any, ...]:
-    return tuple(m[k] for k in keys)
 
 
 # --- item 1: the right bytes by evidence, not the buffered read --------------------------------------------

@@ -135,3 +135,27 @@ def test_prefetch_flag_adds_a_stage_and_is_refused_with_all(tmp_path: Path) -> N
     assert refused.exit_code == 2 and refused.stdout == ""
     assert refused.stderr.splitlines() == ["ggaudit: error: --prefetch: a sweep of all rows reads in large chunks, "
                                            "not in prefetched batches; drop it or choose rows"]
+
+
+#: The note of a run with ggaudit's own row cache and buffer ring (RowsOptions' default factories).
+OWN_NOTE = ("note: the cache and prefetch stages ran ggaudit's own row cache and buffer ring: what correct ones "
+            "deliver over these read paths on this machine, not the engine's (to run its own: "
+            "docs/rows.md#for-engine-developers)")
+
+
+def test_the_cache_and_prefetch_stages_say_they_ran_ggaudits_own_cache_and_ring(tmp_path: Path) -> None:
+    t = make_table(tmp_path, T.IQ4_NL, n_rows=200)
+    both = run(t.path, "--ids", "1-3,150", "--modes", "buffered", "--cache-rows", "2", "--prefetch")
+    assert both.exit_code == 0, both.output
+    assert [line for line in both.stdout.splitlines() if line.startswith("note: ")] == [OWN_NOTE]
+    data = json.loads(run(t.path, "--ids", "1-3,150", "--modes", "buffered", "--prefetch", "--json").stdout)
+    assert data["models"][0]["exercised"] == {
+        "stages": ["prefetch"], "cache": None, "buffer_ring": "ggaudit",
+        "text": "the prefetch stage ran ggaudit's own buffer ring: what a correct one delivers over these read "
+                "paths on this machine, not the engine's (to run its own: docs/rows.md#for-engine-developers)"}
+    # Without those stages (a plain gather, a sweep of every row) nothing is said of a cache or a ring.
+    for args in (("--ids", "1-3,150"), ("--all",)):
+        plain = run(t.path, *args, "--modes", "buffered")
+        assert plain.exit_code == 0 and "note: " not in plain.stdout and "ring" not in plain.stdout, args
+        assert json.loads(run(t.path, *args, "--modes", "buffered", "--json").stdout)["models"][0]["exercised"] \
+            is None

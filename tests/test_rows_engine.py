@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +13,9 @@ import pytest
 from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
+from ggaudit.rows.gather import BufferPool, RowCache
+from ggaudit.rows.readers import Reader, open_reader
+from rows_support import Wrapped
 from support import run_cli, write_small_model
 
 ROW = 68            # write_small_model: Q8_0, 64 columns = 2 blocks of 34 bytes
@@ -69,8 +73,9 @@ def test_ids_files_as_json_lists_and_one_column_csv(tmp_path: Path) -> None:
     model = write_small_model(tmp_path / "m.gguf")
     (tmp_path / "ids.json").write_text("[\n  3,\n  7, 11\n]\n")
     (tmp_path / "ids.csv").write_text("3\n7\n11\n")
+    (tmp_path / "header.csv").write_text("token_id\n3,7\n11\n")
     (tmp_path / "bad.json").write_text('[\n  3,\n  "x"\n]\n')
-    for name in ("ids.json", "ids.csv"):
+    for name in ("ids.json", "ids.csv", "header.csv"):
         result = run_cli(["rows", model, "--ids-file", tmp_path / name, "--modes", "buffered", "--json"])
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["models"][0]["choice"]["listed"] == [[3, 3], [7, 7], [11, 11]], name
@@ -100,3 +105,47 @@ def test_capture_arrays_named_by_option(tmp_path: Path) -> None:
     usage = run_cli(["rows", model, "--against", tmp_path / "cap.npz", "--capture-arrays", "tok"])
     assert usage.exit_code == 2 and usage.stderr == \
         "ggaudit: error: --capture-arrays: must name the IDs and the rows arrays, as IDS,ROWS\n"
+
+
+class _Flipped(Wrapped):
+    """Delivers every read with its first byte flipped: the gather's first row mismatches."""
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        n = self.inner.read_into(view, offset)
+        view[0] ^= 0xFF
+        return n
+
+
+def test_the_stages_say_they_ran_the_callers_cache_and_ring(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+
+    def exercised(**factories: Any) -> R.Exercised:
+        options = R.RowsOptions(cache_rows=2, prefetch=True, **factories)
+        said = R.check_rows(model, [3, 7, 11], modes=("buffered",), options=options).exercised
+        assert said is not None
+        return said
+
+    stages = ("cache-miss", "cache-hit", "cache-pressure", "prefetch")
+    callers = exercised(cache_factory=lambda capacity, table: RowCache(capacity),
+                        pool_factory=lambda reader, size: BufferPool(reader, size))
+    assert callers == R.Exercised(stages=stages, cache="caller", buffer_ring="caller")
+    assert callers.text == "the cache and prefetch stages ran the caller's row cache and buffer ring"
+    cache_only = exercised(cache_factory=lambda capacity, table: RowCache(capacity))
+    assert (cache_only.cache, cache_only.buffer_ring) == ("caller", "ggaudit")
+    assert cache_only.text == ("the cache and prefetch stages ran the caller's row cache and ggaudit's own buffer "
+                               "ring (ggaudit's: what a correct one delivers, not the engine's)")
+    ring_only = exercised(pool_factory=lambda reader, size: BufferPool(reader, size))
+    assert ring_only.to_json()["text"] == (
+        "the cache and prefetch stages ran the caller's buffer ring and ggaudit's own row cache (ggaudit's: what a "
+        "correct one delivers, not the engine's)")
+
+
+def test_a_replay_stopped_before_the_cache_stages_says_nothing_of_them(tmp_path: Path) -> None:
+    model = write_small_model(tmp_path / "m.gguf")
+
+    def flipped(path: str, mode: str) -> Reader:
+        return _Flipped(open_reader(path, mode))
+
+    options = R.RowsOptions(cache_rows=2, prefetch=True, fail_fast=True, reader_factory=flipped)
+    report = R.check_rows(model, [3, 7], modes=("mmap",), options=options)
+    assert [(m.row, m.stage) for m in report.mismatches] == [(3, "gather")] and report.exercised is None

@@ -185,6 +185,30 @@ def test_given_ids_join_every_ids_then_every_file(tmp_path: Path) -> None:
     assert str(err.value) == f"{tmp_path / 'a'} line 2: row 4172 is outside the table (rows 0..4170)"
 
 
+@pytest.mark.parametrize("text", [
+    "4162,4170\n4200\n",                                   # several IDs a line, no header
+    "token_id\r\n4162\r\n4170\r\n4200\r\n",                 # a spreadsheet's one column, CRLF
+    "\ufeff# gathered\n\"row\"\n4162,4170\n4200",             # a BOM, a comment, a quoted header, no last newline
+], ids=["rows-of-ids", "header-crlf", "bom-comment-quoted-header"])
+def test_a_csv_of_ids_selects_every_field_as_a_row(tmp_path: Path, text: str) -> None:
+    (tmp_path / "ids.csv").write_bytes(text.encode("utf-8"))
+    ids, _ = given_ids((), (str(tmp_path / "ids.csv"),), 5000)
+    assert ids.tolist() == [4162, 4170, 4200]
+
+
+def test_a_csv_header_naming_several_columns_is_refused_where_it_is(tmp_path: Path) -> None:
+    """Its second column would be read as row IDs (a count of 3 as row 3): refused, not guessed."""
+    (tmp_path / "ids.csv").write_text("# from the engine\ntoken_id,count\n4162,3\n")
+    with pytest.raises(UsageError) as err:
+        given_ids((), (str(tmp_path / "ids.csv"),), 5000)
+    assert str(err.value) == (f"{tmp_path / 'ids.csv'} line 2: a header naming 2 columns ('token_id', 'count'); "
+                              "every field of an ID file is a row ID: keep only the IDs' column")
+    (tmp_path / "late.csv").write_text("4162\ntoken_id\n")     # a name after the first ID is no header
+    with pytest.raises(UsageError) as late:
+        given_ids((), (str(tmp_path / "late.csv"),), 5000)
+    assert str(late.value) == f"{tmp_path / 'late.csv'} line 2: 'token_id' is not a row ID or a range like 4170-4200"
+
+
 def test_ids_files_that_cannot_be_read(tmp_path: Path) -> None:
     (tmp_path / "binary").write_bytes(b"1,2\xff")
     for name, message in (("missing", "cannot read ID file: "), ("", "cannot read ID file: is a directory"),

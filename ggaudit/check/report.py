@@ -13,7 +13,7 @@ from ..diagnostic import Diagnostic
 from ..scan.report import ScanReport
 from ..text import escape_message
 from .decide import INTACT, UNVERIFIED, Conclusion, Expectation, FileDecision
-from .passes import PassStats
+from ..rows.whole import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
 

@@ -42,7 +42,8 @@ from .decide import MANIFEST, Expectation, LineDigest, ManifestLines, Observed, 
 from .expect import file_key, published_digests
 from .verdict import summarize
 from .options import CheckOptions
-from .passes import PassBytes, beside, read_pass
+from ..rows.whole import read_pass
+from .passes import PassBytes, beside
 from .report import CheckReport, FileCheck, PathRead
 
 __all__ = ["CheckPlan", "FileCheckPlan", "PassObservation", "check", "judge", "observe_pass", "plan_check"]

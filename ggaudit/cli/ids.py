@@ -1,6 +1,6 @@
 """Row IDs as the command line takes them: `--ids "4162,4170-4200"` and `--ids-file FILE` (the same text,
-'#' comments, one ID a line as a one-column CSV holds them, or a JSON list of IDs), turned into the int64
-array the library's `check_rows(model, rows=...)` takes."""
+'#' comments, so a CSV of IDs, one or more a line, under a header naming its one column; or a JSON list of
+IDs), turned into the int64 array the library's `check_rows(model, rows=...)` takes."""
 
 from __future__ import annotations
 
@@ -60,9 +60,40 @@ def read_ids_file(path: str) -> str:
             raise UsageError(path, f"ID file is larger than {MAX_IDS_FILE_BYTES >> 20} MiB; use --all or ranges")
         data = f.read(st.st_size)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")   # a spreadsheet's CSV starts with a BOM
     except UnicodeDecodeError as err:
         raise UsageError(path, "ID file is not text", offset=err.start) from None
+
+
+def ids_file_ids(text: str, source: str) -> str:
+    """The --ids text of an ID file: a JSON list's IDs, or a CSV without its header line."""
+    listed = unbracketed(text)
+    return listed if listed is not text else headerless(text, source)
+
+
+def headerless(text: str, source: str) -> str:
+    """*text* with its header blanked: the first line holding a field, when every field of it is a name (starts
+    with a letter or '_', quoted or not) and it names one column; the line stays, so line numbers are the
+    file's. A header naming several columns is refused: every field of an ID file is read as a row ID."""
+    start = 0
+    for lineno, line in enumerate(io.StringIO(text), 1):
+        fields = line.split("#", 1)[0].replace(",", " ").split()
+        if not fields:
+            start += len(line)
+            continue
+        if not all(_is_name(f) for f in fields):
+            return text
+        if len(fields) > 1:
+            raise UsageError(f"{source} line {lineno}", f"a header naming {len(fields)} columns ("
+                                                        f"{', '.join(quote(f) for f in fields[:4])}); every field "
+                                                        "of an ID file is a row ID: keep only the IDs' column")
+        return text[:start] + "\n" + text[start + len(line):]
+    return text
+
+
+def _is_name(field: str) -> bool:
+    first = field.strip("\"'")[:1]
+    return first.isalpha() or first == "_"
 
 
 def unbracketed(text: str) -> str:
@@ -83,6 +114,6 @@ def given_ids(ids: tuple[str, ...], ids_files: tuple[str, ...], n_rows: int) -> 
         picked.append(parse_ids(text, n_rows))
         said.append(f"--ids {(text if len(text) <= 60 else text[:57] + '...') or repr(text)}")
     for name in ids_files:
-        picked.append(parse_ids(unbracketed(read_ids_file(name)), n_rows, name))
+        picked.append(parse_ids(ids_file_ids(read_ids_file(name), name), n_rows, name))
         said.append(f"--ids-file {name}")
     return np.concatenate(picked), said

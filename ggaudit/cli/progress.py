@@ -94,6 +94,7 @@ class RunProgress:
                  estimates: Sequence[int | None] | None = None, unit: str = BYTES,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.verb, self.names, self.enabled, self.unit = verb, list(names), enabled, unit
+        self._unit = unit   # the run's, which a stage may change (rows' whole-file passes count bytes)
         self._estimates = list(estimates) if estimates is not None else [None] * len(self.names)
         self._done = [0] * len(self.names)
         self._totals: list[int | None] = [None] * len(self.names)
@@ -126,10 +127,11 @@ class RunProgress:
             with self._lock:
                 self._totals[index] = self._done[index]
 
-    def stage(self, name: str) -> None:
-        """A new pass over the item, counted from 0 again (``rows``: the next read path): named on the
-        line, and the rate measured afresh."""
+    def stage(self, name: str, unit: str | None = None) -> None:
+        """A new pass over the item, counted from 0 again (``rows``: the next read path), in *unit* (default:
+        the run's): named on the line, and the rate measured afresh."""
         with self._lock:
+            self.unit = unit or self._unit
             self._stage, self._meter = name, self._new_meter()
             self._done = [0] * len(self._done)
 

@@ -8,9 +8,9 @@ import click
 
 from ..batch import run_models
 from ..errors import NothingChecked, UsageError
-from ..rows import MODES
+from ..rows import MODES, WHOLE_FILE
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
-from .progress import ROWS, RunProgress, run_progress
+from .progress import BYTES, ROWS, RunProgress, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
@@ -78,6 +78,9 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
                    "by shape.")
 @click.option("--manifest", type=PathParam(dir_okay=False), metavar="M",
               help="Tensor manifest (ggaudit manifest) whose row-group digests decide a mismatched row's right bytes.")
+@click.option("--sha256", metavar="HEX",
+              help="The file's published sha256, deciding rows the read paths dispute when nothing else does "
+                   "[default: what the store publishes, or the blob's name].")
 @click.option("--fp8", is_flag=True, help="The table is I8 holding FP8 E4M3 bytes (decode for finiteness).")
 @click.option("--fail-fast", is_flag=True, help="Stop at the first mismatch.")
 @click.option("--store", type=PathParam(file_okay=False), help=STORE_HELP)
@@ -86,11 +89,13 @@ def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bo
 def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool,
          random_n: int | None, seed: int | None, page_crossing: bool, modes: tuple[str, ...], workers: int, batch: int,
          cache_rows: int, prefetch: bool, against: str | None, capture_arrays: str | None, manifest: str | None,
-         fp8: bool, fail_fast: bool,
+         sha256: str | None, fp8: bool, fail_fast: bool,
          store: str | None, rendering: Rendering) -> None:
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     # Imported here, not above: `ggaudit rows --help` loads neither numpy nor the readers.
     from ..stores.locate import open_model
+    from ..stores.published import given_sha256, published_digest
+    from ..stores.registry import Roots
     from ..rows.replay import RowSelection, RowsOptions, check_rows, pick_tensor
     from .ids import given_ids
 
@@ -108,7 +113,10 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
 
         def replay(_: str) -> RowsReport:
             opened = open_model(model, store=store)
-            n_rows = pick_tensor(opened, tensor).n_rows    # the model and the table are said wrong first
+            table = pick_tensor(opened, tensor)    # the model and the table are said wrong first
+            n_rows = table.n_rows
+            published = given_sha256(sha256, "--sha256") if sha256 is not None else \
+                published_digest(model, table.path, Roots(store))
             _check_choice(ids, ids_files, all_rows, random_n, page_crossing, against)
             select = RowSelection(all_rows=all_rows, random=random_n, seed=seed, page_crossing=page_crossing)
             listed = None
@@ -118,7 +126,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
                 if not listed.size and random_n is None and not page_crossing:
                     raise NothingChecked(None, f"no rows selected by {' + '.join(said)}; nothing was checked")
             return check_rows(opened, listed, tensor=tensor, modes=chosen, options=options, select=select,
-                              against=against, manifest=manifest)
+                              against=against, manifest=manifest, published=published)
 
         outcomes = run_models([model], replay)
     raise SystemExit(emit_outcomes(outcomes, rendering, inputs=inputs))
@@ -126,13 +134,13 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
 
 def _by_read_path(bar: RunProgress, tick: Progress) -> ReadPathProgress:
     """check_rows' progress (read path, rows done, rows in all) on the line: each pass over the rows (a
-    read path, its prefetch stage) named, and counted from 0 with its own rate."""
+    read path, its prefetch stage) named, and counted from 0 with its own rate; a whole-file pass in bytes."""
     current = ("", 0)
 
     def told(mode: str, done: int, total: int) -> None:
         nonlocal current
         if mode != current[0] or done < current[1]:
-            bar.stage(mode)
+            bar.stage(mode, BYTES if mode.endswith(WHOLE_FILE) else ROWS)
         current = (mode, done)
         tick(done, total)
 

@@ -6,3 +6,6 @@ entry point (:mod:`.replay`, :func:`ggaudit.check_rows`)."""
 #: The read paths, in the order they are replayed: here, not in .readers, so that naming them (the
 #: command line's help) imports nothing.
 MODES = ("buffered", "mmap", "direct")
+#: How a whole-file pass (:mod:`.published`) is named to the progress callback, after its read path: it
+#: counts bytes of the file, where the replay's passes count rows.
+WHOLE_FILE = "whole file"

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .gather import Sample, uniform
-from .readers import POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
+from .readers import ReadFailed, POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
 from .table import RowTable
 
 __all__ = [
@@ -382,12 +382,17 @@ def captured(table: RowTable, row: int, expected: bytes, got: np.ndarray) -> For
 class Classifier:
     """Turns a row that differs from the file into a located, classified RowMismatch; reads the file around
     the row through the reference when looking for where the row's content came from. *probed*: bytes at
-    offset 0 the read path read once when it was opened (the direct path's alignment probe), 0 for none."""
+    offset 0 the read path read once when it was opened (the direct path's alignment probe), 0 for none.
+    *failed* takes a read of the file around a row that fails (None: it raises): the row is then classified
+    from what is known without it."""
 
-    def __init__(self, table: RowTable, reference: BufferedReader, probed: int = 0) -> None:
+    def __init__(self, table: RowTable, reference: BufferedReader, probed: int = 0,
+                 failed: ReadFailed | None = None) -> None:
         self.table = table
         self.reference = reference
         self.probed = probed
+        self.failed = failed
+        self._unsearched = False     # the row being classified: the read of the file around it failed
 
     def mismatch(self, sample: Sample, expected: bytes, mode: str, stage: str,
                  previous: bytes | None = None, batch: dict[int, bytes] | None = None) -> RowMismatch:
@@ -419,6 +424,7 @@ class Classifier:
 
     def _verdict(self, form: Form, previous: bytes | None, batch: dict[int, bytes], how: _How) -> _Verdict:
         unit = form.unit
+        self._unsearched = False
         # Searching the file is the costly step: done once, first only for a cache hit (crosstalk wins).
         other = self._source(form, batch) if how.via_cache else None
         if other is not None:
@@ -449,6 +455,9 @@ class Classifier:
                                 "request's buffer")
             name = f"row {other[0]}" if other[0] is not None else f"offset {other[1]}"
             return _Verdict("misplaced", *other, f"the {unit} of {name}")
+        if self._unsearched:
+            return _Verdict("garbage", None, None, f"{unit} not looked for near the row: the read of the file "
+                                                   "around it failed")
         return _Verdict("garbage", None, None, f"{unit} found nowhere near the row")
 
     def _source(self, form: Form, batch: dict[int, bytes]) -> tuple[int | None, int] | None:
@@ -464,13 +473,20 @@ class Classifier:
         here = t.row_offset(row)
         lo = max(0, here - radius)
         hi = min(t.file_size, here + t.row_bytes + radius)
-        hits = form.found(self.reference.read_exact(lo, hi - lo), lo, here)
+        around = self._around(lo, hi - lo)
+        hits = [] if around is None else form.found(around, lo, here)
         if not hits:
             return None
         found = min(hits, key=lambda off: abs(off - here))
         other, within = t.row_at(found)
         in_table = within == 0 and 0 <= other < t.n_rows
         return (other if in_table else None), found
+
+    def _around(self, offset: int, length: int) -> bytes | None:
+        """The file's bytes around a row, None where the read failed (handed to *failed*)."""
+        data = self.reference.read_or_report(offset, length, self.failed)
+        self._unsearched = self._unsearched or data is None
+        return data
 
 
 class _How(NamedTuple):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from .classify import UNCLASSIFIED, RowMismatch
 from .gather import Shortfall
-from .readers import FailedRead
+from .readers import ReadFailed, FailedRead
 from .report import ReadFailure, ShortRead
 from .select import MAX_SELECTED
 from .settle import Kept
@@ -87,6 +87,11 @@ class Findings:
             self.failure_count += 1
             if len(self.failures) < MAX_REPORTED:
                 self.failures.append(failure)
+
+    def failing(self, stage: str) -> ReadFailed:
+        """For a read after (or around) the replay: its failure becomes a read error of *stage*, and the work
+        that read for goes on with what it has."""
+        return lambda err: self.failed(stage, [err])
 
     @property
     def stop(self) -> bool:

@@ -4,7 +4,8 @@ Every read path can deliver a row's bytes faithfully while the row itself holds 
 byte comparison is then clean, yet an engine gathering that row gets NaN. So the selected rows are read
 once more through the reference and tested with the scan's kernel (the float fields of ``blocks.py``,
 and the blocks whose finite scales decode past FLT_MAX, as ``scan`` finds them), rows gathered into one
-buffer so scattered rows cost one kernel call per megabyte, not one per row.
+buffer so scattered rows cost one kernel call per megabyte, not one per row. A run of rows whose read fails
+is handed to the caller's *failed* and left untested (counted as such); the other rows are tested.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
-from .readers import BufferedReader
+from .readers import ReadFailed, BufferedReader
 from .table import RowTable
 from ..scan.report import Finding
 from ..arrays import distinct
@@ -49,19 +50,23 @@ class NonFiniteRows:
     rows: int                       # selected rows holding at least one non-finite value
     first: NonFiniteValue | None
     tested: int = 0                 # rows tested (0: not tested, as for a table of integers)
+    untested: int = 0               # rows of a float table not tested: their reads failed
 
 
 def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray | None,
-                   decided: Mapping[int, bytes] | None = None) -> NonFiniteRows:
+                   decided: Mapping[int, bytes] | None = None, failed: ReadFailed | None = None,
+                   unread: int = 0) -> NonFiniteRows:
     """How many of *rows* (None: the whole table) hold a non-finite value, and the first such value;
-    *decided* gives the right bytes of rows whose reference read was found wrong."""
+    *decided* gives the right bytes of rows whose reference read was found wrong. A read that fails goes to
+    *failed* (None: it raises) and its rows are untested, as are *unread* rows the caller could not read."""
     layout = FP8_E4M3_ELEMENTS if table.fp8 else layout_of(table.tensor.ggml_type)
     if layout.is_integer:
         return NonFiniteRows(0, None)
     t = table.tensor
     opts = Options(max_abs=None, limit=1 << 62, fail_fast=False)
     count, first, tested = 0, None, 0
-    for chunk, data in _chunks(table, reference, rows):
+    reads = _RowRuns(reference, failed, unread)
+    for chunk, data in _chunks(table, reads, rows):
         tested += int(chunk.size)
         if decided:
             data = _with_decided(table, chunk, data, decided)
@@ -74,23 +79,39 @@ def nonfinite_rows(table: RowTable, reference: BufferedReader, rows: np.ndarray 
         count += int(hit.size)
         if first is None:
             first = _located(table, chunk, min(acc.findings, key=lambda f: f.offset))
-    return NonFiniteRows(count, first, tested)
+    return NonFiniteRows(count, first, tested, reads.lost)
 
 
-def _chunks(table: RowTable, reference: BufferedReader, rows: np.ndarray | None
-            ) -> Iterator[tuple[np.ndarray, bytes]]:
-    """(rows, their bytes one after another), ascending, about CHUNK_BYTES at a time."""
+class _RowRuns:
+    """The reference's reads of runs of rows: None for a run whose read failed (handed to *failed*; *lost*
+    counts the rows left untested, from those the caller could not read)."""
+
+    def __init__(self, reference: BufferedReader, failed: ReadFailed | None,
+                 lost: int) -> None:
+        self.reference, self.failed, self.lost = reference, failed, lost
+
+    def rows(self, table: RowTable, first: int, n: int) -> bytes | None:
+        data = self.reference.read_or_report(table.row_offset(first), n * table.row_bytes, self.failed)
+        self.lost += n if data is None else 0
+        return data
+
+
+def _chunks(table: RowTable, reads: _RowRuns, rows: np.ndarray | None) -> Iterator[tuple[np.ndarray, bytes]]:
+    """(rows, their bytes one after another), ascending, about CHUNK_BYTES at a time; rows whose read
+    failed are left out."""
     per = max(1, CHUNK_BYTES // table.row_bytes)
     if rows is None:
         for lo in range(0, table.n_rows, per):
             hi = min(table.n_rows, lo + per)
-            yield np.arange(lo, hi, dtype=np.int64), reference.read_exact(table.row_offset(lo),
-                                                                           (hi - lo) * table.row_bytes)
+            data = reads.rows(table, lo, hi - lo)
+            if data is not None:
+                yield np.arange(lo, hi, dtype=np.int64), data
         return
     ordered = distinct(rows)
     for i in range(0, ordered.size, per):
-        chunk = ordered[i:i + per]
-        yield chunk, b"".join(_runs(table, reference, chunk))
+        runs = [(run, data) for run, data in _runs(table, reads, ordered[i:i + per]) if data is not None]
+        if runs:
+            yield np.concatenate([run for run, _ in runs]), b"".join(data for _, data in runs)
 
 
 def _with_decided(table: RowTable, chunk: np.ndarray, data: bytes, decided: Mapping[int, bytes]) -> bytes:
@@ -102,11 +123,11 @@ def _with_decided(table: RowTable, chunk: np.ndarray, data: bytes, decided: Mapp
     return data if out is None else bytes(out)
 
 
-def _runs(table: RowTable, reference: BufferedReader, rows: np.ndarray) -> Iterator[bytes]:
-    """The bytes of ascending *rows*, one read per run of consecutive rows."""
+def _runs(table: RowTable, reads: _RowRuns, rows: np.ndarray) -> Iterator[tuple[np.ndarray, bytes | None]]:
+    """Each run of consecutive rows of ascending *rows* and its bytes (None: its read failed), one read a run."""
     breaks = np.flatnonzero(np.diff(rows) != 1) + 1
     for run in np.split(rows, breaks):
-        yield reference.read_exact(table.row_offset(int(run[0])), run.size * table.row_bytes)
+        yield run, reads.rows(table, int(run[0]), int(run.size))
 
 
 def _located(table: RowTable, chunk: np.ndarray, f: Finding) -> NonFiniteValue:

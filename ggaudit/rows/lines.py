@@ -11,9 +11,23 @@ from ..text import escape, escape_path
 
 if TYPE_CHECKING:
     from .classify import RowMismatch
-    from .report import ReadFailure, RowsReport, ShortRead
+    from .published import Proof
+    from .report import Exercised, ReadFailure, RowsReport, ShortRead
 
-__all__ = ["describe_read_failure", "describe_row_mismatch", "describe_short_read", "finite_text", "nonfinite_text"]
+__all__ = ["ENGINE_DOCS", "describe_read_failure", "describe_row_mismatch", "describe_short_read", "exercised_text",
+           "finite_text", "nonfinite_text", "published_text"]
+
+#: Where the reader interface and the factories that run an engine's own reader, cache and pool are documented.
+ENGINE_DOCS = "docs/rows.md#for-engine-developers"
+
+
+def published_text(proof: Proof) -> str:
+    """What the published digest decided of the rows the read paths disputed, in a line."""
+    p, rows = proof.published, plural(len(proof.disputed), "disputed row")
+    if proof.mode is not None:
+        return f"{escape(p.what)} decides {rows}: the whole file read through {proof.mode} gives its {p.algorithm}"
+    reads = ", ".join(f"{t.mode} {'gives another' if t.digest else 'could not read it'}" for t in proof.tried)
+    return f"{escape(p.what)} decides none of {rows}: no whole-file read gives it ({reads})"
 
 
 def _yes(value: bool | None) -> str:
@@ -68,11 +82,18 @@ def finite_text(r: RowsReport) -> str:
     """What the finiteness test found: the rows holding NaN or Inf, or that the rows tested hold none
     ("" when no row was tested: a table of integers, or a replay stopped early)."""
     if r.nonfinite_rows:
-        return nonfinite_text(r)
+        return nonfinite_text(r) + _untested(r)
     if not r.finite_tested:
-        return ""
+        return _untested(r).removeprefix("; ")
     n = r.finite_tested
+    if r.finite_untested:
+        return f"{plural(n, 'row')} tested {'is' if n == 1 else 'are'} finite in the file" + _untested(r)
     return "the selected row is finite in the file" if n == 1 else f"the {n} selected rows are finite in the file"
+
+
+def _untested(r: RowsReport) -> str:
+    n = r.finite_untested
+    return f"; {plural(n, 'selected row')} not tested for NaN/Inf (their reads failed)" if n else ""
 
 
 def nonfinite_text(r: RowsReport) -> str:
@@ -84,3 +105,23 @@ def nonfinite_text(r: RowsReport) -> str:
         f"block {f.block}, column {f.column}, field {escape(f.field)}"
     how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
     return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"
+
+
+def exercised_text(e: Exercised) -> str:
+    """Whose row cache and buffer ring the cache and prefetch stages ran, in one sentence: ggaudit's own
+    show what correct ones deliver over these read paths, not what the engine's cache does; the caller's
+    (RowsOptions' cache_factory, pool_factory) are said to be the caller's."""
+    stages = ("the cache and prefetch stages" if "prefetch" in e.stages else "the cache stages") if e.cache \
+        else "the prefetch stage"
+    parts = ([("row cache", e.cache)] if e.cache else []) + [("buffer ring", e.buffer_ring)]
+    theirs = [name for name, owner in parts if owner == "caller"]
+    ours = [name for name, owner in parts if owner == "ggaudit"]
+    whose = " and ".join(([f"the caller's {' and '.join(theirs)}"] if theirs else [])
+                         + ([f"ggaudit's own {' and '.join(ours)}"] if ours else []))
+    if not ours:
+        return f"{stages} ran {whose}"
+    if theirs:
+        return f"{stages} ran {whose} (ggaudit's: what a correct one delivers, not the engine's)"
+    correct = "what correct ones deliver" if len(ours) > 1 else "what a correct one delivers"
+    return f"{stages} ran {whose}: {correct} over these read paths on this machine, not the engine's (to run " \
+           f"its own: {ENGINE_DOCS})"

@@ -16,7 +16,8 @@ __all__ = ["CacheFactory", "ReadPathProgress", "ReaderFactory", "RowsOptions", "
 
 ReaderFactory = Callable[[str, str], Reader]
 #: Called as (read path, rows done, rows in all) after each batch or sweep chunk: :data:`ggaudit.io.Progress`
-#: with the read path first, since each path's pass over the rows is counted from 0.
+#: with the read path first, since each path's pass over the rows is counted from 0. A whole-file pass made
+#: for the published digest is named "MODE whole file" (:data:`ggaudit.rows.WHOLE_FILE`) and counts bytes.
 ReadPathProgress = Callable[[str, int, int], None]
 
 
@@ -34,7 +35,7 @@ class RowsOptions:
     stage after each read path's gather, *fp8* for an I8 table holding FP8 E4M3 bytes, *fail_fast* to stop
     at the first finding. The factories put other readers (called as (file, read path)), caches and buffer
     pools under the replay, as tests do with faulty ones; *progress* is called as (read path, rows done,
-    rows in all) after each batch or sweep chunk."""
+    rows in all) after each batch or sweep chunk (see :data:`ReadPathProgress`)."""
 
     workers: int = 4
     batch: int = 256

@@ -75,6 +75,10 @@ class FailedRead(ReadError):
         self.mode, self.length, self.errno = mode, length, errno
 
 
+#: Takes a read that failed with an error from below: the reads made after a replay report theirs so.
+ReadFailed = Callable[[FailedRead], None]
+
+
 class DirectIOUnavailable(ReadError):
     """Direct I/O cannot be used on this file's filesystem (or platform); the caller says so and goes on."""
 
@@ -268,6 +272,17 @@ class BufferedReader(Reader):
         with memoryview(buf) as view:
             self.read_exact_into(view, offset)
         return bytes(buf)
+
+    def read_or_report(self, offset: int, length: int, failed: ReadFailed | None) -> bytes | None:
+        """read_exact, or None when the read fails with an error from below and *failed* takes it (the reads
+        made after a replay: a finding of theirs, the work going on); with *failed* None it raises."""
+        try:
+            return self.read_exact(offset, length)
+        except FailedRead as err:
+            if failed is None:
+                raise
+            failed(err)
+            return None
 
     def will_need(self, offset: int, length: int) -> None:
         """Ask the kernel to start reading [offset, offset + length) into the page cache in the background,

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,19 +27,21 @@ import numpy as np
 from ..format.blocks import GGMLQuantizationType
 from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..format.layout import Model, Tensor
-from ..stores.locate import Target, open_model
+from ..stores.locate import Target, open_model, target_text
+from ..stores.published import PublishedDigest, given_sha256, published_digest
 from ..arrays import distinct
 from . import MODES
 from .readers import BufferedReader, DirectIOUnavailable, FailedRead, Reader, open_reader
 from .table import RowTable
-from .gather import CacheLedger, Chunk, Gatherer, Held, RowCache, Sample, Sweep, through_cache
+from .gather import BufferPool, CacheLedger, Chunk, Gatherer, Held, RowCache, Sample, Sweep, through_cache
 from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
 from .findings import Findings
-from .options import ReaderFactory, ReadPathProgress, RowsOptions
-from .report import (CaptureResult, Geometry, PathStats, ReadFailure, RowsReport, ShortRead, geometry_of,
-                     rows_geometry, table_geometry)
-from .settle import Kept, RowGroups, far_named, manifest_groups, settled
+from .options import ReaderFactory, ReadPathProgress, RowsOptions, default_cache
+from .report import (CACHE_STAGES, CaptureResult, Exercised, Geometry, PathStats, ReadFailure, RowsReport,
+                     ShortRead, geometry_of, rows_geometry, table_geometry)
+from .published import Proof, prove_rows
+from .settle import RowGroups, Settled, far_named, manifest_groups, settled
 from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
 from .select import (Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses, crossing_rows,
                      crossing_rows_of, load_capture, select_rows)
@@ -49,6 +51,7 @@ __all__ = [
     "CaptureResult",
     "Classifier",
     "Delivery",
+    "Exercised",
     "Filled",
     "Geometry",
     "NonFiniteValue",
@@ -168,7 +171,8 @@ class _Replay:
     def check(self, samples: Iterable[Sample], ref: dict[int, bytes], mode: str, stage: str,
               suspects: dict[int, bytes] | None = None) -> None:
         """Compare with *ref*; a mismatch equal to a row of *suspects* (default: *ref*) is named as that row."""
-        classifier = Classifier(self.table, self.reference, self.probed.get(mode, 0))
+        classifier = Classifier(self.table, self.reference, self.probed.get(mode, 0),
+                                self.findings.failing("classify"))
         batch = ref if suspects is None else suspects
         self.ran.setdefault(mode, {})[stage] = None
         for s in samples:
@@ -323,7 +327,8 @@ class _Replay:
         rb = self.table.row_bytes
         a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
         e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
-        classifier = Classifier(self.table, self.reference, self.probed.get(mode, 0))
+        classifier = Classifier(self.table, self.reference, self.probed.get(mode, 0),
+                                self.findings.failing("classify"))
         self.ran.setdefault(mode, {})["sweep"] = None
         for i in np.flatnonzero((a != e).any(axis=1)).tolist():
             sample = Sample(chunk.first + i, actual[i * rb:(i + 1) * rb], chunk.unlanded,
@@ -348,16 +353,18 @@ def _cache_counts(caches: Sequence[RowCache]) -> tuple[int, int, int]:
     return sum(c.hits for c in caches), sum(c.misses for c in caches), sum(c.evictions for c in caches)
 
 
-def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader,
-                    findings: Findings) -> CaptureResult:
+def compare_capture(capture: Capture, table: RowTable, reference: BufferedReader, findings: Findings,
+                    decided: Mapping[int, bytes]) -> CaptureResult:
     """Each captured row against the file: raw bytes exactly, decoded values bit for bit (any NaN equals
-    any NaN); the largest difference of decoded values is None (unbounded) once a NaN or Inf differs."""
-    classifier = Classifier(table, reference)
+    any NaN); the largest difference of decoded values is None (unbounded) once a NaN or Inf differs. The
+    file's bytes of a row are *decided*'s when the replay found the reference read of it wrong."""
+    classifier = Classifier(table, reference, failed=findings.failing("classify"))
     bad, worst, unbounded = 0, None, False
     previous: bytes | None = None  # the file's bytes of the row captured just before
     for i, row in _indexed_ids(capture.ids):
         try:
-            expected = reference.read_exact(table.row_offset(row), table.row_bytes)
+            expected = decided[row] if row in decided else reference.read_exact(table.row_offset(row),
+                                                                                 table.row_bytes)
         except FailedRead as err:    # the file's bytes of this row are unknown: a read error, not compared
             findings.failed("capture", [err])
             previous = None
@@ -388,7 +395,8 @@ def _indexed_ids(ids: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, i
 def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None = None,
                modes: Sequence[str] = MODES, options: RowsOptions | None = None, select: RowSelection | None = None,
                against: str | os.PathLike[str] | tuple[Any, Any] | None = None,
-               manifest: str | os.PathLike[str] | None = None) -> RowsReport:
+               manifest: str | os.PathLike[str] | None = None,
+               published: str | PublishedDigest | None = None) -> RowsReport:
     """Replay rows of *tensor* (default: per_layer_token_embd.weight, else token_embd.weight) through
     each read path in *modes*, and/or compare an engine's capture of gathered rows (*against*, a .npz or
     structured .npy, or an (ids, rows) pair of arrays already in memory) with the file.
@@ -399,8 +407,12 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     prefetch stage (see _Replay.prefetch).
 
     A mismatched row's right bytes are decided by *manifest* (a tensor manifest: the row group's digest)
-    when given, else by agreement of independent read paths, else the reference (buffered) read stands;
-    each mismatch says which decided (``reference``) and which paths delivered which bytes (``delivered``).
+    when given, else by agreement of independent read paths, else by the file's published digest (whole-file
+    reads through each path until one gives it: ggaudit.rows.published), else the reference (buffered) read
+    stands; each mismatch says which decided (``reference``) and which paths delivered which bytes
+    (``delivered``). The published digest is *published* (a sha256 as 64 hex digits, or a PublishedDigest),
+    else what the store *model* names publishes of the table's file, else the sha256 its blob name gives.
+    A capture's rows are compared with the rows' decided bytes.
     """
     check_arg("tensor", tensor, (str, type(None)), "a string or None")
     check_arg("against", against, (str, os.PathLike, tuple, type(None)), "a path, an (ids, rows) pair or None")
@@ -408,6 +420,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
         raise UsageError(None, f"must be a path or an (ids, rows) pair, not a tuple of {len(against)}",
                          field="against")
     check_arg("manifest", manifest, (str, os.PathLike, type(None)), "a path or None")
+    check_arg("published", published, (str, PublishedDigest, type(None)), "a sha256, a PublishedDigest or None")
     check_arg("options", options, (RowsOptions, type(None)), "a RowsOptions or None")
     check_arg("select", select, (RowSelection, type(None)), "a RowSelection or None")
     if isinstance(modes, (str, bytes)) or not isinstance(modes, Iterable):  # one name would become letters
@@ -421,6 +434,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                                "with", field="modes")
     table = RowTable(t, os.path.getsize(t.path), opts.fp8)
     digest = None if manifest is None else manifest_groups(read_tensor_manifest(manifest), t, os.fspath(manifest))
+    known = _published(model, t.path, published)
     capture = None if against is None else capture_of(*against, table) if isinstance(against, tuple) else \
         load_capture(os.fspath(against), table, opts.capture_arrays)
     chooses = rows is not None or sel.all_rows or sel.random is not None or sel.page_crossing
@@ -430,16 +444,20 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     factory = opts.reader_factory or open_reader
     with BufferedReader(t.path) as reference:
         replay = _Replay(table, reference, findings, opts)
-        capture_result = compare_capture(capture, table, reference, findings) if capture is not None else None
         for mode in modes:
             if findings.stop:
                 break
             _run_mode(replay, factory, mode, selection, warnings)
+        settled_rows = _settle(replay, digest, None if known is None else functools.partial(
+            prove_rows, table, known, modes=(*replay.ran, "buffered"), open_path=factory, progress=opts.progress))
+        decided = settled_rows.decided
+        capture_result = None if capture is None or findings.stop else \
+            compare_capture(capture, table, reference, findings, decided)
         _every_path_failed(replay, findings)
-        decided = _settle(replay, digest)
         # Bytes delivered faithfully can still be NaN: the file's own values of the rows selected.
         nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(
-            table, reference, _readable(table, selection.rows, replay.unreadable), decided)
+            table, reference, _readable(table, selection.rows, replay.unreadable), decided,
+            findings.failing("nonfinite"), len(replay.unreadable))
     _check_unchanged(m, t)
     geometry = table_geometry(table) if selection.rows is None else rows_geometry(table, selection.rows)
     bad_geometry = rows_geometry(table, distinct(np.frombuffer(findings.rows, dtype=np.int64)))
@@ -451,26 +469,38 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       by_kind=by_kind, mismatches=tuple(findings.mismatches), short_reads=tuple(findings.short_reads),
                       short_read_count=findings.short_count, capture=capture_result, stats=tuple(replay.stats),
                       warnings=tuple(warnings), nonfinite_rows=nonfinite.rows, first_nonfinite=nonfinite.first,
-                      finite_tested=nonfinite.tested,
-                      read_errors=tuple(findings.failures), read_error_count=findings.failure_count)
+                      finite_tested=nonfinite.tested, finite_untested=nonfinite.untested,
+                      read_errors=tuple(findings.failures), read_error_count=findings.failure_count,
+                      published=settled_rows.proof,
+                      exercised=_exercised(replay))
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("
                              + "; ".join(report.warnings) + ")")
     return report
 
 
-def _settle(replay: _Replay, digest: TensorDigest | None) -> dict[int, bytes]:
-    """Each mismatched row's right bytes decided from every path's delivery, far sources named; the rows
-    whose right bytes are not the reference read's. Past the cap (or a fail-fast stop) the deliveries of
+def _settle(replay: _Replay, digest: TensorDigest | None, prove: Callable[[Sequence[int]], Proof] | None) -> Settled:
+    """Each mismatched row's right bytes decided from every path's delivery (and the manifest's *digest*, the
+    published digest's *prove*), far sources named. Past the cap (or a fail-fast stop) the deliveries of
     the rows not kept are unknown: those mismatches stay against the reference read."""
     f = replay.findings
-    kept: list[Kept] = f.kept
-    decided: dict[int, bytes] = {}
+    done = Settled(f.kept, {})
     if not f.stop and not f.kinds[UNCLASSIFIED]:
-        groups = None if digest is None else RowGroups(digest, replay.reference)
-        kept, decided = settled(kept, replay.ran, replay.table, replay.reference, replay.probed, groups)
-    f.replace(far_named(kept, replay.table, replay.reference, replay.probed))
-    return decided
+        groups = None if digest is None else RowGroups(digest, replay.reference, f.failing("manifest"))
+        done = settled(f.kept, replay.ran, replay.table, replay.reference, replay.probed, groups, prove,
+                       f.failing("classify"))
+    f.replace(far_named(done.kept, replay.table, replay.reference, replay.probed, f.failing("far-search")))
+    return done
+
+
+def _published(model: Target, path: str, given: str | PublishedDigest | None) -> PublishedDigest | None:
+    """The table's file's published digest: *given* (a sha256's 64 hex digits), else what the store *model*
+    names keeps of it, else its blob name's sha256."""
+    if isinstance(given, PublishedDigest):
+        return given
+    if given is not None:
+        return given_sha256(given, "published")
+    return published_digest(None if isinstance(model, Model) else target_text(model, "model"), path)
 
 
 def _every_path_failed(replay: _Replay, findings: Findings) -> None:
@@ -482,6 +512,18 @@ def _every_path_failed(replay: _Replay, findings: Findings) -> None:
     paths = ", ".join(sorted({f.mode for f in findings.failures}))
     raise ReadError(first.file, f"every read failed ({paths}; first: {first.message}); no row was compared",
                     offset=first.offset)
+
+
+def _exercised(replay: _Replay) -> Exercised | None:
+    """Whose cache and buffer ring the cache and prefetch stages that ran used (None: neither ran)."""
+    ran = {stage for stages in replay.ran.values() for stage in stages}
+    stages = tuple(s for s in (*CACHE_STAGES, "prefetch") if s in ran)
+    if not stages:
+        return None
+    opts = replay.options
+    owner = {True: "ggaudit", False: "caller"}
+    cache = owner[opts.cache_factory is default_cache] if set(stages) & set(CACHE_STAGES) else None
+    return Exercised(stages=stages, cache=cache, buffer_ring=owner[opts.pool_factory is BufferPool])
 
 
 def _readable(table: RowTable, rows: np.ndarray | None, unreadable: set[int]) -> np.ndarray | None:

@@ -17,13 +17,14 @@ from ..diagnostic import Diagnostic
 from ..lines import is_elements
 from .classify import KINDS, UNCLASSIFIED, RowMismatch
 from .finite import NonFiniteValue
-from .lines import describe_read_failure, describe_row_mismatch, describe_short_read, nonfinite_text
+from .lines import describe_read_failure, describe_row_mismatch, describe_short_read, exercised_text, nonfinite_text
+from .published import Proof
 from .readers import PAGE, SECTOR, WINDOW_64K, FailedRead
 from .select import RowChoice, crossing_mask, crossing_rows_of
 from .table import RowTable
 
-__all__ = ["BOUNDARIES", "DIAGNOSTIC_KINDS", "SCHEMA", "CaptureResult", "Geometry", "PathStats", "ReadFailure",
-           "RowsReport", "ShortRead", "geometry_of", "rows_geometry", "table_geometry"]
+__all__ = ["BOUNDARIES", "CACHE_STAGES", "DIAGNOSTIC_KINDS", "SCHEMA", "CaptureResult", "Exercised", "Geometry",
+           "PathStats", "ReadFailure", "RowsReport", "ShortRead", "geometry_of", "rows_geometry", "table_geometry"]
 
 #: Boundaries a row may straddle: a 4 KiB page, a 512-byte sector, Windows' 64 KiB mmap granularity.
 BOUNDARIES = (("page", PAGE), ("sector", SECTOR), ("64k", WINDOW_64K))
@@ -128,6 +129,29 @@ class CaptureResult:
                 "mismatched_rows": self.mismatched_rows, "max_abs_diff": self.max_abs_diff}
 
 
+#: The stages that gather through a row cache; with ``prefetch``, the stages :class:`Exercised` speaks of.
+CACHE_STAGES = ("cache-miss", "cache-hit", "cache-pressure")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exercised:
+    """Whose row cache and buffer ring the cache and prefetch stages ran: ``ggaudit``'s own (RowsOptions'
+    default factories: what a correct one delivers over these read paths on this machine, so a mismatch
+    there is the read path's or ggaudit's, not the engine's cache's) or the ``caller``'s (its factories)."""
+
+    stages: tuple[str, ...]   # those of CACHE_STAGES and prefetch that ran, in that order
+    cache: str | None         # ggaudit | caller; None: no cache stage ran
+    buffer_ring: str          # ggaudit | caller: the buffer pool every one of those stages reads into
+
+    @property
+    def text(self) -> str:
+        return exercised_text(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stages": list(self.stages), "cache": self.cache, "buffer_ring": self.buffer_ring,
+                "text": self.text}
+
+
 #: The ``schema`` of :meth:`RowsReport.to_json`.
 SCHEMA = "ggaudit/rows-report/1"
 #: Every kind of diagnostic a rows report yields (ggaudit.kinds ids).
@@ -166,9 +190,16 @@ class RowsReport:
     first_nonfinite: NonFiniteValue | None = None
     #: Selected rows tested for NaN and Inf (0: none was: a table of integers, or a replay stopped by fail-fast).
     finite_tested: int = 0
+    #: Selected rows of a float table not tested for NaN and Inf: their reads failed (see read_errors).
+    finite_untested: int = 0
     #: Reads that failed (kept in full up to MAX_REPORTED; read_error_count counts every one).
     read_errors: tuple[ReadFailure, ...] = ()
     read_error_count: int = 0
+    #: Whose cache and buffer ring the cache and prefetch stages ran (None: neither stage ran).
+    exercised: Exercised | None = None
+    #: What the file's published digest proved of the rows the read paths disputed (None: no row was disputed
+    #: with nothing else to decide it, or nothing is published of the file).
+    published: Proof | None = None
 
     @property
     def compared(self) -> tuple[str, ...]:
@@ -254,8 +285,10 @@ class RowsReport:
             "stats": [s.to_json() for s in self.stats], "warnings": list(self.warnings),
             "nonfinite_rows": self.nonfinite_rows,
             "first_nonfinite": None if self.first_nonfinite is None else self.first_nonfinite.to_json(),
-            "finite_tested": self.finite_tested,
-            "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors]}
+            "finite_tested": self.finite_tested, "finite_untested": self.finite_untested,
+            "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors],
+            "exercised": None if self.exercised is None else self.exercised.to_json(),
+            "published": None if self.published is None else self.published.to_json()}
 
 
 def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:

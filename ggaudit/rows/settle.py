@@ -23,11 +23,12 @@ from ..verify.manifests.tensor import TensorDigest, TensorManifest
 from .classify import Classifier, Delivery, RowMismatch, HEX_WINDOW
 from .far import far_sources
 from .gather import Sample, uniform
-from .readers import BufferedReader
+from .readers import ReadFailed, BufferedReader
 from .table import RowTable
-from .truth import REFERENCE_READ, RowTruth, decide_row
+from .published import Proof
+from .truth import REFERENCE_READ, RowTruth, decide_row, published_truth
 
-__all__ = ["Kept", "RowGroups", "far_named", "manifest_groups", "settled"]
+__all__ = ["Kept", "RowGroups", "Settled", "far_named", "manifest_groups", "settled"]
 
 #: The stage of the reference read when it is the one that erred.
 REFERENCE_STAGE = "reference"
@@ -46,16 +47,20 @@ class Kept:
 
 class RowGroups:
     """A tensor manifest's row-group digests of the table: whether a row's bytes, put in their group as read
-    through the reference, give the group's digest."""
+    through the reference, give the group's digest. A group whose read fails (handed to *failed*) matches
+    nothing: it decides nothing, and agreement of the paths decides instead."""
 
-    def __init__(self, digest: TensorDigest, reference: BufferedReader) -> None:
-        self.digest, self.reference = digest, reference
+    def __init__(self, digest: TensorDigest, reference: BufferedReader,
+                 failed: ReadFailed) -> None:
+        self.digest, self.reference, self.failed = digest, reference, failed
 
     def matches(self, row: int, data: bytes) -> bool:
         d = self.digest
         group = row // d.rows_per_group
         offset, length = d.group_span(group)
-        bytes_of_group = self.reference.read_exact(offset, length)
+        bytes_of_group = self.reference.read_or_report(offset, length, self.failed)
+        if bytes_of_group is None:
+            return False
         at = (row - group * d.rows_per_group) * d.row_bytes
         spliced = bytes_of_group[:at] + data + bytes_of_group[at + len(data):]
         return bool(xxhash.xxh3_128_hexdigest(spliced) == d.groups[group])
@@ -75,23 +80,40 @@ def manifest_groups(manifest: TensorManifest, tensor: Tensor, source: str) -> Te
     return entry
 
 
+@dataclass(frozen=True)
+class Settled:
+    """The mismatches made against each row's decided bytes, the rows whose right bytes are not the reference
+    read's (row: the right bytes), and what the published digest proved (None: it was not asked)."""
+
+    kept: list[Kept]
+    decided: dict[int, bytes]
+    proof: Proof | None = None
+
+
 def settled(kept: Sequence[Kept], ran: Mapping[str, Mapping[str, None]], table: RowTable,
-            reference: BufferedReader, probed: Mapping[str, int],
-            groups: RowGroups | None) -> tuple[list[Kept], dict[int, bytes]]:
-    """The mismatches made against each row's decided bytes, and the rows whose right bytes are not the
-    reference read's (row: the right bytes)."""
-    out = [k for k in kept if k.expected is None]     # a capture's rows are compared as they were
+            reference: BufferedReader, probed: Mapping[str, int], groups: RowGroups | None,
+            prove: Callable[[Sequence[int]], Proof] | None = None,
+            failed: ReadFailed | None = None) -> Settled:
+    """Each mismatched row's bytes decided (by *groups*, a tensor manifest's, when given; else agreement;
+    the rows still disputed then by *prove*, the published digest's whole-file reads, when given); a read of
+    the file around a row for its classification that fails goes to *failed* (None: it raises)."""
     by_row: dict[int, list[Kept]] = {}
     for k in kept:
-        if k.expected is not None:
+        if k.expected is not None:      # a capture's rows are compared once the rows' bytes are decided
             by_row.setdefault(k.mismatch.row, []).append(k)
+    truths = {row: _truth(row, entries, ran, groups) for row, entries in by_row.items()}
+    disputed = [row for row, truth in truths.items() if truth.disputed]
+    proof = prove(disputed) if disputed and prove is not None else None
+    if proof is not None:
+        for row in disputed:
+            truths[row] = published_truth(truths[row], proof.rows.get(row), proof.basis)
+    out = [k for k in kept if k.expected is None]
     decided: dict[int, bytes] = {}
     for row, entries in by_row.items():
-        truth = _truth(row, entries, ran, groups)
-        if truth.right != entries[0].expected:
-            decided[row] = truth.right
-        out.extend(_against(row, entries, truth, ran, table, reference, probed))
-    return out, decided
+        if truths[row].right != entries[0].expected:
+            decided[row] = truths[row].right
+        out.extend(_against(row, entries, truths[row], ran, table, reference, probed, failed))
+    return Settled(out, decided, proof)
 
 
 def _truth(row: int, entries: Sequence[Kept], ran: Mapping[str, Mapping[str, None]],
@@ -107,7 +129,8 @@ def _truth(row: int, entries: Sequence[Kept], ran: Mapping[str, Mapping[str, Non
 
 
 def _against(row: int, entries: Sequence[Kept], truth: RowTruth, ran: Mapping[str, Mapping[str, None]],
-             table: RowTable, reference: BufferedReader, probed: Mapping[str, int]) -> list[Kept]:
+             table: RowTable, reference: BufferedReader, probed: Mapping[str, int],
+             failed: ReadFailed | None) -> list[Kept]:
     ref, right = entries[0].expected, truth.right
     assert ref is not None
     if right == ref:
@@ -118,7 +141,8 @@ def _against(row: int, entries: Sequence[Kept], truth: RowTruth, ran: Mapping[st
     seen = {(k.mismatch.mode, k.mismatch.stage) for k in entries}
     wrong = [(m, s) for m, stages in ran.items() for s in stages if (m, s) not in seen]
     for mode, stage in [*wrong, ("buffered", REFERENCE_STAGE)]:
-        made = Classifier(table, reference, probed.get(mode, 0)).mismatch(Sample(row, ref), right, mode, stage)
+        classifier = Classifier(table, reference, probed.get(mode, 0), failed)
+        made = classifier.mismatch(Sample(row, ref), right, mode, stage)
         out.append(Kept(_told(made, truth), right, ref))
     return out
 
@@ -133,16 +157,17 @@ def _told(m: RowMismatch, truth: RowTruth) -> RowMismatch:
                                detail=f"{m.detail}; {why}" if why else m.detail)
 
 
-def far_named(kept: Sequence[Kept], table: RowTable, reference: BufferedReader,
-              probed: Mapping[str, int]) -> list[Kept]:
-    """Garbage rows whose bytes are a row of the table or a place in the file further away, named."""
+def far_named(kept: Sequence[Kept], table: RowTable, reference: BufferedReader, probed: Mapping[str, int],
+              failed: ReadFailed) -> list[Kept]:
+    """Garbage rows whose bytes are a row of the table or a place in the file further away, named (a read of
+    the search that fails goes to *failed*; a row found only there stays garbage)."""
     far = [i for i, k in enumerate(kept) if k.mismatch.kind == "garbage" and k.actual is not None
            and not uniform(k.actual, k.actual[0])]
     if not far:
         return list(kept)
     wanted = [(kept[i].mismatch.row, kept[i].actual or b"") for i in far]
     out = list(kept)
-    for i, found in zip(far, far_sources(table, reference, wanted), strict=True):
+    for i, found in zip(far, far_sources(table, reference, wanted, failed), strict=True):
         if found is not None:
             out[i] = dataclasses.replace(kept[i], mismatch=_from_far(kept[i].mismatch, found, table, probed))
     return out

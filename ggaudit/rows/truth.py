@@ -6,7 +6,8 @@ reads (the reference read among them) and mmap reads come from the page cache; d
 device. A tensor manifest's row-group digest decides when one is given and one delivery matches it; else
 agreement of independent paths (a page-cache read and a direct read delivering the same bytes), or of every
 replay path (two or more) against the reference read alone; else nothing decides and the reference
-(buffered) read stands, with both explanations of what disagrees with it.
+(buffered) read stands, with both explanations of what disagrees with it, until the file's published digest
+decides it (:mod:`ggaudit.rows.published`: :func:`published_truth`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["AGREEMENT", "BUFFERED", "MANIFEST", "REFERENCE_READ", "RowTruth", "decide_row"]
+__all__ = ["AGREEMENT", "BUFFERED", "MANIFEST", "PUBLISHED", "REFERENCE_READ", "RowTruth", "decide_row",
+           "published_truth"]
 
 #: What decided a row's bytes (a mismatch's ``reference``).
-MANIFEST, AGREEMENT, BUFFERED = "manifest", "agreement", "buffered"
+MANIFEST, PUBLISHED, AGREEMENT, BUFFERED = "manifest", "published", "agreement", "buffered"
 #: The name of the reference read among the deliveries (a buffered read made to compare with).
 REFERENCE_READ = "reference"
 #: The deliveries served from the page cache; the direct path reads the device.
@@ -26,12 +28,19 @@ PAGE_CACHE = (REFERENCE_READ, "buffered", "mmap")
 
 @dataclass(frozen=True)
 class RowTruth:
-    """The row's right bytes, what decided them (MANIFEST, AGREEMENT, or BUFFERED: nothing did and the
-    reference read stands), and the deliveries grouped by the bytes delivered, in the order first met."""
+    """The row's right bytes, what decided them (MANIFEST, PUBLISHED, AGREEMENT, or BUFFERED: nothing did and
+    the reference read stands), the deliveries grouped by the bytes delivered, in the order first met, and
+    ``basis``: how the published digest decided, or why it could not (words; "" when it was not asked)."""
 
     right: bytes
     reference: str
     groups: tuple[tuple[tuple[str, ...], bytes], ...]
+    basis: str = ""
+
+    @property
+    def disputed(self) -> bool:
+        """Nothing decided, and the deliveries disagree."""
+        return not self.decided and len(self.groups) > 1
 
     @property
     def decided(self) -> bool:
@@ -43,14 +52,17 @@ class RowTruth:
     @property
     def explanation(self) -> str:
         """Why the reference read stands, or which delivery was the odd one, in words ("" when plain)."""
+        return "; ".join(words for words in (self._which(), self.basis) if words)
+
+    def _which(self) -> str:
         ref = self.paths_of(self.right)
         if self.reference == BUFFERED and "direct" in self._wrong() and set(ref) <= set(PAGE_CACHE):
             return ("nothing decides which bytes are the file's: either the page cache holds other bytes than "
                     "the disk (RAM, a filter driver, a VM or storage layer) or direct reads are wrong on this "
                     "machine; a tensor manifest made where the model works (rows --manifest) decides")
         if self.decided and REFERENCE_READ not in ref:
-            return (f"the reference read is the odd one: {_and(ref)} delivered the row's bytes "
-                    f"(decided by {self.reference})")
+            held = f"{_and(ref)} delivered the row's bytes" if ref else "no read of the row delivered its bytes"
+            return f"the reference read is the odd one: {held} (decided by {self.reference})"
         return ""
 
     def _wrong(self) -> tuple[str, ...]:
@@ -74,6 +86,14 @@ def decide_row(delivered: Mapping[str, bytes], matches_manifest: Callable[[bytes
         # Every replay path (two or more) agrees against the reference read alone: that read was the odd one.
         return RowTruth(next(data for paths, data in groups if paths == replayed[0]), AGREEMENT, groups)
     return RowTruth(reference, BUFFERED, groups)
+
+
+def published_truth(truth: RowTruth, proven: bytes | None, basis: str) -> RowTruth:
+    """*truth*, decided by the published digest: *proven* (the row's bytes in a whole-file read that gave the
+    digest; None: no read gave it, and the reference read still stands), told in *basis*."""
+    if proven is None:
+        return RowTruth(truth.right, truth.reference, truth.groups, basis)
+    return RowTruth(proven, PUBLISHED, truth.groups, basis)
 
 
 def _groups(delivered: Mapping[str, bytes]) -> tuple[tuple[tuple[str, ...], bytes], ...]:

@@ -347,9 +347,10 @@ def _bars(t: TensorScan, h: ScaleHistogram) -> list[Bar]:
 
 def _nonfinite_count(r: RowsReport) -> str:
     """Of the rows tested for NaN and Inf: a 0 alone would read as tested and finite."""
+    untested = f"; {r.finite_untested} not tested (their reads failed)" if r.finite_untested else ""
     if not r.finite_tested:
-        return "not tested"
-    return f"{r.nonfinite_rows} of {r.finite_tested} tested"
+        return "not tested" + untested
+    return f"{r.nonfinite_rows} of {r.finite_tested} tested{untested}"
 
 
 def _rows(r: RowsReport, rendering: Rendering) -> list[str]:
@@ -359,6 +360,12 @@ def _rows(r: RowsReport, rendering: Rendering) -> list[str]:
              ("compared", html.escape(", ".join(r.compared) or "nothing")),
              ("mismatches", f"{r.mismatch_count} in rows; short reads {r.short_read_count}"),
              ("rows holding NaN/Inf", _nonfinite_count(r))]
+    if r.exercised is not None:
+        facts.append(("cache and buffer ring", html.escape(r.exercised.text)))
+    if r.published is not None:
+        from ...rows.lines import published_text
+
+        facts.append(("published digest", html.escape(published_text(r.published))))
     out = ["<h3>Summary</h3>", _table(["", ""], ([_td(k), _td(v)] for k, v in facts), len(facts), "facts"),
            "<h3>Rows</h3>", _rows_strip(r),
            _legend([("checked", "checked"), ("page", "crosses a 4096-byte page"),

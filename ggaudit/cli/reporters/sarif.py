@@ -207,9 +207,12 @@ def _rows_files(log: _Log, r: Any) -> None:
 
 
 def _rows_summary(r: Any, listed: int) -> dict[str, Any]:
+    extra = {} if r.exercised is None else {"exercised": r.exercised.to_json()}   # only when those stages ran
+    if r.published is not None:     # only when the published digest was asked to decide disputed rows
+        extra["published"] = r.published.to_json()
     return {"tensor": r.tensor, "mismatches": r.mismatch_count, "listed": len(r.mismatches),
             "not_listed": r.mismatch_count - len(r.mismatches), "short_reads": r.short_read_count,
-            "short_reads_listed": len(r.short_reads), "nonfinite_rows": r.nonfinite_rows}
+            "short_reads_listed": len(r.short_reads), "nonfinite_rows": r.nonfinite_rows, **extra}
 
 
 def _diff_summary(r: Any, listed: int) -> dict[str, Any]:

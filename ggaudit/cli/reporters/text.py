@@ -305,6 +305,12 @@ def rows_lines(report: RowsReport) -> list[str]:
         lines.append(f"{s.mode} ({s.stage}): {plural(s.rows, 'row')}, {plural(s.reads, 'read')}, "
                      f"{plural(s.bytes, 'byte')}, alignment {s.alignment} ({s.alignment_source}), "
                      f"{plural(s.buffers, 'buffer')}{cache}, {s.seconds:.3f} s")
+    if r.exercised is not None:
+        lines.append(f"note: {r.exercised.text}")
+    if r.published is not None:
+        from ...rows.lines import published_text
+
+        lines.append(f"published: {published_text(r.published)}")
     for w in r.warnings:
         lines.append(f"warning: {w}")
     if r.capture is not None:

@@ -14,7 +14,7 @@ from ...stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_pa
 from ..cache import DigestCache
 from ..collect import Collector, check_digest, finish
 from ..report import Mismatch, VerifyReport
-from .sums import BLOB_NAME
+from ...stores.published import BLOB_NAME
 
 
 def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,

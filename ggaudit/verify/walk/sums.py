@@ -8,15 +8,12 @@ from pathlib import Path
 
 from ...errors import NothingChecked, UsageError
 from ...io import Progress
+from ...stores.published import blob_name_digest
 from ...stores.sums import read_sums
 from ...untrusted import quote
 from ..cache import DigestCache
 from ..collect import Collector, check_digest, finish
 from ..report import Mismatch, VerifyReport
-
-#: A content-addressed blob's name (Ollama's ``sha256-<hex>``, the older ``sha256:<hex>``, Hugging Face's
-#: ``<hex>``): the sha256 it promises.
-BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -50,12 +47,6 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
     if skipped:
         out.warnings.append(f"{skipped} of {len(entries)} files named are absent, skipped (--ignore-missing)")
     return finish(out, os.fspath(sums), "sums", empty="no file it names was checked")
-
-
-def blob_name_digest(path: str | os.PathLike[str]) -> str | None:
-    """The sha256 a file's own name promises (``sha256-<hex>``, ``sha256:<hex>``, ``<hex>``), if any."""
-    match = BLOB_NAME.fullmatch(os.path.basename(os.fspath(path)))
-    return match[1].lower() if match else None
 
 
 def verify_blob(path: str | os.PathLike[str], *, progress: Progress | None = None,
