@@ -204,4 +204,8 @@ def test_check_exits_1_on_a_block_count_its_tensors_contradict(tmp_path: Path) -
     assert "nothing-wrong" not in [c["code"] for c in model["conclusions"]]
     text = CliRunner().invoke(main, ["check", str(path)])
     assert text.exit_code == 1 and "nothing wrong was found" not in text.stdout
+    # The first line, the verdict, says so too: the bytes agreeing is not the whole answer.
+    assert text.stdout.splitlines()[0] == (f"{path}: unverified: no published reference, so the file can only be "
+                                           "checked against itself; buffered, mmap and direct reads agree; but the "
+                                           "scan found metadata findings (below)")
     assert f"metadata llama.block_count = 5 at file {path} offset {offset}: expected tensors for each" in text.stdout

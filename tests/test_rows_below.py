@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from ggaudit.format.layout import open_model
-from ggaudit.rows.classify import Filled, RawRow
-from ggaudit.rows.readers import POISON, SECTOR, open_reader
+from ggaudit.rows.classify import Classifier, Filled, RawRow
+from ggaudit.rows.gather import Sample
+from ggaudit.rows.readers import POISON, SECTOR, BufferedReader, open_reader
 from ggaudit.rows.table import RowTable
 from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, decide_row
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
@@ -119,6 +120,27 @@ def test_the_classifier_tells_filled_sectors_from_poison_and_from_a_flip() -> No
     tail = want101[:78] + bytes(RB - 78)
     assert RawRow(table, 101, want101, tail).filled() == Filled(0, 80 * SECTOR, RB - 78)
     assert RawRow(table, 101, want101, want101[:79] + bytes(RB - 79)).filled() is None  # starts mid-sector
+
+
+def test_a_few_differing_bytes_are_spelled_out_bit_by_bit() -> None:
+    """Words about values (item 6): a flipped bit reads as one, not as bytes from nowhere."""
+    t = open_model(FIXTURE).tensor(PLE)
+    table = RowTable(t, FIXTURE.stat().st_size)
+    want = FIXTURE.read_bytes()[at(ROW):at(ROW + 1)]
+    one, four, five = bytearray(want), bytearray(want), bytearray(want)
+    one[40] ^= 0x10
+    for i, mask in zip((3, 40, 41, 169), (0x01, 0x10, 0x81, 0xFF), strict=True):
+        four[i] ^= mask
+        five[i] ^= mask
+    five[100] ^= 0x02
+    assert RawRow(table, ROW, want, bytes(one)).flips() == "byte 40 xor 0x10 (1 bit flipped)"
+    assert RawRow(table, ROW, want, bytes(four)).flips() == \
+        "byte 3 xor 0x01, byte 40 xor 0x10, byte 41 xor 0x81, byte 169 xor 0xff (12 bits flipped)"
+    assert RawRow(table, ROW, want, bytes(five)).flips() == ""           # more than 4 bytes: the hex says it
+    assert RawRow(table, ROW, want, want[:-1]).flips() == ""
+    with BufferedReader(str(FIXTURE)) as reference:
+        m = Classifier(table, reference).mismatch(Sample(ROW, bytes(one)), want, "direct", "gather")
+    assert (m.kind, m.detail) == ("garbage", "bytes found nowhere near the row: byte 40 xor 0x10 (1 bit flipped)")
 
 
 # --- item 3: the cache blamed only for what it changed ----------------------------------------------------

@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as T
 
 from ggaudit.rows import replay as R
 from ggaudit.rows.readers import Reader, open_reader
-from fault_support import faulted_env, run_python
+from fault_support import faulted_env, picked, run_python
 from platforms import needs_linux
 from rows_support import Table, Wrapped, make_table
 
@@ -102,11 +102,15 @@ def test_eagain_on_the_direct_path_is_its_read_error_and_the_text_says_so(table:
     with open_reader(table.path, "direct") as reader:
         start, length = reader.span(row, rb)
     env = faulted_env(table.path, "direct", "eagain", offset=row)
-    (code, out, err), (text_code, text, _) = _commands(env, _rows(table.path, "buffered,mmap,direct"),
-                                                       ["rows", table.path, "--ids", IDS])
+    (code, out, err), (text_code, text, _), (_, alone, _) = _commands(
+        env, _rows(table.path, "buffered,mmap,direct"), ["rows", table.path, "--ids", IDS],
+        _rows(table.path, "buffered,direct", ids=str(FAULTED)))
     report = _report(out)
     assert (code, report["mismatch_count"], _failures(report)) == (
         1, 0, [_failure("direct", "gather", start, length, errno.EAGAIN)]), err
+    assert (report["compared"], report["uncompared"]) == (["buffered", "mmap", "direct"], [])
+    # Only the faulted row: direct delivered none, so it compared nothing and is not said to have.
+    assert picked(_report(alone), "compared", "uncompared", "ok") == (["buffered"], ["direct"], False)
     assert text_code == 1
     assert (f"read error: direct (gather) file {table.path}, offset {start} (0x{start:x}), {length} bytes: EAGAIN; "
             "that read's rows were not compared, the other reads went on") in text.splitlines()

@@ -25,9 +25,20 @@ def headline(r: CheckReport) -> str:
     elif r.verdict == READ_PATH:
         what = "this machine reads the file differently depending on the read path"
     else:
+        agree = not any(c.code == "read-path-differs" for c in r.conclusions)
         what = (f"unverified: no published reference, so the file can only be checked against itself; {paths} "
-                "reads agree" if r.ok else "unverified: no published reference")
-    return f"{escape_path(r.target)}: {what}"
+                "reads agree" if agree else "unverified: no published reference")
+    return f"{escape_path(r.target)}: {what}{_scan_found(r)}"
+
+
+def _scan_found(r: CheckReport) -> str:
+    """Bytes read right can still say wrong things: the scan's findings (a chat template that runs code,
+    metadata that contradicts the tensors, padding) said on the first line too, where the verdict alone
+    would read as clean. A NONFINITE verdict already says what its scan found."""
+    if r.verdict == NONFINITE or all(s.ok for s in r.scans):
+        return ""
+    kinds = list(dict.fromkeys(d.kind for s in r.scans for d in s.diagnostics()))
+    return f"; but the scan found {', '.join(kinds)} findings (below)" if kinds else ""
 
 
 def _matched(r: CheckReport) -> str:

@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 KINDS = ("short-read", "filled", "stale", "misplaced", "cache-crosstalk", "garbage")
+#: The most differing bytes of a row a ``garbage`` mismatch spells out bit by bit.
+FLIPS_SHOWN = 4
 #: Mismatches beyond the reporting cap are counted under this name instead of being classified.
 UNCLASSIFIED = "unclassified"
 #: Bytes shown from the first difference on.
@@ -242,6 +244,18 @@ class RawRow:
         # One byte repeated (zeros, poison) would "match" padding anywhere.
         return not self.actual or uniform(self.actual, self.actual[0])
 
+    def flips(self) -> str:
+        """The bits that differ, when a few bytes do (up to FLIPS_SHOWN): ``byte 40 xor 0x10 (1 bit)``."""
+        if len(self.actual) != len(self.expected):
+            return ""
+        exp, act = np.frombuffer(self.expected, np.uint8), np.frombuffer(self.actual, np.uint8)
+        where = np.flatnonzero(exp != act)[:FLIPS_SHOWN + 1].tolist()
+        if not where or len(where) > FLIPS_SHOWN:
+            return ""
+        parts = [f"byte {i} xor 0x{exp[i] ^ act[i]:02x}" for i in where]
+        bits = sum(int(exp[i] ^ act[i]).bit_count() for i in where)
+        return f"{', '.join(parts)} ({bits} {'bit' if bits == 1 else 'bits'} flipped)"
+
     def found(self, window: bytes, lo: int, here: int) -> list[int]:
         """File offsets in *window* (which starts at *lo*) other than *here* holding the row's bytes, at
         any offset."""
@@ -312,6 +326,9 @@ class DecodedRow:
 
     def filled(self) -> Filled | None:
         return None  # decoded values show no sectors
+
+    def flips(self) -> str:
+        return ""    # the values' bits are shown in the mismatch's lines
 
     def repeats(self) -> bool:
         # One value repeated throughout says nothing about which row it came from.
@@ -458,7 +475,8 @@ class Classifier:
         if self._unsearched:
             return _Verdict("garbage", None, None, f"{unit} not looked for near the row: the read of the file "
                                                    "around it failed")
-        return _Verdict("garbage", None, None, f"{unit} found nowhere near the row")
+        flips = form.flips()
+        return _Verdict("garbage", None, None, f"{unit} found nowhere near the row" + (f": {flips}" if flips else ""))
 
     def _source(self, form: Form, batch: dict[int, bytes]) -> tuple[int | None, int] | None:
         """(row or None, file offset) of the place nearest the row that holds the row's content: a row of

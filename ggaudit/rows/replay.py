@@ -472,6 +472,8 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       finite_tested=nonfinite.tested, finite_untested=nonfinite.untested,
                       read_errors=tuple(findings.failures), read_error_count=findings.failure_count,
                       published=settled_rows.proof,
+                      uncompared=tuple(m for m in dict.fromkeys(s.mode for s in replay.stats)
+                                       if not replay.compared[m]),
                       exercised=_exercised(replay))
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("

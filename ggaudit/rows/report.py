@@ -200,11 +200,14 @@ class RowsReport:
     #: What the file's published digest proved of the rows the read paths disputed (None: no row was disputed
     #: with nothing else to decide it, or nothing is published of the file).
     published: Proof | None = None
+    #: Read paths that ran and compared no row: every read of theirs failed (their read errors say why).
+    uncompared: tuple[str, ...] = ()
 
     @property
     def compared(self) -> tuple[str, ...]:
-        """What was compared with the file: each read path that ran, then "capture"."""
-        ran = tuple(dict.fromkeys(s.mode for s in self.stats))
+        """What was compared with the file: each read path that ran and delivered a row (not one whose every
+        read failed: ``uncompared``), then "capture"."""
+        ran = tuple(m for m in dict.fromkeys(s.mode for s in self.stats) if m not in self.uncompared)
         return ran + (("capture",) if self.capture is not None else ())
 
     @property
@@ -288,7 +291,8 @@ class RowsReport:
             "finite_tested": self.finite_tested, "finite_untested": self.finite_untested,
             "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors],
             "exercised": None if self.exercised is None else self.exercised.to_json(),
-            "published": None if self.published is None else self.published.to_json()}
+            "published": None if self.published is None else self.published.to_json(),
+            "uncompared": list(self.uncompared)}
 
 
 def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:
