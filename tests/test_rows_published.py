@@ -17,10 +17,13 @@ import numpy as np
 import pytest
 
 from ggaudit.errors import UsageError
-from ggaudit.rows.replay import check_rows
+from ggaudit.stores.published import PublishedDigest
+from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.rows.replay import RowsOptions, check_rows
 from ggaudit.rows.truth import BUFFERED, PUBLISHED
 from fault_support import faulted_env, hexed, picked, rows, run_ggaudit
 from platforms import needs_linux
+from rows_support import Wrapped
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "ple_q8_0.gguf"
 ROW, MASK, RB, BASE = 100, 0x10, 170, 23712
@@ -148,3 +151,50 @@ def test_an_ollama_stores_manifest_gives_the_digest_of_its_model_layer(ddir: Pat
         ("buffered", "gather", PUBLISHED), ("mmap", "gather", PUBLISHED), ("buffered", "reference", PUBLISHED)]
     assert picked(report["published"], "what", "digest", "proven_by") == (
         "the Ollama manifest's digest of its application/vnd.ollama.image.model layer", sha256_of(data), "direct")
+
+
+class _FlipsOneByte(Wrapped):
+    """A read path delivering byte FLIP with bit 0x10 flipped, in every read that covers it."""
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        n = self.inner.read_into(view, offset)
+        if offset <= FLIP < offset + n:
+            view[FLIP - offset] ^= MASK
+        return n
+
+
+@pytest.mark.parametrize("algorithm", ["md5", "git-sha1"])
+def test_a_published_md5_or_git_blob_id_decides_too(tmp_path: Path, algorithm: str) -> None:
+    """GPT4All publishes md5s, a Hugging Face download's etag of a small file is git's blob id."""
+    model = tmp_path / "m.gguf"
+    shutil.copyfile(FIXTURE, model)
+    data = model.read_bytes()
+    digest = hashlib.md5(data).hexdigest() if algorithm == "md5" else \
+        hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+    def factory(path: str, mode: str) -> Reader:
+        inner = open_reader(path, mode)
+        return _FlipsOneByte(inner) if mode == "mmap" else inner
+
+    published = PublishedDigest(algorithm=algorithm, digest=digest, what=f"a {algorithm} given")
+    report = check_rows(model, [ROW], modes=("mmap",), published=published,
+                        options=RowsOptions(reader_factory=factory))
+    [m] = report.mismatches
+    assert (m.mode, m.stage, m.row, m.offset, m.reference) == ("mmap", "gather", ROW, FLIP, PUBLISHED)
+    assert report.published is not None
+    assert [(t.mode, t.digest == digest) for t in report.published.tried] == [("buffered", True)]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 170, 171, 4096])
+def test_the_rows_kept_from_a_whole_file_pass_are_theirs_however_the_chunks_cut_them(chunk: int) -> None:
+    from ggaudit.format.layout import open_model
+    from ggaudit.rows.published import RowCopies
+    from ggaudit.rows.table import RowTable
+
+    table = RowTable(open_model(FIXTURE).tensor("per_layer_token_embd.weight"), FIXTURE.stat().st_size)
+    data = FIXTURE.read_bytes()
+    wanted = [0, 99, 100, 1023]
+    copies = RowCopies(table, [*wanted, 100])
+    for lo in range(0, len(data), chunk):
+        copies.update(lo, memoryview(data)[lo:lo + chunk])
+    assert {r: bytes(b) for r, b in copies.got.items()} == {r: data[BASE + r * RB:BASE + (r + 1) * RB] for r in wanted}

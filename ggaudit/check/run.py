@@ -13,7 +13,6 @@ delivered, never its bytes) and :func:`judge` (the decisions and the verdict fro
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -21,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import NothingChecked, UsageError, options_from
+from ..errors import NothingChecked, options_from
 from ..format.layout import GGUFFile, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding
-from ..io import ChunkConsumer, Hasher, Progress, Sha256, Xxh3_128
+from ..io import ChunkConsumer, Progress, Xxh3_128
 from ..rows.readers import DirectIOUnavailable, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
@@ -32,7 +31,7 @@ from ..scan.run import ScanConsumer, ScanPlan, plan_scan, report_of
 from ..scan.report import ScanReport, ScanStats
 from ..stores.locate import Target, target_text
 from ..stores.registry import Roots, Store, find_store
-from ..verify.digests import GitBlobSha1, Segment, SegmentDigests
+from ..verify.digests import Segment, SegmentDigests, published_hasher
 from ..verify.manifests.llama_hash import FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import (FilePlan, HashEntry, LineDigests, in_header_order, manifest_format,
                                            plan_llama_check, read_llama_hash)
@@ -282,7 +281,7 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
         return PassObservation(mode=mode, skipped=err.message)
     with reader:
         whole, tensors = Xxh3_128(), _tensor_digests(f, plan.group_bytes)
-        hashers = {a: _hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
+        hashers = {a: published_hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
         lines = _line_digests(f, plan.lines)      # every path: the lines decide which path is right
         consumers: list[ChunkConsumer] = [whole, tensors, *hashers.values(), *([counted] if counted else []),
                                           *(lines.consumers if lines else ())]
@@ -328,14 +327,6 @@ def _line_digests(f: GGUFFile, lines: ManifestLines | None) -> LineDigests | Non
                        None if model is None else model.algorithm)
 
 
-def _hasher(algorithm: str, size: int) -> Hasher:
-    if algorithm == "sha256":
-        return Sha256()
-    if algorithm == "git-sha1":
-        return GitBlobSha1(size)
-    if algorithm == "md5":
-        return Hasher(hashlib.md5(usedforsecurity=False))
-    raise UsageError(None, f"no hasher for the published algorithm {algorithm!r}", field="algorithm")
 
 
 def _tensor_digests(f: GGUFFile, group_bytes: int) -> SegmentDigests:

@@ -12,14 +12,14 @@ first that gives the digest ends the search: a disagreement costs one or two rea
 from __future__ import annotations
 
 import bisect
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ReadError
-from ..io import ChunkConsumer, Hasher
+from ..io import ChunkConsumer
 from ..stores.published import PublishedDigest
+from ..verify.digests import published_hasher
 from . import WHOLE_FILE
 from .options import ReadPathProgress
 from .readers import Reader
@@ -119,8 +119,8 @@ def prove_rows(table: RowTable, published: PublishedDigest, rows: Sequence[int],
 
 def _whole_file_digest(open_path: Callable[[str, str], Reader], path: str, mode: str, algorithm: str,
                        consumers: Sequence[ChunkConsumer]) -> str:
-    hasher = Hasher(hashlib.new(algorithm))
     with open_path(path, mode) as reader:
+        hasher = published_hasher(algorithm, reader.size)
         read_pass(reader, [hasher, *consumers])
     return hasher.hexdigest()
 

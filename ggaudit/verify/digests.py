@@ -12,14 +12,15 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import xxhash
 
 from ..errors import ReadError, UsageError, one_or_many
-from ..io import ALGORITHMS, DEFAULT_CHUNK_SIZE, ChunkConsumer, Hasher, Progress, read_through
+from ..io import ALGORITHMS, DEFAULT_CHUNK_SIZE, ChunkConsumer, Hasher, Progress, Sha256, read_through
 
-__all__ = ["GitBlobSha1", "Segment", "SegmentDigest", "SegmentDigests", "Tally", "Tee", "hash_file"]
+__all__ = ["PUBLISHED_HASHERS", "GitBlobSha1", "Segment", "SegmentDigest", "SegmentDigests", "Tally", "Tee",
+           "hash_file", "published_hasher"]
 
 
 class GitBlobSha1(Hasher):
@@ -29,6 +30,23 @@ class GitBlobSha1(Hasher):
 
     def __init__(self, size: int) -> None:
         super().__init__(hashlib.sha1(b"blob %d\0" % size))
+
+
+#: The hasher of each algorithm a publisher gives a whole file's digest in (``check``'s expectations, ``rows``'
+#: published digest), made for a file of the given size (git's blob id hashes it first).
+PUBLISHED_HASHERS: dict[str, Callable[[int], Hasher]] = {
+    "sha256": lambda size: Sha256(),
+    "md5": lambda size: Hasher(hashlib.md5(usedforsecurity=False)),
+    "git-sha1": GitBlobSha1,
+}
+
+
+def published_hasher(algorithm: str, size: int) -> Hasher:
+    """A hasher of *algorithm* (a key of :data:`PUBLISHED_HASHERS`) for a file of *size* bytes."""
+    made = PUBLISHED_HASHERS.get(algorithm)
+    if made is None:
+        raise UsageError(None, f"no hasher for the published algorithm {algorithm!r}", field="algorithm")
+    return made(size)
 
 
 class Tee:
