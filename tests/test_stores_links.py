@@ -335,7 +335,8 @@ def test_200k_identical_ollama_layers_verify_in_proportion(tmp_path: Path, monke
     monkeypatch.setattr(ggaudit.io, "pread_into", lambda fd, view, off: reads.append(fd) or real(fd, view, off))
     started = time.monotonic()
     report = verify_ollama("x", store)
-    assert time.monotonic() - started < 5
+    # A hang guard, not a speed target (about 1 s here): work quadratic in 200k layers would take hours.
+    assert time.monotonic() - started < 60
     assert len(reads) == 1          # the config's size is wrong: never hashed
     assert len(report.checked) == 200_000 and [m.kind for m in report.mismatches] == ["size"]
 
