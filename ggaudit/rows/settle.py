@@ -175,13 +175,17 @@ def far_named(kept: Sequence[Kept], table: RowTable, reference: BufferedReader, 
 
 def _from_far(m: RowMismatch, found: tuple[int | None, int], table: RowTable,
               probed: Mapping[str, int]) -> RowMismatch:
+    """The garbage row named by where its bytes were found; what settling said of the row's right bytes (the
+    detail after the classifier's sentence, which holds no "; ") stays."""
     other, offset = found
     away = abs(offset - m.row_offset)
+    settled_words = m.detail.partition("; ")[2]
+    tail = f"; {settled_words}" if settled_words else ""
     if other is None and offset + m.length <= probed.get(m.mode, 0):
         return dataclasses.replace(m, kind="stale", other_offset=offset,
                                    detail=f"the bytes of offset {offset}, which only the alignment probe (the read "
-                                          "of offset 0 when the path opened) read: a previous request's buffer")
+                                          f"of offset 0 when the path opened) read: a previous request's buffer{tail}")
     what = f"row {other}, {abs(other - m.row)} rows" if other is not None else f"offset {offset},"
     return dataclasses.replace(m, kind="misplaced", other_row=other, other_offset=offset,
                                detail=f"the bytes of {what} ({away} bytes) away: a wrong base or an overflowing "
-                                      "index")
+                                      f"index{tail}")
