@@ -170,7 +170,7 @@ def test_page_cache_against_direct_with_nothing_to_decide_gives_both_explanation
                               {"paths": ["direct"], "bytes": w.expected(real.flip), "right": None}]
     assert ("either the page cache holds other bytes than the disk (RAM, a filter driver, a VM or storage layer) "
             "or direct reads are wrong on this machine; a tensor manifest made where the model works "
-            "(rows --manifest) decides") in m["detail"]
+            "(rows --manifest), or the file's published sha256 (rows --sha256), decides") in m["detail"]
 
 
 def test_a_manifest_of_the_real_model_decides_the_page_cache_is_wrong(real: RealTable, tmp_path: Path) -> None:

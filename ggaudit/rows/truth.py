@@ -57,9 +57,11 @@ class RowTruth:
     def _which(self) -> str:
         ref = self.paths_of(self.right)
         if self.reference == BUFFERED and "direct" in self._wrong() and set(ref) <= set(PAGE_CACHE):
+            # The published digest, once tried (basis), decided nothing: only a manifest is left to name.
+            published = "" if self.basis else ", or the file's published sha256 (rows --sha256),"
             return ("nothing decides which bytes are the file's: either the page cache holds other bytes than "
                     "the disk (RAM, a filter driver, a VM or storage layer) or direct reads are wrong on this "
-                    "machine; a tensor manifest made where the model works (rows --manifest) decides")
+                    f"machine; a tensor manifest made where the model works (rows --manifest){published} decides")
         if self.decided and REFERENCE_READ not in ref:
             held = f"{_and(ref)} delivered the row's bytes" if ref else "no read of the row delivered its bytes"
             return f"the reference read is the odd one: {held} (decided by {self.reference})"
