@@ -173,6 +173,12 @@ KINDS = _kinds(
          title="A read returned fewer bytes than asked, not at the end of the file",
          meaning="One read call returned less than asked although the file goes on.",
          action="The read path treats a short read as complete: it must read again until it has every byte."),
+    Kind(id="rows/unstable-read", severity=ERROR,
+         title="Two reference reads of the same rows delivered different bytes",
+         meaning="A buffered reference read of rows delivered other bytes than the first read of the same rows (their "
+                 "digests differ): reads through the page cache are not stable on this machine.",
+         action="Something between the disk and the process changes bytes (RAM, a filter driver, a VM or storage "
+                "layer): run `ggaudit check` on the file and test the machine's memory and storage."),
     Kind(id="rows/read-error", severity=ERROR, title="A read of a read path failed (EIO, EAGAIN, a mapping's copy)",
          meaning="One read of the file on this path failed with an error from below; its rows were not compared "
                  "on that path, and the other reads and paths went on.",

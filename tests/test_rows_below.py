@@ -9,6 +9,7 @@ ggml/src/ggml-common.h: `ggml_half d; int8_t qs[QK8_0];`, 34 bytes), 1024 rows o
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -21,8 +22,10 @@ from ggaudit.rows.readers import POISON, SECTOR, BufferedReader, open_reader
 from ggaudit.rows.table import RowTable
 from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, decide_row
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
-from fault_support import faulted_env, hexed, picked, rows
+from fault_support import faulted_env, hexed, picked, rows, run_python
+from gguf import GGMLQuantizationType as T
 from platforms import needs_linux
+from rows_support import make_table
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "ple_q8_0.gguf"
 PLE = "per_layer_token_embd.weight"
@@ -59,6 +62,79 @@ def test_buffered_stack_wrong_blames_buffered_and_the_reference_read_not_the_pat
         {"paths": ["reference", "buffered"], "bytes": hexed(bad, flip), "right": False},
         {"paths": ["mmap", "direct"], "bytes": hexed(data, flip), "right": True}]
     assert "the reference read is the odd one: mmap and direct delivered" in report["mismatches"][0]["detail"]
+
+
+@needs_linux
+def test_a_reference_read_wrong_once_is_the_odd_one_not_the_paths_that_delivered_the_row(ddir: Path) -> None:
+    """The buffered stack flips a bit of the first read of row 7000 only: the reference read, made before the
+    buffered gather (the table is larger than the 1 MiB the header parse reads, so the replay's read of the
+    row is the first). The reference is read again for mmap and direct, right: every path delivered the
+    file's bytes, and the one read that erred is named, with the file's bytes expected."""
+    table = make_table(ddir, T.Q8_0, 160, 8000)
+    row = 7000
+    flip = table.offset(row) + BLOCK * 34 + K
+    good = table.row(row)
+    bad = bytearray(good)
+    bad[BLOCK * 34 + K] ^= MASK
+    env = faulted_env(table.path, "buffered", "flip", offset=flip, mask=MASK, times="once")
+    code, report = rows(table.path, env, "--ids", f"{row - 1}-{row + 1}", "--modes", "buffered,mmap,direct")
+    [m] = report["mismatches"]
+    assert (code, picked(m, "kind", "mode", "stage", "row", "offset", "column", "reference", "expected", "actual")) == (
+        1, ("garbage", "buffered", "reference", row, flip, 32 * BLOCK + K - 2, AGREEMENT,
+            hexed(good, BLOCK * 34 + K), hexed(bad, BLOCK * 34 + K)))
+    assert m["delivered"] == [{"paths": ["reference"], "bytes": hexed(bad, BLOCK * 34 + K), "right": False},
+                              {"paths": ["buffered", "mmap", "direct"], "bytes": hexed(good, BLOCK * 34 + K),
+                               "right": True}]
+    assert m["detail"].endswith("the reference read is the odd one: buffered, mmap and direct delivered the row's "
+                                "bytes (decided by agreement)")
+
+
+@needs_linux
+def test_a_buffered_stack_wrong_twice_is_found_and_not_passed_for_clean(ddir: Path) -> None:
+    """The reference read and the buffered path's own read of row 7000 are both flipped, and agree; the later
+    reads are right. Every path is compared with the row's one first reference read, so mmap and direct
+    differ from it, agree with each other, and the buffered path is the one that erred (it passed for clean
+    while each path was compared with a reference read of its own)."""
+    table = make_table(ddir, T.Q8_0, 160, 8000)
+    row, k = 7000, BLOCK * 34 + K
+    flip, good = table.offset(row) + k, table.row(row)
+    bad = bytearray(good)
+    bad[k] ^= MASK
+    env = faulted_env(table.path, "buffered", "flip", offset=flip, mask=MASK, times=2)
+    code, report = rows(table.path, env, "--ids", f"{row - 1}-{row + 1}", "--modes", "buffered,mmap,direct")
+    assert (code, report["ok"], report["unstable_count"]) == (1, False, 0)
+    assert [picked(m, "mode", "stage", "row", "offset", "reference", "expected", "actual")
+            for m in report["mismatches"]] == [
+        ("buffered", stage, row, flip, AGREEMENT, hexed(good, k), hexed(bad, k)) for stage in ("gather", "reference")]
+    assert report["mismatches"][0]["delivered"] == [
+        {"paths": ["reference", "buffered"], "bytes": hexed(bad, k), "right": False},
+        {"paths": ["mmap", "direct"], "bytes": hexed(good, k), "right": True}]
+
+
+@needs_linux
+def test_past_the_bytes_kept_a_reference_read_that_differs_from_the_first_is_said(ddir: Path) -> None:
+    """With no first reads kept whole (KEPT_BYTES 0: a selection too large to keep), a later reference read of
+    row 7000 that differs from its first is an `unstable-read` finding, with both reads' digests."""
+    import xxhash
+
+    table = make_table(ddir, T.Q8_0, 160, 8000)
+    row, k = 7000, BLOCK * 34 + K
+    good = table.row(row)
+    bad = bytearray(good)
+    bad[k] ^= MASK
+    env = faulted_env(table.path, "buffered", "flip", offset=table.offset(row) + k, mask=MASK, times=2)
+    child = ("import sys; import ggaudit.rows.first as first; first.KEPT_BYTES = 0; from ggaudit.cli import main; "
+             "sys.argv = ['ggaudit'] + sys.argv[1:]; main()")
+    done = run_python(["-c", child, "rows", table.path, "--json", "--ids", f"{row - 1}-{row + 1}",
+                       "--modes", "buffered,mmap,direct"], env)
+    report = json.loads(done.stdout)["models"][0]
+    assert (done.code, report["ok"], report["delivered"], report["mismatch_count"]) == (1, False, False, 0)
+    assert (report["unstable_count"], report["unstable"]) == (1, [
+        {"row": row, "rows": 1, "first": f"{xxhash.xxh3_64_intdigest(bytes(bad)):016x}",
+         "later": f"{xxhash.xxh3_64_intdigest(good):016x}"}])
+    text = run_python(["-c", child, "rows", table.path, "--ids", f"{row - 1}-{row + 1}"], env).stdout
+    assert f"unstable read: buffered (reference) file {table.path}, offset {table.offset(row)}" in text
+    assert text.splitlines()[-1].startswith("result: 0 mismatches (none), 0 short reads, 1 unstable read;")
 
 
 @needs_linux

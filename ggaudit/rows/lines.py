@@ -11,11 +11,12 @@ from ..text import escape, escape_path
 
 if TYPE_CHECKING:
     from .classify import RowMismatch
+    from .first import Unstable
     from .published import Proof
     from .report import Exercised, ReadFailure, RowsReport, ShortRead
 
-__all__ = ["ENGINE_DOCS", "describe_read_failure", "describe_row_mismatch", "describe_short_read", "exercised_text",
-           "finite_text", "nonfinite_text", "published_text"]
+__all__ = ["ENGINE_DOCS", "describe_read_failure", "describe_row_mismatch", "describe_short_read", "describe_unstable",
+           "exercised_text", "finite_text", "nonfinite_text", "published_text"]
 
 #: Where the reader interface and the factories that run an engine's own reader, cache and pool are documented.
 ENGINE_DOCS = "docs/rows.md#for-engine-developers"
@@ -76,6 +77,14 @@ def describe_read_failure(f: ReadFailure) -> str:
     why = f.error or "no errno"
     return (f"read error: {f.mode} ({f.stage}) file {escape_path(f.file)}, offset {f.offset} (0x{f.offset:x}), "
             f"{plural(f.length, 'byte')}: {why}; that read's rows were not compared, the other reads went on")
+
+
+def describe_unstable(u: Unstable, file: str, offset: int) -> str:
+    rows, same = (f"row {u.row}", "row") if u.rows == 1 else (f"rows {u.row}-{u.row + u.rows - 1}", "rows")
+    return (f"unstable read: buffered (reference) file {escape_path(file)}, offset {offset} (0x{offset:x}), {rows}: "
+            f"a reference read delivered other bytes than the first read of the same {same} "
+            f"(xxh3-64 {u.first:016x}, then {u.later:016x}): buffered reads of this file are not stable, and "
+            "which read was right is not known (the first's bytes were not kept)")
 
 
 def finite_text(r: RowsReport) -> str:

@@ -37,6 +37,7 @@ from .gather import BufferPool, CacheLedger, Chunk, Gatherer, Held, RowCache, Sa
 from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
 from .findings import Findings
+from .first import FirstReads
 from .options import ReaderFactory, ReadPathProgress, RowsOptions, default_cache
 from .report import (CACHE_STAGES, CaptureResult, Exercised, Geometry, PathStats, ReadFailure, RowsReport,
                      ShortRead, geometry_of, rows_geometry, table_geometry)
@@ -144,9 +145,14 @@ class _Replay:
     compared: Counter[str] = field(default_factory=Counter)
     #: Rows whose reference read failed: not compared, and not tested for NaN (their bytes are unknown).
     unreadable: set[int] = field(default_factory=set)
+    #: Each selected row's first reference read, which every path is compared with (ggaudit.rows.first).
+    first: FirstReads = field(default_factory=lambda: FirstReads(None))
 
     def _reference(self, rows: Sequence[int]) -> dict[int, bytes]:
-        return _reference_rows(self.reference, self.table, rows, self._reference_failed)
+        """The reference bytes of *rows*: each row's first reference read (read now for those not kept)."""
+        listed = list(rows)
+        read = _reference_rows(self.reference, self.table, self.first.wanted(listed), self._reference_failed)
+        return self.first.of(listed, self.first.taken(read))
 
     def _reference_failed(self, err: FailedRead, rows: list[int]) -> None:
         self.findings.failed("reference", [err])
@@ -324,6 +330,7 @@ class _Replay:
         actual, expected = chunk.actual, chunk.expected
         if actual is None or expected is None:
             return
+        self.first.chunk(chunk.first, chunk.n_rows, expected)
         rb = self.table.row_bytes
         a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
         e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
@@ -443,7 +450,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     warnings: list[str] = []
     factory = opts.reader_factory or open_reader
     with BufferedReader(t.path) as reference:
-        replay = _Replay(table, reference, findings, opts)
+        replay = _Replay(table, reference, findings, opts, first=FirstReads(selection.rows))
         for mode in modes:
             if findings.stop:
                 break
@@ -452,7 +459,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
             prove_rows, table, known, modes=(*replay.ran, "buffered"), open_path=factory, progress=opts.progress))
         decided = settled_rows.decided
         capture_result = None if capture is None or findings.stop else \
-            compare_capture(capture, table, reference, findings, decided)
+            compare_capture(capture, table, reference, findings, {**replay.first.kept, **decided})
         _every_path_failed(replay, findings)
         # Bytes delivered faithfully can still be NaN: the file's own values of the rows selected.
         nonfinite = NonFiniteRows(0, None) if findings.stop else nonfinite_rows(
@@ -474,6 +481,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       published=settled_rows.proof,
                       uncompared=tuple(m for m in dict.fromkeys(s.mode for s in replay.stats)
                                        if not replay.compared[m]),
+                      unstable=tuple(replay.first.unstable), unstable_count=replay.first.unstable_count,
                       exercised=_exercised(replay))
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("

@@ -17,7 +17,9 @@ from ..diagnostic import Diagnostic
 from ..lines import is_elements
 from .classify import KINDS, UNCLASSIFIED, RowMismatch
 from .finite import NonFiniteValue
-from .lines import describe_read_failure, describe_row_mismatch, describe_short_read, exercised_text, nonfinite_text
+from .lines import (describe_read_failure, describe_row_mismatch, describe_short_read, describe_unstable,
+                    exercised_text, nonfinite_text)
+from .first import Unstable
 from .published import Proof
 from .readers import PAGE, SECTOR, WINDOW_64K, FailedRead
 from .select import RowChoice, crossing_mask, crossing_rows_of
@@ -156,7 +158,7 @@ class Exercised:
 SCHEMA = "ggaudit/rows-report/1"
 #: Every kind of diagnostic a rows report yields (ggaudit.kinds ids).
 DIAGNOSTIC_KINDS = (*(f"rows/{k}" for k in (*KINDS, UNCLASSIFIED)), "rows/incomplete-read", "rows/read-error",
-                    "rows/nonfinite")
+                    "rows/unstable-read", "rows/nonfinite")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +204,10 @@ class RowsReport:
     published: Proof | None = None
     #: Read paths that ran and compared no row: every read of theirs failed (their read errors say why).
     uncompared: tuple[str, ...] = ()
+    #: Reference reads that delivered other bytes than the first read of the same rows (kept up to 1000;
+    #: unstable_count counts every one): buffered reads of the file are not stable.
+    unstable: tuple[Unstable, ...] = ()
+    unstable_count: int = 0
 
     @property
     def compared(self) -> tuple[str, ...]:
@@ -235,8 +241,9 @@ class RowsReport:
 
     @property
     def delivered(self) -> bool:
-        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read, no failed read."""
-        return not self.mismatch_count and not self.short_read_count and not self.read_error_count
+        """Every read path (and the capture) gave the file's bytes: no mismatch, no short read, no failed read,
+        no reference read that gave other bytes the second time."""
+        return not (self.mismatch_count or self.short_read_count or self.read_error_count or self.unstable_count)
 
     @property
     def ok(self) -> bool:
@@ -257,6 +264,11 @@ class RowsReport:
         for f in self.read_errors:
             yield Diagnostic(kind="rows/read-error", message=describe_read_failure(f), file=f.file, offset=f.offset,
                              length=f.length, extras={"tensor": self.tensor, **f.to_json()})
+        for u in self.unstable:
+            at = self.table_offset + u.row * self.row_bytes
+            yield Diagnostic(kind="rows/unstable-read", message=describe_unstable(u, self.file, at), file=self.file,
+                             offset=at, length=u.rows * self.row_bytes, tensor=self.tensor, row=u.row,
+                             extras={"tensor": self.tensor, **u.to_json()})
         if self.nonfinite_rows:
             yield self._nonfinite_diagnostic()
 
@@ -292,7 +304,8 @@ class RowsReport:
             "read_error_count": self.read_error_count, "read_errors": [f.to_json() for f in self.read_errors],
             "exercised": None if self.exercised is None else self.exercised.to_json(),
             "published": None if self.published is None else self.published.to_json(),
-            "uncompared": list(self.uncompared)}
+            "uncompared": list(self.uncompared), "unstable_count": self.unstable_count,
+            "unstable": [u.to_json() for u in self.unstable]}
 
 
 def geometry_of(offsets: Sequence[int] | np.ndarray, length: int) -> Geometry:

@@ -329,6 +329,8 @@ def rows_lines(report: RowsReport) -> list[str]:
         lines.append(f"... {plural(r.short_read_count - len(r.short_reads), 'more short read')} not shown")
     if r.read_error_count > len(r.read_errors):
         lines.append(f"... {plural(r.read_error_count - len(r.read_errors), 'more read error')} not shown")
+    if r.unstable_count > len(r.unstable):
+        lines.append(f"... {plural(r.unstable_count - len(r.unstable), 'more unstable read')} not shown")
     lines.append(_rows_result(r))
     return lines
 
@@ -343,6 +345,7 @@ def _rows_result(r: RowsReport) -> str:
     else:
         kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
         failed = f", {plural(r.read_error_count, 'failed read')}" if r.read_error_count else ""
+        failed += f", {plural(r.unstable_count, 'unstable read')}" if r.unstable_count else ""
         verdict = (f"{plural(r.mismatch_count, 'mismatch', 'mismatches')} ({kinds}), "
                    f"{plural(r.short_read_count, 'short read')}{failed}; mismatched rows crossing: "
                    f"{_geometry(r.mismatch_geometry)}")

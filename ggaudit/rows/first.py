@@ -1,0 +1,96 @@
+"""One reference read per row for every read path: each row's first reference read, kept for the paths after
+the first to be compared with.
+
+Reading the reference again for each path would let a buffered stack that is wrong twice (the reference
+read and the buffered path's own read agreeing, then right for the later paths' reference reads) pass for
+clean: every path would match the reference it was compared with. So the first read's bytes are kept while
+they fit in :data:`KEPT_BYTES`; past that, only their xxh3-64 is kept and a later read that differs is said
+(:class:`Unstable`), never passed over. The digests are one uint64 per selected row, as the selection is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from ..arrays import distinct
+
+__all__ = ["KEPT_BYTES", "FirstReads", "Unstable"]
+
+#: Bytes of first reference reads kept whole (every path compared with them); past this, digests only.
+KEPT_BYTES = 64 << 20
+#: Reads found unstable kept in full; beyond this they are only counted.
+MAX_KEPT = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unstable:
+    """A reference read of *rows* rows from *row* (one, or a sweep's chunk) whose first read is not kept
+    delivered other bytes than that first read: their xxh3-64s."""
+
+    row: int
+    rows: int = 1
+    first: int
+    later: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.row, "rows": self.rows, "first": f"{self.first:016x}", "later": f"{self.later:016x}"}
+
+
+class FirstReads:
+    """The first reference read of each row of *rows* (a selection's IDs; None: a sweep, which keeps none)."""
+
+    def __init__(self, rows: np.ndarray | None, kept_bytes: int | None = None) -> None:
+        self.order = distinct(rows) if rows is not None else np.zeros(0, np.int64)
+        self.digests = np.zeros(self.order.size, np.uint64)
+        self.seen = np.zeros(self.order.size, bool)
+        self.kept: dict[int, bytes] = {}
+        self.room = KEPT_BYTES if kept_bytes is None else kept_bytes
+        self.unstable: list[Unstable] = []   # the first MAX_KEPT; unstable_count counts every one
+        self.unstable_count = 0
+        self._said_of: set[tuple[int, int]] = set()
+        self.chunks: dict[tuple[int, int], int] = {}     # a sweep's reference chunks' digests: (first row, rows)
+
+    def wanted(self, rows: list[int]) -> list[int]:
+        """The rows of *rows* whose reference must still be read (those with no first read kept)."""
+        return [r for r in rows if r not in self.kept]
+
+    def taken(self, read: dict[int, bytes]) -> dict[int, bytes]:
+        """*read* (a reference read of some rows) recorded; the bytes to compare each row with: its first
+        read's where kept, else *read*'s (a differing one noted in :attr:`unstable`)."""
+        for row, data in read.items():
+            i = int(np.searchsorted(self.order, row))
+            if i >= self.order.size or self.order[i] != row:
+                continue                    # not a selected row (a prefetched neighbour): nothing to keep
+            digest = xxhash.xxh3_64_intdigest(data)
+            if not self.seen[i]:
+                self.seen[i], self.digests[i] = True, digest
+                if len(data) <= self.room:
+                    self.kept[row] = data
+                    self.room -= len(data)
+            elif int(self.digests[i]) != digest:
+                self._said(Unstable(row=row, first=int(self.digests[i]), later=digest))
+        return read
+
+    def chunk(self, first_row: int, rows: int, data: bytes) -> None:
+        """A sweep's reference chunk of *rows* rows from *first_row*: its digest kept, a later one compared."""
+        digest = xxhash.xxh3_64_intdigest(data)
+        known = self.chunks.setdefault((first_row, rows), digest)
+        if known != digest:
+            self._said(Unstable(row=first_row, rows=rows, first=known, later=digest))
+
+    def _said(self, found: Unstable) -> None:
+        """Once per row (or chunk): every later read of it differs from the first alike."""
+        if (found.row, found.rows) in self._said_of:
+            return
+        self._said_of.add((found.row, found.rows))
+        self.unstable_count += 1
+        if len(self.unstable) < MAX_KEPT:
+            self.unstable.append(found)
+
+    def of(self, rows: list[int], read: dict[int, bytes]) -> dict[int, bytes]:
+        """The bytes to compare *rows* with: the kept first reads, and *read* (just read) for the others."""
+        return {r: self.kept[r] if r in self.kept else read[r] for r in rows if r in self.kept or r in read}
