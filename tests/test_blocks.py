@@ -29,6 +29,7 @@ from ggaudit.format.blocks import (ENCODING_MAX, FLT_MAX, LAYOUTS, ROUNDING_MARG
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.scan.kernel import OVERFLOW_KEY
 from ggaudit.scan.run import deep_supported, scan
+from ggaudit.scan.workers import reader_pool
 
 from support import run_cli
 from scan_support import FLOAT_TYPES, INTEGER_TYPES, NONFINITE_BITS, QUANT_TYPES, finite_tensor, poke
@@ -396,17 +397,23 @@ def _q8_blocks(ggml_type: T, n: int, huge_at: int) -> np.ndarray:
     return blocks
 
 
-@pytest.mark.parametrize("ggml_type", [T.Q8_K, T.Q8_1], ids=lambda t: t.name)
-def test_scan_cli_finds_a_finite_f32_scale_that_decodes_to_inf(tmp_path: Path, ggml_type: T) -> None:
-    # The issue's block: f32 d = 3e38, qs = 127 decodes to 3.81e40, +Inf in float32, in ggml.
+def _overflowing_model(path: str, ggml_type: T) -> int:
+    """The issue's block: f32 d = 3e38, qs = 127 decodes to 3.81e40, +Inf in float32, in ggml; written at row 2,
+    block 1 of a 4-row table at ``path``; returns its offset."""
     lay = layout_of(ggml_type)
     per_row = 2
-    path = str(tmp_path / "m.gguf")
     blocks = _q8_blocks(ggml_type, 4 * per_row, huge_at=2 * per_row + 1)     # row 2, block 1
     offset = write_gguf(path, [TensorSpec("blk.0.ffn_down.weight", ggml_type, (per_row * lay.block_size, 4),
                                           blocks.tobytes())])["blk.0.ffn_down.weight"]
     assert np.isposinf(_ggml_decode(blocks[5:6], ggml_type)).all()
-    at = offset + 5 * lay.block_bytes
+    return offset + 5 * lay.block_bytes
+
+
+@pytest.mark.parametrize("ggml_type", [T.Q8_K, T.Q8_1], ids=lambda t: t.name)
+def test_scan_cli_finds_a_finite_f32_scale_that_decodes_to_inf(tmp_path: Path, ggml_type: T) -> None:
+    lay = layout_of(ggml_type)
+    path = str(tmp_path / "m.gguf")
+    at = _overflowing_model(path, ggml_type)
     expected = {"kind": "+inf", "row": 2, "column": lay.block_size, "block": 1, "field": "d", "offset": at,
                 "bits": "0x7f61b1e6", "width": lay.block_size, "size": 4, "value": float(np.float32(3e38)),
                 "cause": "overflow", "expert": None}
@@ -421,8 +428,17 @@ def test_scan_cli_finds_a_finite_f32_scale_that_decodes_to_inf(tmp_path: Path, g
     assert line.endswith(f" offset {at}, length 4: tensor blk.0.ffn_down.weight, row 2, block 1, columns "
                          f"{lay.block_size}..{2 * lay.block_size - 1}, field d: expected finite, got 0x7f61b1e6 "
                          "(3e+38), a finite scale that overflows to +inf when decoded")
-    (workers,) = scan(path, workers=1).tensors
-    assert [(x.row, x.block, x.offset, x.kind, x.cause) for x in workers.findings] == [(2, 1, at, "+inf", "overflow")]
+
+
+def test_reader_processes_find_each_types_finite_scale_that_decodes_to_inf(tmp_path: Path) -> None:
+    # One pool of reader processes for both types: starting one costs 3.5 s under Wine.
+    with reader_pool():
+        for ggml_type in (T.Q8_K, T.Q8_1):
+            path = str(tmp_path / f"{ggml_type.name}.gguf")
+            at = _overflowing_model(path, ggml_type)
+            (workers,) = scan(path, workers=1).tensors
+            assert [(x.row, x.block, x.offset, x.kind, x.cause) for x in workers.findings] == \
+                [(2, 1, at, "+inf", "overflow")], ggml_type.name
 
 
 def test_rows_finiteness_finds_an_embedding_row_whose_scale_overflows(tmp_path: Path) -> None:

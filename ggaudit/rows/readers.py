@@ -35,6 +35,8 @@ POISON = 0xA5
 PAGE = 4096
 SECTOR = 512
 WINDOW_64K = 65536
+#: Whether a file can be truncated while mapped (everywhere but Windows, which refuses it).
+MAPPED_FILES_CAN_SHRINK = sys.platform != "win32"
 #: Used when the kernel cannot tell us the direct-I/O alignment: safe on every device we know of.
 FALLBACK_DIO_ALIGN = 4096
 
@@ -367,9 +369,9 @@ class MmapReader(Reader):
                 raise self._cut_short(offset + max(got, 0), n - max(got, 0), ctypes.get_errno())
             return n
         # Without it, touching a page past the end of a file that shrank raises SIGBUS, which kills the
-        # process: check the size first (this leaves a race with a truncate during the copy).
-        now = os.fstat(self.fd).st_size
-        if offset + n > now:
+        # process: check the size first (this leaves a race with a truncate during the copy). Windows refuses to
+        # shrink a mapped file (ERROR_USER_MAPPED_FILE), so there the check, a stat per read, is not made.
+        if MAPPED_FILES_CAN_SHRINK and offset + n > os.fstat(self.fd).st_size:
             raise self._cut_short(offset, n, 0)
         view[:n] = self._bytes[offset:offset + n]  # type: ignore[index]
         return n
