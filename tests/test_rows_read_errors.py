@@ -97,6 +97,20 @@ def test_eio_on_the_page_cache_paths_is_a_read_error_per_path_and_the_other_rows
 
 
 @needs_linux
+def test_the_buffered_path_failing_on_a_row_leaves_mmap_and_direct_compared(table: Table) -> None:
+    """Every buffered read of row 7000 fails (EIO), the reference read's too: the row's reference bytes come
+    through a mapping instead, so mmap and direct are compared (exit 1, a finding), not "nothing checked"."""
+    row, rb = table.offset(FAULTED), table.tensor.row_bytes
+    env = faulted_env(table.path, "buffered", "eio", offset=row)
+    [(code, out, err)] = _commands(env, _rows(table.path, "buffered,mmap,direct", ids=str(FAULTED)))
+    report = _report(out)
+    assert (code, report["mismatch_count"]) == (1, 0), err
+    assert _failures(report)[:2] == [_failure("buffered", "reference", row, rb, errno.EIO),
+                                     _failure("buffered", "gather", row, rb, errno.EIO)]
+    assert picked(report, "compared", "uncompared", "ok") == (["mmap", "direct"], ["buffered"], False)
+
+
+@needs_linux
 def test_eagain_on_the_direct_path_is_its_read_error_and_the_text_says_so(table: Table) -> None:
     row, rb = table.offset(FAULTED), table.tensor.row_bytes
     with open_reader(table.path, "direct") as reader:

@@ -147,16 +147,46 @@ class _Replay:
     unreadable: set[int] = field(default_factory=set)
     #: Each selected row's first reference read, which every path is compared with (ggaudit.rows.first).
     first: FirstReads = field(default_factory=lambda: FirstReads(None))
+    #: The mapping reference reads fall back to where a buffered read fails (opened when first needed).
+    mapped: Reader | None = None
 
     def _reference(self, rows: Sequence[int]) -> dict[int, bytes]:
-        """The reference bytes of *rows*: each row's first reference read (read now for those not kept)."""
-        listed = list(rows)
-        read = _reference_rows(self.reference, self.table, self.first.wanted(listed), self._reference_failed)
+        """The reference bytes of *rows*: each row's first reference read (read now for those not kept). Rows
+        whose buffered read fails are read through a mapping instead (the page cache's other way in), so a
+        buffered path failing does not leave the other paths with nothing to be compared with."""
+        listed, lost = list(rows), list[int]()
+        read = _reference_rows(self.reference, self.table, self.first.wanted(listed),
+                               functools.partial(self._reference_failed, lost=lost))
+        read.update(self._mapped_rows(lost))
         return self.first.of(listed, self.first.taken(read))
 
-    def _reference_failed(self, err: FailedRead, rows: list[int]) -> None:
+    def _reference_failed(self, err: FailedRead, rows: list[int], lost: list[int]) -> None:
         self.findings.failed("reference", [err])
-        self.unreadable.update(rows)
+        lost.extend(rows)
+
+    def _mapped_rows(self, rows: list[int]) -> dict[int, bytes]:
+        """*rows* read through a read-only mapping; those it cannot read either are unreadable (the buffered
+        reference read's failure is the finding: the mapping's own is not said again)."""
+        got: dict[int, bytes] = {}
+        rb = self.table.row_bytes
+        for row in rows:
+            try:
+                if self.mapped is None:
+                    self.mapped = open_reader(self.table.path, "mmap")
+                buf = bytearray(rb)
+                with memoryview(buf) as view:
+                    if self.mapped.read_into(view, self.table.row_offset(row)) == rb:
+                        got[row] = bytes(buf)
+            except ReadError:
+                pass
+            if row not in got:
+                self.unreadable.add(row)
+        return got
+
+    def close(self) -> None:
+        if self.mapped is not None:
+            self.mapped.close()
+            self.mapped = None
 
     def _failed_reads(self, gatherer: Gatherer, stage: str) -> None:
         self.findings.failed(stage, gatherer.failures)
@@ -451,10 +481,13 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     factory = opts.reader_factory or open_reader
     with BufferedReader(t.path) as reference:
         replay = _Replay(table, reference, findings, opts, first=FirstReads(selection.rows))
-        for mode in modes:
-            if findings.stop:
-                break
-            _run_mode(replay, factory, mode, selection, warnings)
+        try:
+            for mode in modes:
+                if findings.stop:
+                    break
+                _run_mode(replay, factory, mode, selection, warnings)
+        finally:
+            replay.close()
         settled_rows = _settle(replay, digest, None if known is None else functools.partial(
             prove_rows, table, known, modes=(*replay.ran, "buffered"), open_path=factory, progress=opts.progress))
         decided = settled_rows.decided
