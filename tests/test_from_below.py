@@ -309,6 +309,20 @@ def test_check_direct_refused_at_every_read_is_skipped_with_a_warning_and_the_pa
     assert_direct_skipped(done, model, "direct reads fail with EINVAL even when aligned")
 
 
+@needs_linux
+def test_check_a_read_cut_short_below_is_not_called_a_changed_file(tmp_path: Path) -> None:
+    """Every buffered read reaching offset 40000 returns only the bytes before it (the layer's `short`) while
+    the file keeps its size: the one line says the read stopped short below ggaudit, not that it changed."""
+    model = tmp_path / "model.gguf"
+    shutil.copyfile(FIXTURE, model)
+    size = model.stat().st_size
+    done = run_ggaudit(["check", str(model), "--modes", "buffered"], faulted_env(model, "buffered", "short",
+                                                                                 offset=40000))
+    assert (done.code, done.stdout) == (2, "")
+    assert done.stderr == (f"ggaudit: error: {model}: offset 40000: buffered read returned no bytes before the end "
+                           f"of the file (it is still {size} bytes): the read stopped short below ggaudit\n")
+
+
 @pytest.fixture
 def tmpfs_model() -> Any:
     """The model on a tmpfs (/dev/shm), in a folder of its own removed afterwards; skipped where the tmpfs

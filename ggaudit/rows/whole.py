@@ -7,6 +7,7 @@ digest decides which path delivered a row's right bytes."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from .. import io
 from ..errors import ReadError
-from .readers import POISON, Buffer, Reader, align_up
+from .readers import POISON, Buffer, FailedRead, Reader, align_up
 
 __all__ = ["CHUNK_BYTES", "DIRECT_CHUNK_BYTES", "PassStats", "PassStopped", "ReaderChunks", "read_pass"]
 
@@ -74,8 +75,7 @@ class ReaderChunks:
         while done < want:
             got = self.reader.read_into(view[done:], self.pos + done)
             if got <= 0:
-                raise ReadError(self.reader.path, f"{self.reader.mode} read: file ended early (it is {self.size} "
-                                                  f"bytes; changed while reading?)", offset=self.pos + done)
+                raise self._ended(self.pos + done)
             done += got
             if done < want:
                 self.short_reads += 1
@@ -88,6 +88,21 @@ class ReaderChunks:
         offset = self.pos
         self.pos += want
         return offset, want
+
+    def _ended(self, offset: int) -> ReadError:
+        """A read that returned nothing before the end: the file changed, or (its size the same) the read path
+        stopped short below ggaudit."""
+        try:
+            now = os.stat(self.reader.path).st_size
+        except OSError:
+            now = None
+        if now == self.size:
+            return FailedRead(self.reader.path, f"{self.reader.mode} read returned no bytes before the end of the "
+                                                f"file (it is still {self.size} bytes): the read stopped short below "
+                                                "ggaudit", offset=offset, mode=self.reader.mode,
+                              length=self.size - offset)
+        return ReadError(self.reader.path, f"{self.reader.mode} read: file ended early (it is {self.size} bytes; "
+                                           "changed while reading?)", offset=offset)
 
     @staticmethod
     def _poison(buf: memoryview, n: int) -> None:
