@@ -60,19 +60,23 @@ class FirstReads:
 
     def taken(self, read: dict[int, bytes]) -> dict[int, bytes]:
         """*read* (a reference read of some rows) recorded; the bytes to compare each row with: its first
-        read's where kept, else *read*'s (a differing one noted in :attr:`unstable`)."""
-        for row, data in read.items():
-            i = int(np.searchsorted(self.order, row))
-            if i >= self.order.size or self.order[i] != row:
-                continue                    # not a selected row (a prefetched neighbour): nothing to keep
-            digest = xxhash.xxh3_64_intdigest(data)
-            if not self.seen[i]:
-                self.seen[i], self.digests[i] = True, digest
-                if len(data) <= self.room:
-                    self.kept[row] = data
-                    self.room -= len(data)
-            elif int(self.digests[i]) != digest:
-                self._said(Unstable(row=row, first=int(self.digests[i]), later=digest))
+        read's where kept, else *read*'s (a differing one noted in :attr:`unstable`). A batch at a time: the
+        lookups and comparisons are numpy's, only a row's first read and a differing one are Python's."""
+        if not read or not self.order.size:
+            return read
+        rows = np.fromiter(read, np.int64, len(read))
+        data = list(read.values())
+        digests = np.fromiter((xxhash.xxh3_64_intdigest(d) for d in data), np.uint64, len(data))
+        pos = np.minimum(np.searchsorted(self.order, rows), self.order.size - 1)
+        selected = self.order[pos] == rows          # a prefetched neighbour is not a selected row: nothing kept
+        seen = selected & self.seen[pos]
+        for i in np.flatnonzero(seen & (self.digests[pos] != digests)).tolist():
+            self._said(Unstable(row=int(rows[i]), first=int(self.digests[pos[i]]), later=int(digests[i])))
+        for i in np.flatnonzero(selected & ~seen).tolist():
+            self.seen[pos[i]], self.digests[pos[i]] = True, digests[i]
+            if len(data[i]) <= self.room:
+                self.kept[int(rows[i])] = data[i]
+                self.room -= len(data[i])
         return read
 
     def chunk(self, first_row: int, rows: int, data: bytes) -> None:
