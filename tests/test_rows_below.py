@@ -112,6 +112,28 @@ def test_a_buffered_stack_wrong_twice_is_found_and_not_passed_for_clean(ddir: Pa
 
 
 @needs_linux
+def test_a_sweep_whose_reference_chunk_differs_from_the_first_paths_is_not_clean(ddir: Path) -> None:
+    """`--all`: the buffered sweep's read of the chunk holding row 7000 and its reference read are both flipped
+    and agree; mmap's and direct's reference reads are right. A sweep keeps no bytes, but each chunk's
+    reference digest: the later ones differ from the first, an `unstable-read` of the chunk's rows."""
+    import xxhash
+
+    table = make_table(ddir, T.Q8_0, 160, 8000)
+    row, k = 7000, BLOCK * 34 + K
+    env = faulted_env(table.path, "buffered", "flip", offset=table.offset(row) + k, mask=MASK, times=2)
+    code, report = rows(table.path, env, "--all", "--modes", "buffered,mmap,direct")
+    assert (code, report["ok"], report["mismatch_count"], report["unstable_count"]) == (1, False, 0, 1)
+    [u] = report["unstable"]
+    assert u["row"] <= row < u["row"] + u["rows"]
+    rb = table.tensor.row_bytes
+    good = table.data[u["row"] * rb:(u["row"] + u["rows"]) * rb]
+    bad = bytearray(good)
+    bad[(row - u["row"]) * rb + k] ^= MASK
+    assert (u["first"], u["later"]) == (f"{xxhash.xxh3_64_intdigest(bytes(bad)):016x}",
+                                        f"{xxhash.xxh3_64_intdigest(good):016x}")
+
+
+@needs_linux
 def test_past_the_bytes_kept_a_reference_read_that_differs_from_the_first_is_said(ddir: Path) -> None:
     """With no first reads kept whole (KEPT_BYTES 0: a selection too large to keep), a later reference read of
     row 7000 that differs from its first is an `unstable-read` finding, with both reads' digests."""

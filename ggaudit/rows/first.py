@@ -79,9 +79,9 @@ class FirstReads:
                 self.room -= len(data[i])
         return read
 
-    def chunk(self, first_row: int, rows: int, data: bytes) -> None:
-        """A sweep's reference chunk of *rows* rows from *first_row*: its digest kept, a later one compared."""
-        digest = xxhash.xxh3_64_intdigest(data)
+    def chunk(self, first_row: int, rows: int, digest: int) -> None:
+        """A sweep's reference chunk of *rows* rows from *first_row* (its xxh3-64): the first path's kept, a
+        later path's compared (a sweep keeps no bytes: a chunk read alike by both sides is not copied)."""
         known = self.chunks.setdefault((first_row, rows), digest)
         if known != digest:
             self._said(Unstable(row=first_row, rows=rows, first=known, later=digest))

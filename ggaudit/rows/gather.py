@@ -13,6 +13,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
 
+import xxhash
+
 from .readers import (PAGE, POISON, Buffer, BufferedReader, FailedRead, Reader, align_down, align_up, is_short,
                       same_bytes)
 
@@ -350,6 +352,9 @@ class Chunk(NamedTuple):
     #: The read of the chunk that failed, with the stage it failed in ("sweep": the path's, "reference"): the
     #: chunk was not compared.
     failure: tuple[str, FailedRead] | None = None
+    #: The xxh3-64 of the reference read of the chunk (None: it failed): every path's sweep reads the reference
+    #: again, and a chunk whose reference differs from the first path's is said (ggaudit.rows.first).
+    ref_digest: int | None = None
 
 
 class Sweep:
@@ -408,6 +413,7 @@ class Sweep:
                 view.release()
             actual, expected = buf.view[off - start:off - start + length], ref.view[:length]
             same = same_bytes(actual, expected)
+            ref_digest = xxhash.xxh3_64_intdigest(expected)
             unlanded = still_poison(buf.view, got)
             sides: tuple[bytes | None, bytes | None] = (None, None) if same else (bytes(actual), bytes(expected))
             actual.release()
@@ -419,4 +425,4 @@ class Sweep:
             self.reads += 1
             self.bytes += got
         short = Shortfall(start, span, got) if is_short(start, span, got, self.reader.size) else None
-        return Chunk(first, count, sides[0], sides[1], unlanded, short)
+        return Chunk(first, count, sides[0], sides[1], unlanded, short, None, ref_digest)

@@ -357,10 +357,11 @@ class _Replay:
                 self.unreadable.update(range(chunk.first, chunk.first + chunk.n_rows))
             return
         self.compared[mode] += chunk.n_rows
+        if chunk.ref_digest is not None:
+            self.first.chunk(chunk.first, chunk.n_rows, chunk.ref_digest)
         actual, expected = chunk.actual, chunk.expected
         if actual is None or expected is None:
             return
-        self.first.chunk(chunk.first, chunk.n_rows, expected)
         rb = self.table.row_bytes
         a = np.frombuffer(actual, np.uint8).reshape(-1, rb)
         e = np.frombuffer(expected, np.uint8).reshape(-1, rb)
