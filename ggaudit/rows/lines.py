@@ -27,8 +27,7 @@ def published_text(proof: Proof) -> str:
     p, rows = proof.published, plural(len(proof.disputed), "disputed row")
     if proof.mode is not None:
         return f"{escape(p.what)} decides {rows}: the whole file read through {proof.mode} gives its {p.algorithm}"
-    reads = ", ".join(f"{t.mode} {'gives another' if t.digest else 'could not read it'}" for t in proof.tried)
-    return f"{escape(p.what)} decides none of {rows}: no whole-file read gives it ({reads})"
+    return f"{escape(p.what)} decides none of {rows}: no whole-file read gives it ({proof.reads_text})"
 
 
 def _yes(value: bool | None) -> str:

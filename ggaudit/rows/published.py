@@ -63,9 +63,13 @@ class Proof:
         p = self.published
         if self.mode is not None:
             return f"decided by {p.what}: the whole file read through {self.mode} gives its {p.algorithm}"
-        reads = ", ".join(f"{t.mode} {'gives another' if t.digest else 'could not read it'}" for t in self.tried)
-        return (f"{p.what} decides nothing: no whole-file read gives it ({reads}): the file on disk is not the "
-                "published one, or every path reads it wrong")
+        return (f"{p.what} decides nothing: no whole-file read gives it ({self.reads_text}): the file on disk is "
+                "not the published one, or every path reads it wrong")
+
+    @property
+    def reads_text(self) -> str:
+        """What each whole-file read tried gave, in words: ``direct gives another, buffered could not read it``."""
+        return ", ".join(f"{t.mode} {'gives another' if t.digest else 'could not read it'}" for t in self.tried)
 
     def to_json(self) -> dict[str, Any]:
         p = self.published

@@ -134,6 +134,8 @@ class _Replay:
     reference: BufferedReader
     findings: Findings
     options: RowsOptions
+    #: Each selected row's first reference read, which every path is compared with (ggaudit.rows.first).
+    first: FirstReads
     stats: list[PathStats] = field(default_factory=list)
     #: The stages each read path ran, in order (every selected row went through each).
     ran: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -145,8 +147,6 @@ class _Replay:
     compared: Counter[str] = field(default_factory=Counter)
     #: Rows whose reference read failed: not compared, and not tested for NaN (their bytes are unknown).
     unreadable: set[int] = field(default_factory=set)
-    #: Each selected row's first reference read, which every path is compared with (ggaudit.rows.first).
-    first: FirstReads = field(default_factory=lambda: FirstReads(None))
     #: The mapping reference reads fall back to where a buffered read fails (opened when first needed).
     mapped: Reader | None = None
 
@@ -481,7 +481,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     warnings: list[str] = []
     factory = opts.reader_factory or open_reader
     with BufferedReader(t.path) as reference:
-        replay = _Replay(table, reference, findings, opts, first=FirstReads(selection.rows))
+        replay = _Replay(table, reference, findings, opts, FirstReads(selection.rows))
         try:
             for mode in modes:
                 if findings.stop:
