@@ -6,7 +6,7 @@ nothing for a regular file) and ``os.pread``/``os.preadv``. Windows CPython has 
 descriptor never race on a file pointer, and ``ERROR_HANDLE_EOF`` (38) is the end of the file.
 
 Every module that reads a file opens it here (``open_readonly``) and reads it here (``pread``,
-``pread_into``, ``pread_exact``); the read paths in :mod:`ggaudit.rows.readers` that need more of the OS
+``pread_into``, ``pread_exact``); the read paths in :mod:`ggaudit.evidence.readers` that need more of the OS
 (O_DIRECT, FILE_FLAG_NO_BUFFERING, F_NOCACHE) still open their descriptors through :func:`open_fd`.
 
 :func:`read_through` reads a file once and hands each chunk to several consumers (a sha256, per-tensor

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggaudit.format.build import encode_kv, encode_tensor_info
 from ggaudit.format.layout import open_model
-from ggaudit.rows.readers import open_reader
+from ggaudit.evidence.readers import open_reader
 from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 from ggaudit.rows.table import RowTable
 from ggaudit.rows.gather import Gatherer

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.format.blocks import Encoding, layout_of
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import Tensor, open_model
-from ggaudit.rows.readers import Buffer, DirectIOUnavailable, Reader, open_reader
+from ggaudit.evidence.readers import Buffer, DirectIOUnavailable, Reader, open_reader
 
 PLE = "per_layer_token_embd.weight"
 

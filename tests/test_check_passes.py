@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from ggaudit.check.passes import beside
-from ggaudit.rows.whole import CHUNK_BYTES, PassStats, PassStopped, read_pass
+from ggaudit.evidence.whole import CHUNK_BYTES, PassStats, PassStopped, read_pass
 from ggaudit.errors import ReadError
-from ggaudit.rows.readers import open_reader
+from ggaudit.evidence.readers import open_reader
 
 
 class Offsets:

@@ -19,7 +19,7 @@ from ggaudit.format.layout import open_model
 from ggaudit.check.report import DIAGNOSTIC_KINDS as CHECK_KINDS
 from ggaudit.kinds import KINDS, SEVERITIES
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from ggaudit.rows.report import DIAGNOSTIC_KINDS as ROWS_KINDS
 from ggaudit.scan.report import DIAGNOSTIC_KINDS as SCAN_KINDS
 from ggaudit.verify.diff import DIAGNOSTIC_KINDS as DIFF_KINDS

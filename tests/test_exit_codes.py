@@ -29,7 +29,7 @@ from ggaudit.format.layout import open_gguf, open_model
 from ggaudit.stores.sums import read_sums
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.verify.manifests.tensor import build_tensor_manifest
-from ggaudit.rows.readers import open_reader
+from ggaudit.evidence.readers import open_reader
 from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 from ggaudit.verify.walk.sums import verify_sums
 from ggaudit.verify.walk.tensors import verify_tensor_manifest

@@ -329,7 +329,7 @@ def test_check_on_the_cluster_a_file_no_path_could_read_is_that_target_s_error(
     from ggaudit.check import run as check_run
     from ggaudit.errors import NothingChecked
     from ggaudit.fleet import check_on
-    from ggaudit.rows.readers import DirectIOUnavailable
+    from ggaudit.evidence.readers import DirectIOUnavailable
 
     real = check_run.open_reader
 

@@ -26,17 +26,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_version", "errors", "text", "untrusted", "io", "arrays", "kinds", "diagnostic", "batch", "_callable"),
     ("format", "lines"),                    # what a GGUF is; the words every report's findings are told in
     ("stores",),                            # names to files and the expectations a store keeps
+    ("evidence",),                          # the read paths, and which bytes are right: under rows and check
     ("scan", "verify", "rows", "check"),    # the jobs
     ("ggaudit", "fleet"),                   # the front doors: the library's, and the jobs on Dask
     ("cli", "__main__"),                    # the command line
 )
 #: What a job may use of another job (the jobs are otherwise independent): the rows' finiteness verdict runs
-#: scan's kernel over the delivered rows, and `rows --manifest` reads verify's tensor manifest; check reads
-#: through the rows' read paths, feeds scan's consumers and verify's per-tensor digests, and compares them with
-#: verify's compare.
+#: scan's kernel over the delivered rows, and `rows --manifest` reads verify's tensor manifest; check feeds
+#: scan's consumers and verify's per-tensor digests, and compares them with verify's compare. Both read and
+#: decide through the evidence layer below them, and neither imports the other.
 JOB_USES: dict[str, frozenset[str]] = {"rows": frozenset({"scan", "verify"}),
-                                       "check": frozenset({"scan", "verify", "rows"})}
-JOBS = LAYERS[3]
+                                       "check": frozenset({"scan", "verify"})}
+JOBS = LAYERS[4]
 
 
 def _module_name(path: Path) -> str:

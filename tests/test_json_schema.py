@@ -292,7 +292,7 @@ def test_the_schema_is_draft_2020_12_and_ships_with_the_package() -> None:
 
 def test_rows_that_compared_nothing_is_a_failed_target(monkeypatch: pytest.MonkeyPatch) -> None:
     from ggaudit.rows import replay
-    from ggaudit.rows.readers import DirectIOUnavailable
+    from ggaudit.evidence.readers import DirectIOUnavailable
 
     def no_direct(path: str, mode: str) -> Any:
         raise DirectIOUnavailable(path, "no direct I/O here")

@@ -255,7 +255,7 @@ def test_rows_through_the_library_that_compared_nothing_raises(monkeypatch: pyte
     """Every read path skipped: check_rows returned a report with ok=True (only the command line refused
     it), so an engine's test calling the library saw a clean result."""
     from ggaudit.rows import replay
-    from ggaudit.rows.readers import DirectIOUnavailable
+    from ggaudit.evidence.readers import DirectIOUnavailable
 
     def no_direct(path: str, mode: str) -> Any:
         raise DirectIOUnavailable(path, "no direct I/O here")

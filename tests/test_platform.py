@@ -22,7 +22,7 @@ from ggaudit.cli import main
 from ggaudit.errors import ReadError
 from ggaudit.stores.hf_cache import default_hf_cache
 from ggaudit.stores.ollama import default_ollama_store
-from ggaudit.rows.readers import MmapReader
+from ggaudit.evidence.readers import MmapReader
 from ggaudit.text import escape_path
 import contextlib
 
@@ -194,7 +194,7 @@ class _RecordingKernel32:
 
 @windows
 def test_rows_direct_reads_go_through_no_buffering(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ggaudit.rows.readers import FILE_FLAG_NO_BUFFERING
+    from ggaudit.evidence.readers import FILE_FLAG_NO_BUFFERING
     recording = _RecordingKernel32(io.kernel32())
     monkeypatch.setattr(io, "kernel32", lambda: recording)
     path = str(FIXTURES / "ple_iq4_nl.gguf")

@@ -14,10 +14,10 @@ import pytest
 
 from fake_kernel32 import FILE_FLAG_NO_BUFFERING, FakeKernel32
 from platforms import mapped_files_can_shrink, needs_fifo, needs_linux
-from ggaudit.rows import readers
+from ggaudit.evidence import readers
 from ggaudit.errors import ReadError
 from ggaudit.rows import MODES
-from ggaudit.rows.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable,
+from ggaudit.evidence.readers import (POISON, Alignment, Buffer, BufferedReader, DirectIOUnavailable,
                                   LinuxDirectReader, MacNoCacheReader, MmapReader, WindowsDirectReader,
                                   dio_alignment, is_short, map_view, open_reader, same_bytes)
 
@@ -189,7 +189,7 @@ def test_mmap_reader_of_an_empty_file(ddir: Path) -> None:
 
 _TRUNCATE_WHILE_READING = """
 import os, sys, threading, time
-from ggaudit.rows.readers import MmapReader
+from ggaudit.evidence.readers import MmapReader
 from ggaudit.errors import ReadError
 path = sys.argv[1]
 r = MmapReader(path)

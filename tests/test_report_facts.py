@@ -22,7 +22,7 @@ from ggaudit.format.blocks import FP8_E4M3_ELEMENTS
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.lines import format_value
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import PAGE, SECTOR
+from ggaudit.evidence.readers import PAGE, SECTOR
 from ggaudit.scan.report import describe_finding
 from rows_support import Table, crossing, make_table
 from scan_support import finite_tensor

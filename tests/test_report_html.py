@@ -22,7 +22,7 @@ from ggaudit.errors import ReadError
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from support import FIXTURES, run_cli
 from rows_support import Wrapped, crossing, make_table
 

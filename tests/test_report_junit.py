@@ -12,7 +12,7 @@ from ggaudit.batch import Outcome
 from ggaudit.cli.reporters import Rendering, reporter
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from ggaudit.text import escape
 from rows_support import make_table
 from scan_support import finite_tensor

@@ -21,7 +21,7 @@ from ggaudit.format.blocks import LAYOUTS
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.kinds import KINDS
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import BufferedReader, Reader, open_reader
+from ggaudit.evidence.readers import BufferedReader, Reader, open_reader
 from ggaudit.text import escape
 from rows_support import Wrapped, make_table
 from scan_support import finite_tensor, poke

@@ -18,7 +18,7 @@ import pytest
 from ggaudit.format.layout import open_model
 from ggaudit.rows.classify import Classifier, Filled, RawRow
 from ggaudit.rows.gather import Sample
-from ggaudit.rows.readers import POISON, SECTOR, BufferedReader, open_reader
+from ggaudit.evidence.readers import POISON, SECTOR, BufferedReader, open_reader
 from ggaudit.rows.table import RowTable
 from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, decide_row
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest

@@ -14,7 +14,7 @@ from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
 from ggaudit.rows.gather import BufferPool, RowCache
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from rows_support import Wrapped
 from support import run_cli, write_small_model
 

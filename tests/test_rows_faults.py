@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
+from ggaudit.evidence.readers import POISON, Buffer, BufferedReader, Reader, align_down, align_up, open_reader
 from ggaudit.rows.findings import MAX_REPORTED
 from ggaudit.rows.gather import BufferPool
 from ggaudit.rows.table import RowTable

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.rows.readers import WINDOW_64K
+from ggaudit.evidence.readers import WINDOW_64K
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, read_tensor_manifest, write_tensor_manifest
 from fault_support import below, faulted_env, picked, rows, run_ggaudit
 from platforms import needs_linux

@@ -18,7 +18,7 @@ import pytest
 
 from ggaudit.errors import UsageError
 from ggaudit.stores.published import PublishedDigest
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from ggaudit.rows.replay import RowsOptions, check_rows
 from ggaudit.rows.truth import BUFFERED, PUBLISHED
 from fault_support import faulted_env, hexed, picked, rows, run_ggaudit

@@ -20,7 +20,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.rows import replay as R
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from fault_support import faulted_env, picked, run_python
 from platforms import needs_linux
 from rows_support import Table, Wrapped, make_table

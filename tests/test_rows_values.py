@@ -18,7 +18,7 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model
 from ggaudit.rows import replay as R
 from ggaudit.rows.classify import RowPlace
-from ggaudit.rows.readers import Reader, open_reader
+from ggaudit.evidence.readers import Reader, open_reader
 from rows_support import Wrapped
 from support import run_cli, write_small_model
 

@@ -13,7 +13,7 @@ from ..diagnostic import Diagnostic
 from ..scan.report import ScanReport
 from ..text import escape_message
 from .decide import INTACT, UNVERIFIED, Conclusion, Expectation, FileDecision
-from ..rows.whole import PassStats
+from ..evidence.whole import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
 

@@ -24,7 +24,7 @@ from ..errors import NothingChecked, options_from
 from ..format.layout import GGUFFile, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding
 from ..io import ChunkConsumer, Progress, Xxh3_128
-from ..rows.readers import DirectIOUnavailable, open_reader
+from ..evidence.readers import DirectIOUnavailable, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
 from ..scan.run import ScanConsumer, ScanPlan, plan_scan, report_of
@@ -41,7 +41,7 @@ from .decide import MANIFEST, Expectation, LineDigest, ManifestLines, Observed, 
 from .expect import file_key, published_digests
 from .verdict import summarize
 from .options import CheckOptions
-from ..rows.whole import read_pass
+from ..evidence.whole import read_pass
 from .passes import PassBytes, beside
 from .report import CheckReport, FileCheck, PathRead
 

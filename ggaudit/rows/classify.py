@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .gather import Sample, uniform
-from .readers import ReadFailed, POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
+from ..evidence.readers import ReadFailed, POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
 from .table import RowTable
 
 __all__ = [

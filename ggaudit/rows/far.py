@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .readers import ReadFailed, BufferedReader
+from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
 
 __all__ = ["FILE_SEARCHES", "far_sources"]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from .classify import UNCLASSIFIED, RowMismatch
 from .gather import Shortfall
-from .readers import ReadFailed, FailedRead
+from ..evidence.readers import ReadFailed, FailedRead
 from .report import ReadFailure, ShortRead
 from .select import MAX_SELECTED
 from .settle import Kept

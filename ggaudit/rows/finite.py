@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
-from .readers import ReadFailed, BufferedReader
+from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
 from ..scan.report import Finding
 from ..arrays import distinct

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError, check_arg
 from .gather import BufferPool, PoolFactory, RowCache
-from .readers import Reader
+from ..evidence.readers import Reader
 from .select import int_text
 from .table import RowTable
 

@@ -2,7 +2,7 @@
 decides (no tensor manifest, no agreement of independent paths).
 
 A published digest covers the whole file, not a row: so the whole file is read through one read path at a
-time (:func:`ggaudit.rows.whole.read_pass`), hashed with the published algorithm while the disputed rows'
+time (:func:`ggaudit.evidence.whole.read_pass`), hashed with the published algorithm while the disputed rows'
 bytes are kept as that same read delivered them. A path whose read gives the published digest delivered the
 published file, and with it those rows' right bytes: they are proven, whatever any other read delivered.
 Paths are tried in the order most likely to decide (the device's first, then the page cache's) and the
@@ -22,9 +22,9 @@ from ..stores.published import PublishedDigest
 from ..verify.digests import published_hasher
 from . import WHOLE_FILE
 from .options import ReadPathProgress
-from .readers import Reader
+from ..evidence.readers import Reader
 from .table import RowTable
-from .whole import read_pass
+from ..evidence.whole import read_pass
 
 __all__ = ["PROOF_ORDER", "PathDigest", "Proof", "prove_rows"]
 

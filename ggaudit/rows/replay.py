@@ -31,7 +31,7 @@ from ..stores.locate import Target, open_model, target_text
 from ..stores.published import PublishedDigest, given_sha256, published_digest
 from ..arrays import distinct
 from . import MODES
-from .readers import BufferedReader, DirectIOUnavailable, FailedRead, Reader, open_reader
+from ..evidence.readers import BufferedReader, DirectIOUnavailable, FailedRead, Reader, open_reader
 from .table import RowTable
 from .gather import BufferPool, CacheLedger, Chunk, Gatherer, Held, RowCache, Sample, Sweep, through_cache
 from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMismatch, captured

@@ -21,7 +21,7 @@ from .lines import (describe_read_failure, describe_row_mismatch, describe_short
                     exercised_text, nonfinite_text)
 from .first import Unstable
 from .published import Proof
-from .readers import PAGE, SECTOR, WINDOW_64K, FailedRead
+from ..evidence.readers import PAGE, SECTOR, WINDOW_64K, FailedRead
 from .select import RowChoice, crossing_mask, crossing_rows_of
 from .table import RowTable
 

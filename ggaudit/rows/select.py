@@ -19,7 +19,7 @@ from .. import io as fileio
 from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..arrays import distinct
 from ..untrusted import quote, shorten
-from .readers import PAGE
+from ..evidence.readers import PAGE
 from .table import RowTable
 
 #: Selections larger than this must sweep the table (all_rows, which streams) rather than list IDs.

@@ -23,7 +23,7 @@ from ..verify.manifests.tensor import TensorDigest, TensorManifest
 from .classify import Classifier, Delivery, RowMismatch, HEX_WINDOW
 from .far import far_sources
 from .gather import Sample, uniform
-from .readers import ReadFailed, BufferedReader
+from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
 from .published import Proof
 from .truth import REFERENCE_READ, RowTruth, decide_row, published_truth

@@ -387,7 +387,7 @@ def _rows(r: RowsReport, rendering: Rendering) -> list[str]:
 
 def _rows_strip(r: RowsReport) -> str:
     from ...rows.lines import describe_row_mismatch
-    from ...rows.readers import PAGE, SECTOR
+    from ...evidence.readers import PAGE, SECTOR
 
     bins = strip_bins(r.n_rows)
 

@@ -1,4 +1,4 @@
-"""One pass over every byte of a file through one read path (:mod:`ggaudit.rows.readers`: buffered positioned
+"""One pass over every byte of a file through one read path (:mod:`ggaudit.evidence.readers`: buffered positioned
 reads, a read-only mapping copied out in chunks, direct I/O with its alignment rules), feeding consumers
 through :func:`ggaudit.io.feed`. Memory is the ring's few chunks, whatever the file's size: a mapping's pages
 are let go once copied out. ``check`` reads every file this way on every path; ``rows`` when a published
