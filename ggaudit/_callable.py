@@ -11,7 +11,7 @@ The plainer layouts were weighed and each loses something: binding the functions
 (after their packages, so the binding wins) loads numpy on ``import ggaudit`` and breaks dotted access
 ``ggaudit.scan.run.scan``; renaming the folders (``ggaudit/scanning/``) breaks ``import ggaudit.scan.run``
 and the house's folder-per-command table. Assigning a module's ``__class__`` to a ModuleType subclass is
-supported by Python for this (3.5+). Tested in tests/test_api.py (callable whatever was imported first).
+supported by Python for this (3.5+). Probes in tests/test_api.py (callable whatever was imported first).
 """
 
 from __future__ import annotations

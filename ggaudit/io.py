@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import hashlib
 import mmap
 import os
 import queue
 import stat
+import struct
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import xxhash
 
@@ -93,16 +95,24 @@ def open_readonly(path: str | os.PathLike[str], extra_flags: int = 0) -> tuple[i
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """What tells us a file was replaced or resized between opening and reading it."""
+    """What tells us a file was replaced, resized or rewritten between opening and reading it.
+
+    ``ctime_ns`` (the inode's change time) moves on every write and every change of the inode, and no
+    system call can put it back, so a same-size rewrite whose mtime was restored (``os.utime``) is still
+    seen. On Windows ``st_ctime`` is the file's creation time (Python before 3.12; from 3.12 it is
+    deprecated there and still the creation time): the identity stays right there, it only cannot see
+    a rewrite whose size and mtime were kept.
+    """
 
     device: int
     inode: int
     size: int
     mtime_ns: int
+    ctime_ns: int
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     @classmethod
     def now(cls, path: str | os.PathLike[str], when: str) -> FileIdentity:
@@ -115,13 +125,20 @@ class FileIdentity:
     def same_file(self, st: os.stat_result) -> bool:
         return (st.st_dev, st.st_ino) == (self.device, self.inode)
 
+    def changes(self, now: FileIdentity) -> list[str]:
+        """What differs from *now*, in words ("size 10 -> 12", "ctime A -> B"); empty for the same identity."""
+        return [f"{name} {old} -> {new}" for name, old, new in (
+            ("device", self.device, now.device), ("inode", self.inode, now.inode), ("size", self.size, now.size),
+            ("mtime", self.mtime_ns, now.mtime_ns), ("ctime", self.ctime_ns, now.ctime_ns)) if old != new]
+
     def check(self, path: str | os.PathLike[str], when: str) -> None:
         """Raise ReadError if *path* is no longer this file: an answer about bytes that are no longer
-        there would be silently wrong, so callers check before reporting what they read."""
+        there would be silently wrong, so callers check before reporting what they read. The message names
+        what changed (device or inode: replaced; size; mtime; ctime)."""
         now = FileIdentity.now(path, when)
         if now != self:
-            raise ReadError(path, f"file changed {when} (replaced, resized or rewritten: size {self.size} -> "
-                            f"{now.size}, mtime {self.mtime_ns} -> {now.mtime_ns})")
+            raise ReadError(path, f"file changed {when} (replaced, resized or rewritten: "
+                            f"{', '.join(self.changes(now))})")
 
 
 # --- positioned reads ------------------------------------------------------------------------------
@@ -285,6 +302,481 @@ def sync_folder(path: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# --- the page cache ---------------------------------------------------------------------------------
+#
+# Buffered and mmap reads come from the page cache, direct reads from the device. When they disagree, the
+# test is to drop the file's clean pages and read again through the cache: bytes that now match the device
+# were the device's all along (a lost write under a still-cached file); bytes that still match the old cache
+# say the direct path is the one that is wrong. These functions are that test's OS layer: what is cached
+# (cache_state), dropping it (evict), and whether a direct read is independent of the cache at all
+# (direct_shares_page_cache, probe_direct_fills_cache).
+
+LINUX = sys.platform.startswith("linux")
+MACOS = sys.platform == "darwin"
+PAGE_SIZE = mmap.PAGESIZE
+
+_SYS_CACHESTAT = 451            # the same number on every architecture: the unified syscall table (Linux 6.5)
+_PROT_NONE, _MAP_SHARED = 0, 1  # the same values on Linux and macOS
+_MS_INVALIDATE = 2              # macOS <sys/mman.h>
+_MINCORE_WINDOW = 1 << 30       # bytes mapped at once: bounds the address space and the residency vector
+_CAP_FOWNER = 3
+
+_LIBC: Any = None
+
+
+def _libc() -> Any:
+    """The C library with the prototypes the page-cache calls use (a pointer-sized return for mmap, and
+    64-bit offsets, which ctypes' default int would cut)."""
+    global _LIBC
+    if _LIBC is None:
+        lib: Any = ctypes.CDLL(None, use_errno=True)
+        vp, sz, i, off = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64
+        map_name = "mmap64" if hasattr(lib, "mmap64") else "mmap"
+        lib.ggaudit_mmap = getattr(lib, map_name)
+        lib.ggaudit_mmap.restype, lib.ggaudit_mmap.argtypes = vp, [vp, sz, i, i, i, off]
+        lib.munmap.restype, lib.munmap.argtypes = i, [vp, sz]
+        lib.mincore.restype, lib.mincore.argtypes = i, [vp, sz, vp]
+        lib.msync.restype, lib.msync.argtypes = i, [vp, sz, i]
+        lib.syscall.restype = ctypes.c_long
+        _LIBC = lib
+    return _LIBC
+
+
+def _os_error(what: str) -> OSError:
+    code = ctypes.get_errno()
+    return OSError(code, f"{what}: {os.strerror(code)}")
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """How many pages of a range of a file are in the page cache, and how many of them are dirty or under
+    writeback (None: this OS cannot tell)."""
+
+    pages: int          # pages the range spans (cut at the end of the file: no page past it can be cached)
+    cached: int         # of them resident in the page cache
+    dirty: int | None   # of them dirty or being written back; None when unknown (mincore cannot tell)
+
+
+def _page_span(fd: int, offset: int, length: int) -> tuple[int, int]:
+    """The first page and the page count of ``[offset, offset + length)`` cut at the end of the file
+    (``length`` 0: to the end, as posix_fadvise reads it)."""
+    if offset < 0 or length < 0:
+        raise ValueError(f"bad range: offset {offset}, length {length}")
+    size = os.fstat(fd).st_size
+    end = size if length == 0 else min(offset + length, size)
+    if end <= offset:
+        return offset // PAGE_SIZE, 0
+    first = offset // PAGE_SIZE
+    return first, (end - 1) // PAGE_SIZE - first + 1
+
+
+def cache_state(fd: int, offset: int, length: int) -> CacheState | None:
+    """How much of ``[offset, offset + length)`` of the file open as *fd* is in the page cache (``length`` 0:
+    to the end of the file). None where the OS cannot tell this process.
+
+    Linux: the cachestat syscall (6.5+), which also counts dirty and writeback pages. Where it is missing
+    (ENOSYS) or refused (EPERM: a seccomp filter, or the kernel's own rule below), mincore() over a
+    PROT_NONE shared mapping of the range: mapping faults nothing in, and the vector says which pages are
+    resident; it cannot tell dirty ones. Both answer only for a file this process could write to or owns
+    (CAP_FOWNER counts): for any other file cachestat says EPERM and mincore reports every page resident,
+    a lie (mm/mincore.c can_do_mincore, Linux 5.0; mm/filemap.c can_do_cachestat), so then None.
+    macOS: mincore over a mapping, as on Linux. Windows: None (no call reports one file's cached pages).
+    """
+    first, pages = _page_span(fd, offset, length)
+    if pages == 0:
+        return CacheState(pages=0, cached=0, dirty=0)
+    if not (LINUX or MACOS):
+        return None
+    if LINUX:
+        found = _cachestat(fd, first * PAGE_SIZE, pages * PAGE_SIZE)
+        if found is not None:
+            return CacheState(pages=pages, cached=found[0], dirty=found[1])
+        if not _may_see_cache(fd):
+            return None
+    return CacheState(pages=pages, cached=_mincore(fd, first, pages), dirty=None)
+
+
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+def _cachestat(fd: int, offset: int, length: int) -> tuple[int, int] | None:
+    """(cached, dirty + writeback) pages of the range by cachestat; None when it is missing or refused
+    (ENOSYS, EPERM) and mincore may answer instead. Any other failure is raised."""
+    rng, out = _CachestatRange(offset, length), _Cachestat()
+    libc = _libc()
+    if libc.syscall(ctypes.c_long(_SYS_CACHESTAT), ctypes.c_long(fd), ctypes.byref(rng), ctypes.byref(out),
+                    ctypes.c_long(0)) == 0:
+        return out.nr_cache, out.nr_dirty + out.nr_writeback
+    if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
+        return None
+    raise _os_error("cachestat")
+
+
+def _may_see_cache(fd: int) -> bool:
+    """Whether Linux tells this process which pages of *fd*'s file are cached: only when it could open the
+    file for writing, owns it, or holds CAP_FOWNER (mm/mincore.c can_do_mincore)."""
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() or _has_capability(_CAP_FOWNER):
+        return True
+    import fcntl
+    if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY:
+        return True
+    return os.access(f"/proc/self/fd/{fd}", os.W_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _has_capability(number: int) -> bool:
+    """Whether this process holds a Linux capability in its effective set (/proc/self/status CapEff)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> number & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+_LOW_BIT = bytes(i & 1 for i in range(256))   # mincore's residency bit; macOS keeps other flags beside it
+
+
+def _mincore(fd: int, first: int, pages: int) -> int:
+    """Resident pages of ``pages`` pages from page ``first``, by mincore over PROT_NONE shared mappings
+    (nothing can be read through them, so nothing is faulted in), a window at a time."""
+    cached = 0
+    for addr, n in _windows(fd, first, pages, "mincore"):
+        vec = ctypes.create_string_buffer(n)
+        if _libc().mincore(addr, n * PAGE_SIZE, vec) != 0:
+            raise _os_error("mincore")
+        cached += vec.raw[:n].translate(_LOW_BIT).count(1)
+    return cached
+
+
+def _windows(fd: int, first: int, pages: int, what: str) -> Iterator[tuple[int, int]]:
+    """PROT_NONE shared mappings of ``pages`` pages of ``fd`` from page ``first``, a window at a time: (address,
+    pages); each is unmapped once the caller is done with it."""
+    libc, window = _libc(), _MINCORE_WINDOW // PAGE_SIZE
+    for start in range(first, first + pages, window):
+        n = min(window, first + pages - start)
+        addr = libc.ggaudit_mmap(None, n * PAGE_SIZE, _PROT_NONE, _MAP_SHARED, fd, start * PAGE_SIZE)
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            raise _os_error(f"mmap for {what}")
+        try:
+            yield addr, n
+        finally:
+            libc.munmap(addr, n * PAGE_SIZE)
+
+
+def evict(fd: int, offset: int, length: int) -> str | None:
+    """Ask the kernel to drop the clean pages of ``[offset, offset + length)`` (``length`` 0: to the end of the
+    file) from the page cache, so the next buffered or mmap read of them comes from the device. None when
+    asked; otherwise why this OS cannot do it, in words. Whether the pages went is :func:`cache_state`'s to say.
+
+    Linux: posix_fadvise(POSIX_FADV_DONTNEED). It drops only whole pages inside the range (a partial page at
+    either end stays, except the file's last one), and only whole folios: a file written in one write() can
+    sit in large folios that no partial range drops (seen on Linux 6.18 ext4), so evict the whole file
+    (``length`` 0) when it must go. It never drops dirty pages (it starts their writeback and leaves them), nor
+    pages some process has mapped. macOS: no posix_fadvise, but msync(MS_INVALIDATE) over a
+    shared mapping of the range writes its dirty pages and then discards the range's pages from the unified
+    buffer cache (xnu bsd/kern/kern_mman.c msync: MS_INVALIDATE without MS_ASYNC is VM_SYNC_SYNCHRONOUS |
+    VM_SYNC_INVALIDATE; fio's discard_pages on macOS does the same). An OSError from the call propagates.
+    """
+    first, pages = _page_span(fd, offset, length)
+    if LINUX:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+        return None
+    if MACOS:
+        if pages:
+            _msync_invalidate(fd, first, pages)
+        return None
+    if WINDOWS:
+        return ("Windows has no call that drops one file's pages from its cache (the standby list can only be "
+                "emptied whole, with a system privilege)")
+    return f"ggaudit knows no call that drops one file's pages from the page cache on {sys.platform}"
+
+
+def _msync_invalidate(fd: int, first: int, pages: int) -> None:
+    for addr, n in _windows(fd, first, pages, "msync"):
+        if _libc().msync(addr, n * PAGE_SIZE, _MS_INVALIDATE) != 0:
+            raise _os_error("msync(MS_INVALIDATE)")
+
+
+# Whether direct reads are independent of the page cache. Linux sources for each rule are in
+# direct_shares_page_cache's docstring.
+
+TMPFS_MAGIC, RAMFS_MAGIC, ZFS_MAGIC = 0x01021994, 0x858458F6, 0x2FC12FC1
+EXT4_MAGIC, F2FS_MAGIC = 0xEF53, 0xF2F52010
+
+_FS_IOC_GETFLAGS = 0x80086601 if ctypes.sizeof(ctypes.c_long) == 8 else 0x80046601
+_FS_IOC_FIEMAP = 0xC020660B
+_FS_COMPR_FL, _FS_ENCRYPT_FL, _FS_JOURNAL_DATA_FL = 0x4, 0x800, 0x4000
+_FS_VERITY_FL, _FS_INLINE_DATA_FL = 0x100000, 0x10000000
+_FIEMAP_EXTENT_LAST = 0x1
+#: FIEMAP extent flags whose bytes a direct read cannot take from the device as they lie there.
+_FIEMAP_BUFFERED = {0x8: "compressed or otherwise encoded (FIEMAP_EXTENT_ENCODED)",
+                    0x200: "stored inline in the metadata (FIEMAP_EXTENT_DATA_INLINE)",
+                    0x400: "packed with other files' tails (FIEMAP_EXTENT_DATA_TAIL)",
+                    0x100: "not block-aligned (FIEMAP_EXTENT_NOT_ALIGNED)"}
+_FIEMAP_ENCRYPTED = 0x80
+_FIEMAP_BATCH, _FIEMAP_MAX_EXTENTS = 256, 4096
+_STATX_DIOALIGN, _AT_EMPTY_PATH = 0x2000, 0x1000
+_SYS_STATX = {"x86_64": 332, "aarch64": 291, "arm64": 291, "riscv64": 291, "loongarch64": 291,
+              "ppc64le": 383, "ppc64": 383, "s390x": 379, "armv7l": 397, "i686": 383}
+
+_TMPFS_REASON = "a tmpfs keeps files in the page cache: O_DIRECT reads there (Linux 6.6+) come from it"
+_RAMFS_REASON = "a ramfs keeps files in the page cache only: there is no device for a direct read to reach"
+_MACOS_REASON = ("macOS F_NOCACHE reads a page already in the unified buffer cache from it (xnu "
+                 "vfs_cluster.c cluster_read_direct reads only pages absent from the cache): evict the range "
+                 "first for a read from the device")
+
+
+def direct_shares_page_cache(path: str, fd: int | None = None) -> str | None:
+    """Why direct reads of *path* are served from the page cache rather than the device, so a direct read
+    is NOT independent of buffered and mmap reads, in words; None when, as far as can be told, they come from
+    the device. *fd*: the file already open (read-only will do); otherwise it is opened here. Cheap: a few
+    system calls, no data read.
+
+    Linux, what was found and where:
+
+    - tmpfs (statfs TMPFS_MAGIC): takes O_DIRECT since Linux 6.6 and serves it from the page cache, which
+      is where its files live. ramfs (RAMFS_MAGIC): the same, with no device at all.
+    - ZFS (ZFS_SUPER_MAGIC) before OpenZFS 2.3 (/sys/module/zfs/version): O_DIRECT is accepted and served
+      from the ARC; 2.3 added real Direct I/O (release notes, openzfs/zfs#10018). Not detected: a 2.3+
+      dataset with ``direct=disabled``, or a read not aligned as it needs, still goes through the ARC.
+    - ext4 and f2fs accept O_DIRECT on a file they cannot read directly and fall back to buffered I/O:
+      ext4 with data journaling (mount data=journal, or the file's journal-data flag), inline data,
+      fs-verity, or fscrypt encryption without inline encryption (fs/ext4/file.c ext4_dio_supported;
+      Documentation/filesystems/fscrypt.rst "Direct I/O support"); f2fs also for compressed files
+      (fs/f2fs/f2fs.h f2fs_force_buffered_io). Since Linux 6.1 they say so in statx: STATX_DIOALIGN with
+      an offset alignment of 0 while open(O_DIRECT) succeeds (LTP statx10 relies on this for ext4); for
+      older kernels the mount options (/proc/self/mountinfo) and the file's flags (FS_IOC_GETFLAGS) tell.
+    - btrfs reads compressed and inline extents through the page cache even under O_DIRECT (fs/btrfs
+      direct I/O: -ENOTBLK for them, then filemap_read); FS_IOC_FIEMAP marks them ENCODED / DATA_INLINE.
+      The same extent flags (and DATA_TAIL, NOT_ALIGNED, DATA_ENCRYPTED without inlinecrypt) are checked on
+      every filesystem, for the first 4096 extents of the file only (a bound on the cost; a compressed file
+      shows it in its first extent).
+
+    Not detected: overlayfs (its statfs says overlay, not what is under it: a tmpfs layer shows up only as
+    pages that :func:`evict` cannot drop), FUSE and network filesystems (the server's cache is beyond
+    this machine's page cache, and not the device either).
+
+    macOS: F_NOCACHE reads pages that are already cached from the cache (see the reason). Windows: None
+    (FILE_FLAG_NO_BUFFERING reads the volume; the cache manager flushes the file's dirty data first).
+    """
+    if MACOS:
+        return _MACOS_REASON
+    if not LINUX:
+        return None
+    with _descriptor(path, fd) as own:
+        return _linux_reason(path, own)
+
+
+@contextlib.contextmanager
+def _descriptor(path: str, fd: int | None) -> Iterator[int]:
+    """*fd* as it is, or *path* opened read-only for the block and closed after."""
+    if fd is not None:
+        yield fd
+        return
+    own = open_fd(path)
+    try:
+        yield own
+    finally:
+        os.close(own)
+
+
+def _linux_reason(path: str, fd: int) -> str | None:
+    magic = _fs_magic(fd)
+    if magic == TMPFS_MAGIC:
+        return _TMPFS_REASON
+    if magic == RAMFS_MAGIC:
+        return _RAMFS_REASON
+    if magic == ZFS_MAGIC:
+        return _zfs_reason()
+    options = _mount_options(os.fstat(fd).st_dev)
+    checks: tuple[Callable[[], str | None], ...] = (
+        lambda: _statx_reason(path, fd), lambda: _mount_reason(magic, options),
+        lambda: _flags_reason(fd, magic, options), lambda: _fiemap_reason(fd, options))
+    return next((reason for check in checks if (reason := check()) is not None), None)
+
+
+def _fs_magic(fd: int) -> int | None:
+    """The filesystem type of *fd* (statfs f_type), or None when the call fails."""
+    buf = ctypes.create_string_buffer(256)      # struct statfs is 120 bytes on 64-bit Linux
+    if _libc().fstatfs(fd, buf) != 0:
+        return None
+    # f_type opens the struct: a long (an unsigned int on s390x, big-endian, so the first four bytes).
+    kind = ctypes.c_uint32 if os.uname().machine == "s390x" else ctypes.c_long
+    return int(kind.from_buffer(buf).value) & 0xFFFFFFFF
+
+
+def _zfs_reason(version_file: str = "/sys/module/zfs/version") -> str | None:
+    try:
+        with open(version_file, encoding="ascii", errors="replace") as f:
+            text = f.read().strip()
+        major, minor = (int(part) for part in text.split("-")[0].split(".")[:2])
+    except (OSError, ValueError):
+        return "ZFS before OpenZFS 2.3 serves O_DIRECT from its ARC cache, and this module's version is unknown"
+    if (major, minor) < (2, 3):
+        return f"OpenZFS {text} (before 2.3) accepts O_DIRECT and serves it from its ARC cache"
+    return None
+
+
+def _mount_options(device: int) -> set[str]:
+    """The mount and superblock options of the filesystem on *device* (/proc/self/mountinfo), or none."""
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 6 and fields[2] == wanted and "-" in fields:
+                    after = fields[fields.index("-") + 1:]
+                    return set(fields[5].split(",")) | (set(after[2].split(",")) if len(after) > 2 else set())
+    except OSError:
+        pass
+    return set()
+
+
+def _statx_reason(path: str, fd: int) -> str | None:
+    """ext4/f2fs (Linux 6.1+): statx reports no direct I/O for the file, yet O_DIRECT opens: the fallback."""
+    nr = _SYS_STATX.get(os.uname().machine)
+    if nr is None:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    if _libc().syscall(ctypes.c_long(nr), ctypes.c_long(fd), b"", ctypes.c_long(_AT_EMPTY_PATH),
+                       ctypes.c_long(_STATX_DIOALIGN), buf) != 0:
+        return None
+    mask = ctypes.c_uint32.from_buffer(buf).value
+    offset_align = ctypes.c_uint32.from_buffer(buf, 156).value     # stx_dio_offset_align
+    if not mask & _STATX_DIOALIGN or offset_align != 0 or not _opens_direct(path):
+        return None
+    return ("the filesystem reports no direct I/O for this file (statx STATX_DIOALIGN: 0) yet accepts O_DIRECT: "
+            "ext4 and f2fs then serve direct reads through the page cache (data journaling, inline data, "
+            "fs-verity, encryption, compression)")
+
+
+def _opens_direct(path: str) -> bool:
+    try:
+        os.close(open_fd(path, getattr(os, "O_DIRECT", 0)))
+    except OSError:
+        return False
+    return True
+
+
+def _mount_reason(magic: int | None, options: set[str]) -> str | None:
+    if magic == EXT4_MAGIC and "data=journal" in options:
+        return "ext4 mounted with data=journal serves O_DIRECT reads through the page cache"
+    return None
+
+
+def _flags_reason(fd: int, magic: int | None, options: set[str]) -> str | None:
+    """ext4/f2fs: the file's own flags (FS_IOC_GETFLAGS) that make those filesystems fall back to buffered."""
+    if magic not in (EXT4_MAGIC, F2FS_MAGIC):
+        return None
+    import fcntl
+    try:
+        flags = ctypes.c_int.from_buffer_copy(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4]).value
+    except OSError:
+        return None
+    named = [(_FS_VERITY_FL, "has fs-verity"), (_FS_INLINE_DATA_FL, "keeps its data inline")]
+    if magic == EXT4_MAGIC:
+        named.append((_FS_JOURNAL_DATA_FL, "has data journaling (chattr +j)"))
+    if magic == F2FS_MAGIC:
+        named.append((_FS_COMPR_FL, "is compressed"))
+    if "inlinecrypt" not in options:
+        named.append((_FS_ENCRYPT_FL, "is encrypted (fscrypt, no inlinecrypt)"))
+    for bit, what in named:
+        if flags & bit:
+            return f"the file {what}: {'ext4' if magic == EXT4_MAGIC else 'f2fs'} serves O_DIRECT reads of it " \
+                   "through the page cache"
+    return None
+
+
+def _fiemap_reason(fd: int, options: set[str]) -> str | None:
+    """An extent a direct read cannot take from the device as it lies (FS_IOC_FIEMAP, first extents only)."""
+    import fcntl
+    wanted = dict(_FIEMAP_BUFFERED)
+    if "inlinecrypt" not in options:
+        wanted[_FIEMAP_ENCRYPTED] = "encrypted by the filesystem (FIEMAP_EXTENT_DATA_ENCRYPTED)"
+    start, seen = 0, 0
+    while seen < _FIEMAP_MAX_EXTENTS:
+        answer = bytearray(32 + 56 * _FIEMAP_BATCH)     # the kernel fills the extents in place
+        struct.pack_into("=QQIIII", answer, 0, start, (1 << 64) - 1 - start, 0, 0, _FIEMAP_BATCH, 0)
+        try:
+            fcntl.ioctl(fd, _FS_IOC_FIEMAP, answer, True)
+        except OSError:
+            return None
+        mapped = struct.unpack_from("=I", answer, 20)[0]
+        if mapped == 0:
+            return None
+        for i in range(mapped):
+            logical, _, length, _, _, flags = struct.unpack_from("=QQQQQI", answer, 32 + 56 * i)
+            for bit, what in wanted.items():
+                if flags & bit:
+                    return f"the extent at file offset {logical} is {what}: the filesystem reads it through " \
+                           "the page cache even under O_DIRECT"
+            if flags & _FIEMAP_EXTENT_LAST:
+                return None
+            start = logical + length
+        seen += mapped
+    return None
+
+
+def probe_direct_fills_cache(path: str, fd: int | None = None) -> str | None:
+    """A test, not a rule: direct-read up to two pages of the file that are not in the page cache, then ask
+    whether they are now. The reason when every page read so came into the cache (the filesystem serves
+    O_DIRECT through it, whatever the reason); None when none did, and also when no test could be made
+    (not Linux, the cache state unknown, every page tried already cached, O_DIRECT refused), so None claims
+    nothing. Reads one page per probe; changes nothing else (a read-only descriptor of *path* is opened).
+    """
+    if not LINUX:
+        return None
+    with _descriptor(path, fd) as own:
+        pages = _uncached_pages(own, want=2)
+        if not pages:
+            return None
+        try:
+            direct = open_fd(path, os.O_DIRECT)
+        except OSError:
+            return None
+        try:
+            buf = mmap.mmap(-1, PAGE_SIZE)      # page-aligned, as O_DIRECT needs
+            try:
+                for page in pages:
+                    os.preadv(direct, [buf], page * PAGE_SIZE)
+            except OSError:
+                return None
+            finally:
+                buf.close()
+        finally:
+            os.close(direct)
+        after = [cache_state(own, page * PAGE_SIZE, PAGE_SIZE) for page in pages]
+    if all(state is not None and state.cached for state in after):
+        where = ", ".join(str(page * PAGE_SIZE) for page in pages)
+        return f"a direct read of uncached pages (file offsets {where}) left them in the page cache: the " \
+               "filesystem serves O_DIRECT reads of this file through it"
+    return None
+
+
+def _uncached_pages(fd: int, want: int, tries: int = 64) -> list[int]:
+    """Up to *want* pages of the file not in the page cache, among *tries* spread over it."""
+    total = -(-os.fstat(fd).st_size // PAGE_SIZE)
+    found: list[int] = []
+    for page in sorted({k * total // tries for k in range(min(tries, total))}):
+        state = cache_state(fd, page * PAGE_SIZE, PAGE_SIZE)
+        if state is None:
+            return []
+        if state.cached == 0:
+            found.append(page)
+            if len(found) == want:
+                break
+    return found
 
 
 # --- one read, many consumers -------------------------------------------------------------------------

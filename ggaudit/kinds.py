@@ -227,6 +227,40 @@ KINDS = _kinds(
          title="The manifest was made from another file than the published one",
          meaning="The tensor manifest's sha256 of the file is not the published digest.",
          action="Make the manifest again from a copy that matches the published digest."),
+    Kind(id="check/expectations-conflict", severity=ERROR,
+         title="Two sources give the file two different digests",
+         meaning="The store, a checksum file, --sha256 or a manifest disagree about this one file: at most one of "
+                 "them describes it.",
+         action="Find out which source is the publisher's (the repository's own listing) and correct or drop "
+                "the other."),
+    Kind(id="check/device-differs", severity=ERROR,
+         title="The device holds other bytes than the page cache, which held the published ones",
+         meaning="Direct reads and a read through the page cache once its pages were evicted agree on bytes "
+                 "that are not the published ones, while the page cache held the published bytes: a write that "
+                 "never reached the disk, a torn write, or media damage under a cached file.",
+         action="Copy the file now, before a reboot empties the page cache, and check the copy; check the disk "
+                "(its SMART log, the filesystem) and download the file again."),
+    Kind(id="check/not-compared", severity=ERROR,
+         title="A read path's bytes could not be compared with what was published",
+         meaning="A path delivered other bytes than the paths compared with the published digest, and a second "
+                 "read of it to hash them failed or delivered other bytes again.",
+         action="Run the check again; if the path's bytes keep changing, that read path is unstable here."),
+    Kind(id="check/plan-read-differs", severity=ERROR,
+         title="The read the check was planned from delivered other bytes of the header",
+         meaning="The header was parsed from one read, and the passes over the file delivered other bytes there "
+                 "(or the first read could not be parsed and another path's could): that read was wrong. The "
+                 "check was planned again from the bytes the passes decided.",
+         action="A read of this machine delivered wrong bytes once: run the check again; if it recurs, treat it as "
+                "a read-path fault (the storage, filesystem, filter driver or RAM)."),
+    Kind(id="check/store-problem", severity=ERROR,
+         title="The store says something is wrong with the file before it is read",
+         meaning="The store's own record of the file is broken (a blob whose name is no digest, an interrupted "
+                 "download, a link leaving the store), as verify reports it: nothing published can decide it.",
+         action="Download the file again through the store's own tool, then check again."),
+    Kind(id="check/file-extra", severity=ERROR, title="The manifest gives a file of the target no entry",
+         meaning="A file of the target (a shard, a projector) is not in the manifest: its bytes were compared with "
+                 "nothing it says.",
+         action="Make the manifest from every file of the model where it works (`ggaudit manifest`)."),
     Kind(id="check/path-skipped", severity=WARNING, title="A read path could not be used on this file",
          meaning="The filesystem refuses direct I/O (or the platform has none): the other paths were compared.",
          action="Copy the file to a filesystem that supports direct I/O to compare the device's bytes too."),
@@ -244,7 +278,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "outlier": ("outlier",),
     "anomaly": ("anomaly",),
     "structure": ("padding", "gap", "trailing", "verify/structure", "verify/header", "diff/structure"),
-    "read-path": ("rows", "check/read-path-differs", "check/path-skipped"),
+    "read-path": ("rows", "check/read-path-differs", "check/path-skipped", "check/not-compared",
+                  "check/plan-read-differs"),
     "digest": ("verify", "check"),
     "metadata": ("metadata",),
     "template": ("template",),

@@ -24,6 +24,12 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
     return f"{n} {noun if n == 1 else many or noun + 's'}"
 
 
+def joined(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: names listed in a sentence ("" for none)."""
+    items = list(items)
+    return "" if not items else items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def verb(n: int, word: str = "differ") -> str:
     """The verb agreeing with a count as subject: ``1 differs``, ``2 differ``."""
     return word + "s" if n == 1 else word

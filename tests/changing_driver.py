@@ -3,7 +3,8 @@
     python tests/changing_driver.py ACTION WHEN N TARGET MARKER -- ggaudit-args...
 
 ACTION: ``truncate`` (cut the file to half its size), ``replace`` (rename a same-size file with
-other bytes over it), ``rewrite`` (overwrite the second half in place, same size), or ``none``.
+other bytes over it), ``rewrite`` (overwrite the second half in place, same size), ``rewrite-keep-mtime``
+(the same, then its atime and mtime put back with ``os.utime``: only its ctime tells), or ``none``.
 WHEN: ``read`` (after the N-th pread/preadv of TARGET in this process or a forked child), ``map``
 (right after the N-th mmap of TARGET is created, before any byte of it is touched) or ``premap``
 (just before the N-th mmap of TARGET is made: after any size check the caller did).
@@ -46,10 +47,13 @@ def main(argv: list[str]) -> int:
             os.write(fd, b"\x5a" * size)
             os.close(fd)
             os.replace(tmp, target)
-        elif action == "rewrite":
+        elif action in ("rewrite", "rewrite-keep-mtime"):
+            before = os.stat(target)
             fd = real_open(target, os.O_WRONLY)
             os.pwrite(fd, b"\xa5" * (size - size // 2), size // 2)
             os.close(fd)
+            if action == "rewrite-keep-mtime":
+                os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
 
     def tick(kind: str, fd: int) -> None:
         if kind != when or fd not in fds:

@@ -1,7 +1,9 @@
 """The fault layer below the process (tests/faultlayer.c), for tests: compiled once per session into pytest's
 temporary directory, preloaded into a child process that reads one file wrong on one read path.
 
-``faulted_env(path, "direct", "flip", offset=40752, mask=0x10)`` gives the environment for the child;
+``faulted_env(path, "direct", "flip", offset=40752, mask=0x10)`` gives the environment for the child; the read
+path kinds are ``PATHS``: "device" is the device holding other bytes than the page cache (direct reads faulted;
+buffered and mmap reads only on the pages the child evicted with ``os.posix_fadvise(..., POSIX_FADV_DONTNEED)``);
 ``run_ggaudit(args, env)`` runs ``python -m ggaudit`` under it. The parameters are those the layer reads
 (faultlayer.c's header): ``offset`` (an int or a list of ints), ``length``, ``mask``, ``byte``, ``shift``,
 ``times`` ("once", "always" or a count), ``min_length`` (only requests of at least that many bytes are faulted)
@@ -27,7 +29,7 @@ from typing import Any, NamedTuple
 import pytest
 
 SOURCE = Path(__file__).with_name("faultlayer.c")
-PATHS = ("buffered", "direct", "mmap", "pagecache")
+PATHS = ("buffered", "direct", "mmap", "pagecache", "device")
 DATA_FAULTS = ("flip", "zero", "fill", "shift")
 REQUEST_FAULTS = ("short", "stale", "eio", "eintr", "eagain", "einval")
 PARAMS = ("offset", "length", "mask", "byte", "shift", "times", "min_length", "log")

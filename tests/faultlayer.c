@@ -4,7 +4,11 @@
  *
  *   FAULT_PATH    the file (matched by st_dev/st_ino of the descriptor, so any spelling of the path matches)
  *   FAULT_ON      buffered (reads of a descriptor without O_DIRECT), direct (with O_DIRECT), mmap (read-only
- *                 mappings), pagecache (buffered and mmap: every path through the page cache)
+ *                 mappings), pagecache (buffered and mmap: every path through the page cache), device (the
+ *                 device holds other bytes than the page cache, as after a write lost under a still-cached
+ *                 file: direct reads get the fault; buffered reads and mappings made after it get it only on
+ *                 the pages evicted by posix_fadvise(POSIX_FADV_DONTNEED) on a descriptor of the file, since
+ *                 the cache re-filled from the device holds the device's bytes; data faults only)
  *   FAULT_KIND    data faults, on the bytes of each range [o, o + FAULT_LENGTH) for o in FAULT_OFFSET:
  *                   flip (xor FAULT_MASK), zero, fill (FAULT_BYTE), shift (the bytes of o + FAULT_SHIFT);
  *                 request faults (buffered and direct), on a read whose request overlaps a range:
@@ -22,7 +26,11 @@
  *                 that the fault fired even when the reader retried past it
  *
  * Reads go through the real system call first (so O_DIRECT alignment rules still hold) and are corrupted
- * after. A mapping of the file becomes a private copy-on-write mapping whose faulted pages are patched, so
+ * after. For device, posix_fadvise and posix_fadvise64 are intercepted: after a DONTNEED that the real call
+ * accepts, the pages of the range the kernel no longer holds (mincore says which: it drops only whole pages,
+ * whole folios and clean pages) are recorded in a small table (full: exit 86), and stay the device's for the
+ * rest of the process. A test that wants a page dropped writes the file page by page (no large folio) and
+ * fsyncs it. A mapping of the file becomes a private copy-on-write mapping whose faulted pages are patched, so
  * pages outside the ranges stay the page cache's. A bad setting ends the process (exit 86): a layer that
  * silently does nothing would make a test pass that should not.
  *
@@ -66,7 +74,14 @@ static struct {
     long times;   /* faults left to inject; -1: always */
     int clean_fd; /* the file opened by the layer itself, for shift's bytes */
     int log_fd;
+    int device; /* FAULT_ON=device: buffered reads and mappings see the fault only on evicted pages */
 } F = {.log_fd = -1, .clean_fd = -1};
+
+/* device: the evicted byte ranges [lo, hi), page-aligned, disjoint and sorted (merged as they are added). */
+#define MAX_EVICTED 256
+static struct { long long lo, hi; } evicted[MAX_EVICTED];
+static int n_evicted;
+static long long PAGE; /* the page size: what the kernel evicts and mincore reports */
 
 /* Guards the fault counter and stale's copy of the previous request (the reader may use threads). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -84,6 +99,8 @@ static void *(*real_mmap64)(void *, size_t, int, int, int, off64_t);
 static int (*real_munmap)(void *, size_t);
 static ssize_t (*real_vm_readv)(pid_t, const struct iovec *, unsigned long, const struct iovec *, unsigned long,
                                 unsigned long);
+static int (*real_fadvise)(int, off_t, off_t, int);
+static int (*real_fadvise64)(int, off64_t, off64_t, int);
 
 /* For request faults on a mapping: the read-only mappings of the file (address, file offset, length). */
 #define MAX_MAPS 16
@@ -114,8 +131,11 @@ static void configure(void) {
     for (size_t i = 0; kind && i < sizeof KINDS / sizeof *KINDS; i++)
         if (strcmp(kind, KINDS[i]) == 0) F.kind = (enum kind)i;
     if (F.kind == sizeof KINDS / sizeof *KINDS) die(FAULT_PREFIX "KIND", kind);
+    F.device = on && !strcmp(on, "device");
     int paths = !on ? 0 : !strcmp(on, "buffered") ? BUFFERED : !strcmp(on, "direct") ? DIRECT
-              : !strcmp(on, "mmap") ? MAPPED : !strcmp(on, "pagecache") ? BUFFERED | MAPPED : 0;
+              : !strcmp(on, "mmap") ? MAPPED : !strcmp(on, "pagecache") ? BUFFERED | MAPPED
+              : F.device ? BUFFERED | DIRECT | MAPPED : 0;
+    if (F.device && F.kind > SHIFT) die(FAULT_PREFIX "ON (device takes data faults only)", kind);
     int copy_fault = F.kind == FAIL_EIO || F.kind == FAIL_EINTR || F.kind == FAIL_EAGAIN;
     if (!paths || (F.kind > SHIFT && !copy_fault && (paths & MAPPED)))
         die(FAULT_PREFIX "ON (a mapping takes data faults, eio, eintr and eagain only)", on);
@@ -153,6 +173,9 @@ __attribute__((constructor)) static void init(void) {
     real_mmap64 = dlsym(RTLD_NEXT, "mmap64");
     real_munmap = dlsym(RTLD_NEXT, "munmap");
     real_vm_readv = dlsym(RTLD_NEXT, "process_vm_readv");
+    real_fadvise = dlsym(RTLD_NEXT, "posix_fadvise");
+    real_fadvise64 = dlsym(RTLD_NEXT, "posix_fadvise64");
+    PAGE = sysconf(_SC_PAGESIZE);
     configure();
 }
 
@@ -168,10 +191,50 @@ static int faulted_path(int fd) {
     return (flags >= 0 && (flags & O_DIRECT) ? DIRECT : BUFFERED) & F.on;
 }
 
-static int overlaps(long long at, long long n) {
-    for (int i = 0; i < F.n_offsets; i++)
-        if (F.offsets[i] < at + n && F.offsets[i] + F.length > at) return 1;
-    return 0;
+/* The part of [lo, hi) that reads on *path* see faulted, as [*lo, *hi) (empty: *lo >= *hi). Without device,
+ * all of it; with it, direct reads see all of it and the other paths only what lies in the evicted range
+ * *k* (called for k = 0 .. n_evicted - 1; the ranges are disjoint, so no byte is faulted twice). */
+static int piece(int path, int k, long long *lo, long long *hi) {
+    if (!F.device || path == DIRECT) return k == 0 && *lo < *hi;
+    if (evicted[k].lo > *lo) *lo = evicted[k].lo;
+    if (evicted[k].hi < *hi) *hi = evicted[k].hi;
+    return *lo < *hi;
+}
+
+/* How many pieces piece() is asked for on this path. */
+static int pieces(int path) { return !F.device || path == DIRECT ? 1 : n_evicted; }
+
+/* Whether a read of [at, at + n) on *path* meets a faulted byte. */
+static int overlaps(int path, long long at, long long n) {
+    pthread_mutex_lock(&lock);
+    int yes = 0;
+    for (int i = 0; i < F.n_offsets && !yes; i++)
+        for (int k = 0; k < pieces(path) && !yes; k++) {
+            long long lo = F.offsets[i] > at ? F.offsets[i] : at;
+            long long hi = F.offsets[i] + F.length < at + n ? F.offsets[i] + F.length : at + n;
+            yes = piece(path, k, &lo, &hi);
+        }
+    pthread_mutex_unlock(&lock);
+    return yes;
+}
+
+/* device: record that the pages of [lo, hi) were evicted, merged into the table. */
+static void add_evicted(long long lo, long long hi) {
+    if (lo >= hi) return;
+    pthread_mutex_lock(&lock);
+    int k = 0;
+    while (k < n_evicted && evicted[k].hi < lo) k++;
+    int j = k;
+    while (j < n_evicted && evicted[j].lo <= hi) {   /* overlapping or touching: absorbed */
+        if (evicted[j].lo < lo) lo = evicted[j].lo;
+        if (evicted[j].hi > hi) hi = evicted[j].hi;
+        j++;
+    }
+    if (j == k && n_evicted == MAX_EVICTED) die(FAULT_PREFIX "ON=device (too many evicted ranges)", "fadvise");
+    memmove(&evicted[k + 1], &evicted[j], (size_t)(n_evicted - j) * sizeof *evicted);
+    evicted[k].lo = lo, evicted[k].hi = hi;
+    n_evicted += 1 - (j - k);
+    pthread_mutex_unlock(&lock);
 }
 
 /* Whether this read (or mapping) gets the fault: FAULT_TIMES counts down, under the lock, only for requests
@@ -189,14 +252,15 @@ static int take_turn(int path, long long at, long long n) {
     return yes;
 }
 
-/* Apply a data fault to *p*, which holds the file's bytes [at, at + n). */
-static void corrupt(unsigned char *p, long long at, long long n) {
-    for (int i = 0; i < F.n_offsets; i++) {
+/* Apply a data fault to *p*, which holds the file's bytes [at, at + n) as read on *path*. */
+static void corrupt(int path, unsigned char *p, long long at, long long n) {
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < F.n_offsets; i++) for (int k = 0; k < pieces(path); k++) {
         long long lo = F.offsets[i] > at ? F.offsets[i] : at;
         long long hi = F.offsets[i] + F.length < at + n ? F.offsets[i] + F.length : at + n;
-        if (lo >= hi) continue;
+        if (!piece(path, k, &lo, &hi)) continue;
         unsigned char *q = p + (lo - at);
-        if (F.kind == FLIP) for (long long k = 0; k < hi - lo; k++) q[k] ^= F.mask;
+        if (F.kind == FLIP) for (long long b = 0; b < hi - lo; b++) q[b] ^= F.mask;
         if (F.kind == ZERO || F.kind == FILL) memset(q, F.kind == ZERO ? 0 : F.byte, (size_t)(hi - lo));
         if (F.kind == SHIFT) {
             memset(q, 0, (size_t)(hi - lo)); /* bytes from before the start or past the end read as zeros */
@@ -204,6 +268,7 @@ static void corrupt(unsigned char *p, long long at, long long n) {
             if (from >= 0) real_pread64(F.clean_fd, q, (size_t)(hi - lo), from);
         }
     }
+    pthread_mutex_unlock(&lock);
 }
 
 static size_t iov_total(const struct iovec *iov, int cnt) {
@@ -270,7 +335,7 @@ static ssize_t faulted(int fd, int path, const struct iovec *iov, int cnt, off_t
     long long at = off >= 0 ? off : lseek(fd, 0, SEEK_CUR);
     size_t want = iov_total(iov, cnt);
     if (F.kind > SHIFT) {
-        int hit = overlaps(at, (long long)want) && take_turn(path, at, (long long)want);
+        int hit = overlaps(path, at, (long long)want) && take_turn(path, at, (long long)want);
         if (F.kind == STALE) return stale_read(fd, iov, cnt, off, hit);
         if (!hit) return real_request(fd, iov, cnt, off);
         if (F.kind == SHORT) return short_read(fd, iov, cnt, off, at, want);
@@ -278,11 +343,11 @@ static ssize_t faulted(int fd, int path, const struct iovec *iov, int cnt, off_t
         return -1;
     }
     ssize_t got = real_request(fd, iov, cnt, off);
-    if (got > 0 && overlaps(at, got) && take_turn(path, at, got)) {
+    if (got > 0 && overlaps(path, at, got) && take_turn(path, at, got)) {
         size_t done = 0;
         for (int i = 0; i < cnt && done < (size_t)got; i++) {
             size_t n = iov[i].iov_len < (size_t)got - done ? iov[i].iov_len : (size_t)got - done;
-            corrupt(iov[i].iov_base, at + (long long)done, (long long)n);
+            corrupt(path, iov[i].iov_base, at + (long long)done, (long long)n);
             done += n;
         }
     }
@@ -326,8 +391,8 @@ ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int fl
 /* A read-only mapping of the file overlapping a range: mapped private, the faulted bytes patched in. */
 static void *faulted_map(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
     struct stat st;
-    if (!(F.on & MAPPED) || (prot & PROT_WRITE) || (flags & MAP_ANONYMOUS) || !is_target(fd)
-        || fstat(fd, &st) != 0)
+    if (!(F.on & MAPPED) || (prot & PROT_WRITE) || !(prot & PROT_READ) || (flags & MAP_ANONYMOUS)
+        || !is_target(fd) || fstat(fd, &st) != 0) /* PROT_NONE reads nothing (mincore's and msync's mappings) */
         return real_mmap64(addr, len, prot, flags, fd, off);
     if (F.kind > SHIFT) { /* a request fault: the mapping stays the page cache's; its copies fail */
         void *p = real_mmap64(addr, len, prot, flags, fd, off);
@@ -338,12 +403,12 @@ static void *faulted_map(void *addr, size_t len, int prot, int flags, int fd, of
         return p;
     }
     long long end = off + (long long)len < st.st_size ? off + (long long)len : st.st_size;
-    if (end <= off || !overlaps(off, end - off) || !take_turn(MAPPED, off, end - off))
+    if (end <= off || !overlaps(MAPPED, off, end - off) || !take_turn(MAPPED, off, end - off))
         return real_mmap64(addr, len, prot, flags, fd, off);
     void *p = real_mmap64(addr, len, prot, (flags & ~MAP_SHARED_VALIDATE) | MAP_PRIVATE, fd, off);
     if (p == MAP_FAILED) return p;
     if (mprotect(p, len, prot | PROT_WRITE) != 0) die("mapping (mprotect failed)", strerror(errno));
-    corrupt(p, off, end - off); /* only the pages written become private copies */
+    corrupt(MAPPED, p, off, end - off); /* only the pages written become private copies */
     if (mprotect(p, len, prot) != 0) die("mapping (mprotect back failed)", strerror(errno));
     return p;
 }
@@ -375,10 +440,45 @@ ssize_t process_vm_readv(pid_t pid, const struct iovec *local, unsigned long n_l
             if (maps[i].at && from >= maps[i].at && from + remote->iov_len <= maps[i].at + maps[i].len)
                 at = maps[i].off + (from - maps[i].at);
         pthread_mutex_unlock(&lock);
-        if (at >= 0 && overlaps(at, (long long)remote->iov_len) && take_turn(MAPPED, at, (long long)remote->iov_len)) {
+        if (at >= 0 && overlaps(MAPPED, at, (long long)remote->iov_len)
+            && take_turn(MAPPED, at, (long long)remote->iov_len)) {
             errno = F.kind == FAIL_EIO ? EFAULT : F.kind == FAIL_EINTR ? EINTR : EAGAIN;
             return -1;
         }
     }
     return real_vm_readv(pid, local, n_local, remote, n_remote, flags);
+}
+
+/* device: after a DONTNEED the kernel accepted, the pages of the range it names that are not in the page cache
+ * (mincore over a mapping of them) are the evicted ones; a page that was not cached before is read from the
+ * device all the same. Asking the kernel rather than computing them: it drops only whole pages inside the
+ * range (mm/fadvise.c), and only whole folios, so a large folio (a file written in one write()) partly inside
+ * the range stays. len 0 means to the end of the file. mincore answers only for a file the process could write
+ * or owns (for any other it says every page is resident: nothing would be recorded); tests own their files. */
+static int evicting(int fd, long long off, long long len, int advice, int done) {
+    struct stat st;
+    if (done != 0 || !F.device || advice != POSIX_FADV_DONTNEED || off < 0 || len < 0 || !is_target(fd)
+        || fstat(fd, &st) != 0)
+        return done;
+    long long lo = off / PAGE * PAGE, end = len == 0 || off + len > st.st_size ? st.st_size : off + len;
+    size_t pages = end > lo ? (size_t)((end - lo + PAGE - 1) / PAGE) : 0;
+    if (!pages) return done;
+    unsigned char *vec = malloc(pages);
+    void *m = real_mmap64(NULL, pages * PAGE, PROT_NONE, MAP_SHARED, fd, lo);
+    if (!vec || m == MAP_FAILED || mincore(m, pages * PAGE, vec) != 0)
+        die(FAULT_PREFIX "ON=device (cannot tell which pages were evicted)", strerror(errno));
+    real_munmap(m, pages * PAGE);
+    for (size_t i = 0, j; i < pages; i = j + 1) {
+        for (j = i; j < pages && !(vec[j] & 1); j++) {}
+        if (j > i) add_evicted(lo + (long long)i * PAGE, lo + (long long)j * PAGE);
+    }
+    free(vec);
+    return done;
+}
+
+int posix_fadvise(int fd, off_t off, off_t len, int advice) {
+    return evicting(fd, off, len, advice, real_fadvise(fd, off, len, advice));
+}
+int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) {
+    return evicting(fd, off, len, advice, real_fadvise64(fd, off, len, advice));
 }

@@ -9,16 +9,20 @@ reported at without trusting the parser under test.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import importlib.util
+import shutil
 import struct
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+import pytest
 from click.testing import CliRunner, Result
 from gguf import GGML_QUANT_SIZES, GGUFValueType as V
 
@@ -270,3 +274,19 @@ def assert_one_line_error(result: Result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+@contextlib.contextmanager
+def tmpfs_copy(source: Path) -> Iterator[Path]:
+    """A copy of ``source`` on a tmpfs (/dev/shm), in a folder of its own removed afterwards; skips the test
+    where there is no /dev/shm."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm tmpfs here")
+    folder = Path(tempfile.mkdtemp(prefix="ggaudit-test-", dir=shm))
+    try:
+        copy = folder / source.name
+        shutil.copyfile(source, copy)
+        yield copy
+    finally:
+        shutil.rmtree(folder)

@@ -170,3 +170,63 @@ def test_the_driver_itself_changes_nothing_when_told_not_to(command: tuple[str, 
     target, args = _setup(Case("control", "small", command, "none"), sources, tmp_path)
     proc = _drive("none", "read", 1, target, tmp_path / "changed", args)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr)
+
+
+#: (id, command, when, n, the `when` of the message): the file rewritten in place with its size kept and its
+#: mtime put back, so only its ctime tells. check: between its passes (just before the mmap pass maps it, the
+#: buffered pass done and found unchanged) and between opening it and its one pass; verify: while hashing;
+#: scan and rows --all: at their first read after the header.
+KEPT_MTIME = [
+    ("check-between-passes", ("check", "{model}", "--modes", "buffered,mmap"), "premap", 1,
+     "while it was read (mmap)"),
+    ("check-before-its-pass", ("check", "{model}", "--modes", "buffered"), "read", 2, "while it was read (buffered)"),
+    ("verify-blob", ("verify", "{blob}"), "read", 1, "while it was being hashed"),
+    ("verify-sums", ("verify", "--sums", "{sums}"), "read", 1, "while it was being hashed"),
+    ("scan", ("scan", "{model}"), "read", 2, "during scan"),
+    ("rows-all", ("rows", "{model}", "--all", "--modes", "buffered"), "read", 2, "while rows were read"),
+]
+
+
+@needs_fork
+@pytest.mark.parametrize(("command", "when", "n", "said"), [c[1:] for c in KEPT_MTIME], ids=[c[0] for c in KEPT_MTIME])
+def test_a_same_size_rewrite_with_its_mtime_put_back_is_told_by_its_ctime(
+        command: tuple[str, ...], when: str, n: int, said: str, sources: dict[str, Path], tmp_path: Path) -> None:
+    """Size, device, inode and mtime all as they were: without the ctime the changed bytes would be blamed on a
+    read path (check) or reported as a digest mismatch (verify). The one line names what changed, and only that."""
+    case = Case("kept-mtime", "small", command, "rewrite-keep-mtime", when, n, target_is_blob="{blob}" in command)
+    target, args = _setup(case, sources, tmp_path)
+    before = os.stat(target)
+    proc = _drive(case.action, when, n, target, tmp_path / "changed", args)
+    after = os.stat(target)
+    assert (tmp_path / "changed").exists(), (proc.returncode, proc.stdout[-500:], proc.stderr)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns
+    assert (proc.returncode, proc.stderr) == (2, f"ggaudit: error: {target}: file changed {said} (replaced, resized "
+                                                 f"or rewritten: ctime {before.st_ctime_ns} -> {after.st_ctime_ns})\n")
+
+
+def test_the_identity_holds_the_ctime_and_its_message_names_only_what_changed(tmp_path: Path) -> None:
+    from ggaudit.errors import ReadError
+    from ggaudit.io import FileIdentity
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"a" * 100)
+    st = os.stat(path)
+    identity = FileIdentity.of(st)
+    assert (identity.size, identity.mtime_ns, identity.ctime_ns) == (100, st.st_mtime_ns, st.st_ctime_ns)
+    identity.check(path, "while read")                 # unchanged: nothing raised
+    assert identity.changes(identity) == []
+    other = FileIdentity(identity.device + 1, identity.inode + 1, 99, identity.mtime_ns + 1, identity.ctime_ns + 1)
+    assert identity.changes(other) == [
+        f"device {identity.device} -> {identity.device + 1}", f"inode {identity.inode} -> {identity.inode + 1}",
+        "size 100 -> 99", f"mtime {identity.mtime_ns} -> {identity.mtime_ns + 1}",
+        f"ctime {identity.ctime_ns} -> {identity.ctime_ns + 1}"]
+    time.sleep(0.01)                                   # past a coarse filesystem clock's tick
+    with open(path, "r+b") as f:
+        f.write(b"b")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = os.stat(path)
+    with pytest.raises(ReadError) as err:
+        identity.check(path, "while read")
+    assert str(err.value) == (f"{path}: file changed while read (replaced, resized or rewritten: ctime "
+                              f"{st.st_ctime_ns} -> {now.st_ctime_ns})")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import ggaudit
-from ggaudit.check.decide import AGREEMENT, MANIFEST, PUBLISHED, Expectation, Observed, decide_file
+from ggaudit.check.decide import decide_file
+from ggaudit.check.facts import AGREEMENT, MANIFEST, PUBLISHED, Eviction, Expectation, Needs, Observed, Probes
 from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.verify.manifests.tensor import TensorDigest, build_tensor_manifest, write_tensor_manifest
@@ -88,10 +89,47 @@ def test_d_page_cache_paths_agree_and_differ_from_direct_which_matches() -> None
     assert "page cache holds other bytes than the disk" in d.conclusions[1].text
 
 
-def test_e_direct_differs_the_page_cache_paths_match() -> None:
+def test_e_direct_differs_the_page_cache_paths_match_undecided_until_the_eviction_test() -> None:
+    """The page cache holds what was published and direct reads deliver other bytes: a wrong direct path, or a
+    device holding other bytes under a cached file. The reads alone do not tell: the eviction test is asked for."""
     d = decide_file("m.gguf", [seen("buffered", True), seen("mmap", True), seen("direct", False)], published=PUB)
-    assert (d.verdict, d.right, d.wrong) == ("read-path", ("buffered", "mmap"), ("direct",))
-    assert "direct reads deliver wrong bytes" in d.conclusions[1].text
+    assert (d.verdict, d.right, d.wrong, d.decided) == ("read-path", ("buffered", "mmap"), ("direct",), False)
+    assert d.needs == Needs(evict=("buffered", "direct"))
+    text = d.conclusions[1].text
+    assert "either the device holds other bytes than the page cache" in text and "or direct reads are wrong" in text
+
+
+def evicted(outcome: str | None, why: str | None = None) -> Probes:
+    return Probes(eviction=Eviction(cached="buffered", device="direct", offset=1056, outcome=outcome, why=why,
+                                    cached_hex="00 01", device_hex="10 01", after_hex="00 01" if outcome ==
+                                    "page-cache" else "10 01"))
+
+
+def test_e_the_eviction_test_reading_the_published_bytes_from_the_device_blames_direct() -> None:
+    d = decide_file("m.gguf", [seen("buffered", True), seen("mmap", True), seen("direct", False)], published=PUB,
+                    tested=evicted("page-cache"))
+    assert (d.verdict, d.right, d.wrong, d.decided, d.needs) == (
+        "read-path", ("buffered", "mmap"), ("direct",), True, Needs())
+    assert d.conclusions[1].text.startswith("direct reads deliver wrong bytes on this machine for tensors "
+                                            "blk.0.ffn_down.weight; the page cache and the device")
+
+
+def test_e_the_eviction_test_reading_the_direct_bytes_is_a_device_holding_other_bytes() -> None:
+    d = decide_file("m.gguf", [seen("buffered", True), seen("mmap", True), seen("direct", False)], published=PUB,
+                    tested=evicted("device"))
+    assert (d.verdict, d.right, d.wrong, d.decided) == ("damaged", ("buffered", "mmap"), ("direct",), True)
+    assert codes(d) == ["matches-published", "device-differs"]
+    assert conclusion(d, "device-differs")["eviction"] == {
+        "paths": ["buffered", "direct"], "offset": 1056, "outcome": "device", "why": None, "cached": "00 01",
+        "device": "10 01", "after": "10 01"}
+
+
+def test_e_no_eviction_says_both_explanations_and_why_not() -> None:
+    d = decide_file("m.gguf", [seen("buffered", True), seen("mmap", True), seen("direct", False)], published=PUB,
+                    tested=evicted(None, "not made (--no-evict): nothing was evicted"))
+    assert (d.verdict, d.decided, d.needs) == ("read-path", False, Needs())
+    assert d.conclusions[1].text.endswith("the eviction test could not be made: not made (--no-evict): nothing "
+                                          "was evicted")
 
 
 def test_f_no_reference_page_cache_disagrees_with_direct_gives_both_explanations() -> None:
@@ -167,22 +205,76 @@ def test_published_and_manifest_disagreeing_the_published_digest_decides() -> No
                                                                 "published": GOOD}
 
 
-def test_damaged_and_a_path_deviating_too_names_both() -> None:
+def test_damaged_and_a_path_deviating_too_names_both_once_its_second_read_is_hashed() -> None:
+    """mmap computes no published digest: its bytes, other than the others', are hashed in a second read
+    before anything is decided (it could be the one path that delivered what was published)."""
     odd = Observed(mode="mmap", fingerprint="Z", tensors=RIGHT_TENSORS)
-    d = decide_file("m.gguf", [seen("buffered", False), odd, seen("direct", False)], published=PUB)
-    assert d.verdict == "damaged"
+    reads = [seen("buffered", False), odd, seen("direct", False)]
+    first = decide_file("m.gguf", reads, published=PUB)
+    assert (first.verdict, first.decided, first.needs) == ("read-path", False, Needs(rehash=("mmap",)))
+    again = Probes(rehashed={"mmap": Observed(mode="mmap", fingerprint="Z", digests={"sha256": OTHER})})
+    d = decide_file("m.gguf", reads, published=PUB, tested=again)
+    assert (d.verdict, d.needs) == ("damaged", Needs())
     assert codes(d) == ["differs-from-published", "read-path-differs"]
     assert conclusion(d, "read-path-differs")["paths"] == ["mmap"]
+    assert conclusion(d, "differs-from-published")["read"] == "direct"     # the device's read is the disk's
 
 
-def test_a_reference_no_path_computed_is_refused() -> None:
-    with pytest.raises(ValueError, match="no read path computed"):
-        decide_file("m.gguf", [seen("mmap", True)], published=PUB)
+def test_a_fault_common_to_buffered_and_direct_credits_mmap_once_hashed() -> None:
+    """Buffered and direct deliver the same other bytes; mmap, the one right path, computed no digest: hashed
+    again, it is credited, and the path-by-path verdict blames buffered and direct, not mmap."""
+    right_mmap = Observed(mode="mmap", fingerprint="R", tensors=RIGHT_TENSORS)
+    reads = [seen("buffered", False), right_mmap, seen("direct", False)]
+    again = Probes(rehashed={"mmap": Observed(mode="mmap", fingerprint="R", digests={"sha256": GOOD})})
+    d = decide_file("m.gguf", reads, published=PUB, tested=again)
+    assert (d.verdict, d.right, d.wrong, d.decided) == ("read-path", ("mmap",), ("buffered", "direct"), False)
+    assert d.needs == Needs(evict=("mmap", "direct"))
+    assert codes(d) == ["matches-published", "read-path-differs"]
 
 
-def test_one_path_matching_published_is_intact() -> None:
-    d = decide_file("m.gguf", [seen("buffered", True)], published=PUB)
+def test_a_second_read_that_delivers_other_bytes_is_not_compared() -> None:
+    odd = Observed(mode="mmap", fingerprint="Z", tensors=RIGHT_TENSORS)
+    again = Probes(rehashed={"mmap": Observed(mode="mmap", fingerprint="Y", digests={"sha256": GOOD})})
+    d = decide_file("m.gguf", [seen("buffered", False), odd, seen("direct", False)], published=PUB, tested=again)
+    assert (d.verdict, d.decided, codes(d)) == ("read-path", False, ["not-compared", "read-path-differs"])
+    assert "its second read delivered other bytes than its first" in d.conclusions[0].text
+
+
+def test_a_reference_no_path_computed_asks_for_a_second_read_hashed() -> None:
+    d = decide_file("m.gguf", [seen("mmap", True)], published=PUB)
+    assert (d.decided, d.needs) == (False, Needs(rehash=("mmap",)))
+
+
+def test_one_page_cache_path_matching_published_is_verified_as_the_page_cache_delivers_it() -> None:
+    d = decide_file("m.gguf", [seen("buffered", True)], published=PUB, skipped="the filesystem refuses direct I/O")
+    assert (d.verdict, codes(d)) == ("cache-verified", ["matches-published", "device-not-read"])
+    assert "direct reads were skipped (the filesystem refuses direct I/O)" in d.conclusions[1].text
+
+
+def test_one_device_read_matching_published_is_intact() -> None:
+    d = decide_file("m.gguf", [seen("direct", True)], published=PUB)
     assert (d.verdict, codes(d)) == ("intact", ["matches-published"])
+
+
+def test_direct_on_a_filesystem_serving_it_from_the_page_cache_is_no_witness_of_a_device() -> None:
+    tmpfs = Observed(mode="direct", fingerprint="R", digests={"sha256": GOOD}, tensors=RIGHT_TENSORS,
+                     source="page-cache", source_why="a tmpfs keeps files in the page cache")
+    d = decide_file("m.gguf", [seen("buffered", True), seen("mmap", True), tmpfs], published=PUB)
+    assert (d.verdict, codes(d)) == ("cache-verified", ["matches-published", "read-paths-agree", "device-not-read"])
+    assert conclusion(d, "read-paths-agree") == {"paths": ["buffered", "mmap", "direct"], "independent": False}
+    unpublished = decide_file("m.gguf", [seen("buffered", True), seen("mmap", False), tmpfs])
+    assert (unpublished.reference, unpublished.decided) == (None, False)     # no independent pair agrees
+
+
+def test_every_published_expectation_is_compared_and_a_conflict_is_a_finding() -> None:
+    store = Expectation(algorithm="sha256", digest=GOOD, source=PUBLISHED, what="the Ollama manifest's digest")
+    sums = Expectation(algorithm="sha256", digest=OTHER, source=PUBLISHED, what="the checksum file's line 2")
+    d = decide_file("m.gguf", [seen("buffered", True), seen("mmap", True), seen("direct", True)],
+                    published=(sums, store))
+    assert d.verdict == "damaged"
+    assert codes(d) == ["matches-published", "read-paths-agree", "expectations-conflict", "differs-from-published"]
+    assert conclusion(d, "matches-published")["source"] == "the Ollama manifest's digest"
+    assert conclusion(d, "differs-from-published")["source"] == "the checksum file's line 2"
 
 
 # --- end to end ------------------------------------------------------------------------------------

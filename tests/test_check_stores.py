@@ -27,7 +27,7 @@ def matched(report: CheckReport) -> dict[str, object]:
 
 def differs(report: CheckReport) -> dict[str, object]:
     [found] = [c for c in report.conclusions if c.code == "differs-from-published"]
-    return {k: found.evidence[k] for k in ("algorithm", "expected", "actual", "source")}
+    return {k: found.evidence[k] for k in ("algorithm", "expected", "actual", "source", "note")}
 
 
 def hf_snapshot(cache: Path, data: bytes) -> Path:
@@ -50,13 +50,13 @@ def test_hf_cache_snapshot_intact_then_damaged_names_the_hf_download_that_replac
     report = ggaudit.check("hf:org/tiny", hf_cache=tmp_path / "hub")
     assert (report.verdict, report.reference, report.store, report.name) == ("intact", "published", "hf", "org/tiny")
     assert matched(report) == {"algorithm": "sha256", "digest": sha256(data),
-                               "source": "the Hugging Face cache's blob name"}
+                               "source": "the Hugging Face cache's blob name", "note": None}
     flip(blob, len(data) - 1)
     report = ggaudit.check("hf:org/tiny", hf_cache=tmp_path / "hub")
     assert (report.verdict, report.reference, report.ok) == ("damaged", "published", False)
     assert differs(report) == {"algorithm": "sha256", "expected": sha256(data),
                                "actual": hashlib.sha256(blob.read_bytes()).hexdigest(),
-                               "source": "the Hugging Face cache's blob name"}
+                               "source": "the Hugging Face cache's blob name", "note": None}
     # The file as the repository names it (gguf/tiny.gguf, not the blob's hash nor the base name).
     assert report.next_steps == ("the download is damaged: download it again, replacing the cached copy: "
                                  "`hf download org/tiny gguf/tiny.gguf --force-download`",)
@@ -68,7 +68,7 @@ def test_hf_local_dir_intact_then_damaged_names_hf_download_with_its_local_dir(t
     report = ggaudit.check(f"hf-local:{local.root}")
     assert (report.verdict, report.reference) == ("intact", "published")
     assert matched(report) == {"algorithm": "sha256", "digest": sha256(data),
-                               "source": "the etag of its Hugging Face download metadata"}
+                               "source": "the etag of its Hugging Face download metadata", "note": None}
     flip(local.good, len(data) - 1)
     os.utime(local.good, (1_700_000_000.0, 1_700_000_000.0))   # as downloaded: not newer than its metadata
     report = ggaudit.check(f"hf-local:{local.root}")
@@ -83,12 +83,12 @@ def test_gpt4all_md5_intact_and_damaged_with_the_apps_download_steps(tmp_path: P
     good = ggaudit.check("gpt4all:good.gguf", store=tmp_path / "gpt4all")
     assert (good.verdict, good.reference) == ("intact", "published")
     assert matched(good) == {"algorithm": "md5", "digest": hashlib.md5(paths["good"].read_bytes()).hexdigest(),
-                             "source": "GPT4All's model list's md5"}
+                             "source": "GPT4All's model list's md5", "note": None}
     bad = ggaudit.check("gpt4all:badmd5.gguf", store=tmp_path / "gpt4all")
     assert (bad.verdict, bad.reference) == ("damaged", "published")
     assert differs(bad) == {"algorithm": "md5", "expected": "0" * 32,
                             "actual": hashlib.md5(paths["badmd5"].read_bytes()).hexdigest(),
-                            "source": "GPT4All's model list's md5"}
+                            "source": "GPT4All's model list's md5", "note": None}
     assert bad.next_steps == ("the download is damaged: with GPT4All closed, delete badmd5.gguf from its download "
                               "folder, then download it again in GPT4All (Models, `+ Add Model`, search, `Download`)",)
 
@@ -112,7 +112,7 @@ def test_sums_file_line_decides_and_a_wrong_line_is_damaged(tmp_path: Path) -> N
     report = ggaudit.check(model, sums=sums)
     assert (report.verdict, report.reference) == ("intact", "published")
     assert matched(report) == {"algorithm": "sha256", "digest": sha256(model.read_bytes()),
-                               "source": "the checksum file's line 2"}
+                               "source": "the checksum file's line 2", "note": None}
     sums.write_text(f"{'e' * 64}  m.gguf\n")
     report = ggaudit.check(model, sums=sums)
     assert (report.verdict, differs(report)["expected"], differs(report)["source"]) == (

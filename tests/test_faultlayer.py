@@ -23,6 +23,7 @@ POISON = 0xA5
 
 #: The child: runs a plan of reads (JSON in argv[1]) and prints what each delivered. Buffers are poisoned
 #: with 0xa5 first, so bytes a read did not deliver show up; direct reads use a page-aligned mmap buffer.
+#: Two steps are not reads: "evict" (posix_fadvise DONTNEED of the range) and "cache" (ggaudit.io.cache_state).
 CHILD = r"""
 import errno, json, mmap, os, sys, threading
 
@@ -30,6 +31,13 @@ def read(step):
     path, how, offset, length = step["file"], step["how"], step["offset"], step["length"]
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if how == "direct" else 0))
     try:
+        if how == "evict":
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+            return {"evicted": [offset, length]}
+        if how == "cache":
+            from ggaudit.io import cache_state
+            state = cache_state(fd, offset, length)
+            return {"pages": state.pages, "cached": state.cached, "dirty": state.dirty}
         if how == "mmap":
             with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=offset) as m:
                 return {"count": length, "bytes": m[:].hex()}
@@ -71,7 +79,9 @@ print(json.dumps([in_threads(s) if "threads" in s else read(s) for s in json.loa
 
 #: How the child reads on each read path; "pagecache" is buffered and mmap together.
 HOWS = {"buffered": ("pread", "read", "preadv"), "direct": ("direct",), "mmap": ("mmap",)}
-FAULTED = {"buffered": {"buffered"}, "direct": {"direct"}, "mmap": {"mmap"}, "pagecache": {"buffered", "mmap"}}
+#: "device" with nothing evicted: only direct reads see the device's other bytes.
+FAULTED = {"buffered": {"buffered"}, "direct": {"direct"}, "mmap": {"mmap"}, "pagecache": {"buffered", "mmap"},
+           "device": {"direct"}}
 #: (offset, length) windows each way of reading reads: whole file, unaligned, and windows inside it.
 WINDOWS = {"pread": [(0, SIZE), (4000, 5100)], "read": [(4000, 5100)], "preadv": [(0, SIZE)],
            "direct": [(0, SIZE), (8192, 4096)], "mmap": [(0, SIZE), (8192, 8192)]}
@@ -123,7 +133,7 @@ def files(ddir: Path) -> tuple[Path, Path, bytes]:
 
 
 @pytest.mark.parametrize("fault", sorted(DATA))
-@pytest.mark.parametrize("path_kind", ["buffered", "direct", "mmap", "pagecache"])
+@pytest.mark.parametrize("path_kind", ["buffered", "direct", "mmap", "pagecache", "device"])
 def test_data_fault_reaches_only_its_path_and_file(files: tuple[Path, Path, bytes], path_kind: str,
                                                    fault: str) -> None:
     target, other, data = files
@@ -241,3 +251,81 @@ def test_a_second_layer_below_adds_its_own_fault_on_another_path(files: tuple[Pa
     assert child(plan, env) == [{"count": 4096, "bytes": wrong[8192:12288].hex()},
                                 {"count": 4096, "bytes": data[8192:12288].hex()}, {"errno": "EIO"},
                                 {"count": 8192, "bytes": data[8192:16384].hex()}]
+
+
+@pytest.fixture
+def paged(files: tuple[Path, Path, bytes]) -> tuple[Path, Path, bytes]:
+    """*files*, the faulted one rewritten a page per write() and synced: posix_fadvise drops only clean pages
+    and only whole folios, and one write() of the whole file makes it one large folio that no partial
+    eviction can drop."""
+    target, other, data = files
+    with open(target, "wb", buffering=0) as f:
+        for at in range(0, SIZE, 4096):
+            f.write(data[at:at + 4096])
+        os.fsync(f.fileno())
+    return target, other, data
+
+
+def test_device_faults_direct_reads_and_the_page_cache_only_once_evicted(paged: tuple[Path, Path, bytes],
+                                                                        tmp_path: Path) -> None:
+    # A lost write under a cached file: the device holds flipped bytes at 9000 (page 2) and 20000 (page 4).
+    # Direct reads see them at once; pread and mmap see the cache's (right) bytes until page 2 is evicted,
+    # then page 2's device bytes, and page 4 stays the cache's.
+    target, other, data = paged
+    flip = {"offset": [9000, 20000], "length": 2, "mask": 0x5A}
+    log = tmp_path / "faults.log"
+    env = faulted_env(target, "device", "flip", **flip, log=log)
+    wrong = faulted_bytes(data, "flip", flip)
+    evicted = bytearray(data)
+    evicted[8192:12288] = wrong[8192:12288]             # the right bytes, but page 2 from the device
+    plan = [step(target, "direct", 8192, 4096), step(target, "pread", 8192, 4096), step(target, "mmap", 0, SIZE),
+            step(target, "cache", 8192, 4096), step(target, "evict", 8192, 4096), step(target, "cache", 8192, 4096),
+            step(target, "pread", 8192, 4096), step(target, "mmap", 0, SIZE), step(target, "pread", 16384, 4096),
+            step(target, "direct", 16384, 4096), step(target, "preadv", 0, SIZE), step(other, "pread", 8192, 4096)]
+    got = child(plan, env)
+    read = lambda source, a, n: {"count": n, "bytes": source[a:a + n].hex()}  # noqa: E731
+    assert got == [read(wrong, 8192, 4096), read(data, 8192, 4096), read(data, 0, SIZE),
+                   {"pages": 1, "cached": 1, "dirty": 0}, {"evicted": [8192, 4096]},
+                   {"pages": 1, "cached": 0, "dirty": 0},     # the kernel really dropped the page
+                   read(wrong, 8192, 4096), read(bytes(evicted), 0, SIZE), read(data, 16384, 4096),
+                   read(wrong, 16384, 4096), read(bytes(evicted), 0, SIZE), read(data, 8192, 4096)]
+    assert log.read_text().splitlines() == ["direct flip 8192 4096", "buffered flip 8192 4096", "mmap flip 0 32768",
+                                            "direct flip 16384 4096", "buffered flip 0 32768"]
+
+
+def test_device_evicts_the_pages_the_kernel_drops(paged: tuple[Path, Path, bytes]) -> None:
+    # posix_fadvise drops only whole pages inside the range, and the file's last partial page when the range
+    # runs to the end: the layer's idea of what was evicted is the kernel's (cache_state shows it).
+    target, _, data = paged
+    flip = {"offset": [100, 4096, SIZE - 1], "length": 1, "mask": 0x01}
+    wrong = faulted_bytes(data, "flip", flip)
+    plan = [step(target, "pread", 0, SIZE), step(target, "evict", 50, 8000),     # no whole page: nothing goes
+            step(target, "cache", 0, 8192), step(target, "pread", 0, 8192),
+            step(target, "evict", 4000, 4192),               # ends at a page's end: page 1 goes, page 0 stays
+            step(target, "cache", 0, 8192), step(target, "pread", 0, 8192),
+            step(target, "evict", SIZE - 4106, 0),         # to the end: the last page (7) goes, page 6 stays
+            step(target, "cache", SIZE - 8192, 8192), step(target, "pread", SIZE - 8192, 8192)]
+    got = child(plan, faulted_env(target, "device", "flip", **flip))
+    page1 = data[:4096] + wrong[4096:8192]
+    assert got[2:] == [{"pages": 2, "cached": 2, "dirty": 0}, {"count": 8192, "bytes": data[:8192].hex()},
+                       {"evicted": [4000, 4192]}, {"pages": 2, "cached": 1, "dirty": 0},
+                       {"count": 8192, "bytes": page1.hex()}, {"evicted": [SIZE - 4106, 0]},
+                       {"pages": 2, "cached": 1, "dirty": 0},
+                       {"count": 8192, "bytes": (data[SIZE - 8192:SIZE - 1] + wrong[SIZE - 1:]).hex()}]
+
+
+def test_device_counts_faults_across_paths(paged: tuple[Path, Path, bytes]) -> None:
+    target, _, data = paged
+    flip = {"offset": [9000], "length": 1, "mask": 0x01}
+    wrong = faulted_bytes(data, "flip", flip)
+    plan = [step(target, "direct", 8192, 4096), step(target, "evict", 0, 0), step(target, "pread", 8192, 4096),
+            step(target, "pread", 8192, 4096), step(target, "direct", 8192, 4096)]
+    got = child(plan, faulted_env(target, "device", "flip", **flip, times=2))
+    assert [g.get("bytes") for g in got] == [wrong[8192:12288].hex(), None, wrong[8192:12288].hex(),
+                                             data[8192:12288].hex(), data[8192:12288].hex()]
+
+
+def test_device_takes_data_faults_only(tmp_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"\0" * 4096)
+    done = run_python(["-c", "pass"], faulted_env(tmp_path / "model.bin", "device", "eio", offset=0))
+    assert (done.code, done.stderr) == (BAD_SETTING, "faultlayer: bad FAULT_ON (device takes data faults only): eio\n")

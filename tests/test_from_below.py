@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_
 from fault_support import faulted_env, run_ggaudit
 from ollama_support import ollama_store
 from platforms import needs_linux
+from support import tmpfs_copy
 from rows_support import supports_direct
 
 pytestmark = needs_linux
@@ -179,7 +179,7 @@ def test_check_b_a_manifest_of_the_model_file_names_the_tensor_and_rows_in_its_o
     assert (code, report["verdict"], report["reference"]) == (1, "damaged", "published")
     assert entry["manifest"] == {"algorithm": "sha256", "digest": hashlib.sha256(data).hexdigest(),
                                  "source": f"the manifest's sha256 of {FIXTURE.name} (its tensors are this file's, "
-                                           "at the same offsets)"}
+                                           "at the same offsets)", "note": None}
     table = open_model(FIXTURE).tensor(PLE)
     per_group = (1 << 20) // table.row_bytes      # the manifest's row groups: 1 MiB of whole rows
     first = ROW // per_group * per_group
@@ -222,11 +222,12 @@ def test_check_c_d_e_the_published_digest_names_the_path_that_deviates(
     assert first.startswith("ollama:clef-flash: ")       # the model as the user named it, not the blob
 
 
-def test_check_f_nothing_published_page_cache_against_direct_gives_both_explanations(ddir: Path) -> None:
+def test_check_f_nothing_published_page_cache_against_direct_gives_both_explanations_with_no_evict(
+        ddir: Path) -> None:
     model = ddir / "model.gguf"         # a plain file: no store, so nothing published
     shutil.copyfile(FIXTURE, model)
     env = faulted_env(model, "direct", "flip", offset=flip_offset(), mask=MASK)
-    done = run_ggaudit(["check", str(model), "--json"], env)
+    done = run_ggaudit(["check", str(model), "--json", "--no-evict"], env)
     assert done.code == 1, done.stderr
     report = models(done)[0]
     entry = report["files"][0]
@@ -238,8 +239,34 @@ def test_check_f_nothing_published_page_cache_against_direct_gives_both_explanat
                                     "decided": False, "tensors": [PLE]}
     assert "either the page cache holds other bytes than the disk" in differs["text"]
     assert "or direct reads are wrong on this machine" in differs["text"]
+    assert differs["text"].endswith("; the eviction test could not be made: not made (--no-evict): nothing was "
+                                    "evicted")
     steps = " ".join(report["next_steps"])
     assert "`ggaudit manifest MODEL" in steps and "`ggaudit check MODEL --manifest" in steps
+
+
+def test_check_f_nothing_published_the_eviction_test_narrows_but_does_not_decide(ddir: Path) -> None:
+    """Direct reads flipped below the process, the page cache right, nothing published: the page where they
+    first differ is evicted and read again through the page cache, now from the device, and gives the page
+    cache's bytes. That rules out a page cache holding bytes the disk lacks, but not a path changing every read
+    through the page cache: with nothing published, direct reads are not blamed."""
+    model = ddir / "model.gguf"
+    shutil.copyfile(FIXTURE, model)
+    data, at = FIXTURE.read_bytes(), flip_offset()
+    done = run_ggaudit(["check", str(model), "--json"], faulted_env(model, "direct", "flip", offset=at, mask=MASK))
+    assert done.code == 1, done.stderr
+    report = models(done)[0]
+    entry = report["files"][0]
+    assert (report["verdict"], report["reference"], entry["right"], entry["wrong"], entry["decided"]) == (
+        "read-path", None, [], ["direct"], False)
+    assert entry["tested"]["eviction"] == {"paths": ["buffered", "direct"], "offset": at, "outcome": "page-cache",
+                                           "why": None, "cached": data[at:at + 16].hex(" "),
+                                           "device": flipped(data, at)[at:at + 16].hex(" "),
+                                           "after": data[at:at + 16].hex(" ")}
+    assert conclusion(entry, "read-path-differs")["text"].startswith(
+        f"direct reads deliver other bytes than buffered and mmap reads for tensors {PLE}, and the page cache, read "
+        "again from the device once its pages were evicted, gives what it gave before: either direct reads are "
+        "wrong on this machine, or every read through the page cache is changed on its way")
 
 
 def test_check_f_a_manifest_made_where_the_model_works_decides(ddir: Path, tmp_path: Path) -> None:
@@ -327,18 +354,10 @@ def test_check_a_read_cut_short_below_is_not_called_a_changed_file(tmp_path: Pat
 def tmpfs_model() -> Any:
     """The model on a tmpfs (/dev/shm), in a folder of its own removed afterwards; skipped where the tmpfs
     takes O_DIRECT (Linux 6.6 and later: "shmem: add support for O_DIRECT" accepts it at open and reads)."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        pytest.skip("no /dev/shm tmpfs here")
-    folder = Path(tempfile.mkdtemp(prefix="ggaudit-test-", dir=shm))
-    try:
-        if supports_direct(folder):
+    with tmpfs_copy(FIXTURE) as model:
+        if supports_direct(model.parent):
             pytest.skip(f"the tmpfs takes direct reads on this kernel ({os.uname().release}): nothing refuses them")
-        model = folder / "model.gguf"
-        shutil.copyfile(FIXTURE, model)
         yield model
-    finally:
-        shutil.rmtree(folder)
 
 
 def test_check_on_a_tmpfs_that_refuses_o_direct_skips_direct_reads(tmpfs_model: Path) -> None:

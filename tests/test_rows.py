@@ -14,7 +14,8 @@ from fake_kernel32 import FakeKernel32
 from ggaudit.rows import replay as R
 from ggaudit.errors import ReadError, UsageError
 from ggaudit.format.layout import open_model
-from ggaudit.evidence.readers import POISON, BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader, open_reader
+from ggaudit.evidence.readers import (POISON, BufferedReader, DirectIOUnavailable, Reader, WindowsDirectReader,
+                                      open_reader)
 from ggaudit.rows.classify import locate
 from ggaudit.rows.gather import WAVE_BYTES, Gatherer, Sample, plan_reads
 from ggaudit.rows.select import crossing_mask, sample_rows

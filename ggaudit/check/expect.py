@@ -1,43 +1,33 @@
-"""The expectation: the digest each file of a target should have, as its store (or the user) publishes it:
-``--sha256``, a checksum file's line (``--sums``), else what :mod:`ggaudit.stores.published` finds.
+"""The expectations: every digest each file of a target should have, from every source in play at once
+(``--sha256``, ``--sums``, the target's store, a blob's own name) and what the store says is wrong with it,
+all from :mod:`ggaudit.stores.expected`, where ``verify`` takes its own: so the two cannot disagree.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from ..errors import UsageError
-from ..stores.published import PublishedDigest, file_key, named_digests, store_digests
+from ..stores.expected import (FileExpectations, file_key, given_expectation, merged, named_expectations,
+                               store_expectations, sums_expectations)
 from ..stores.registry import Store
-from ..stores.sums import read_sums
-from .decide import PUBLISHED, Expectation
 from .options import CheckOptions
 
-__all__ = ["Published", "file_key", "published_digests"]
-
-#: Published digests by file (the key of :func:`file_key`).
-Published = dict[str, Expectation]
+__all__ = ["expectations_for", "file_key"]
 
 
-def published_digests(store: Store | None, files: Sequence[str], options: CheckOptions) -> Published:
-    """The digest each of ``files`` should have (those with none are left out): ``--sha256`` or ``--sums``
-    when given, else what the target's store keeps, else a blob's own name."""
-    if options.sha256 is not None:
-        if len(files) != 1:
-            raise UsageError(None, f"is one file's digest, and the target has {len(files)} files: check each "
-                                   "file on its own, or give --sums", field="sha256")
-        return {file_key(files[0]): _sha256(options.sha256, "the sha256 given (--sha256)")}
-    if options.sums is not None:
-        return {file_key(e.path): _sha256(e.sha256, f"the checksum file's line {e.line}")
-                for e in read_sums(options.sums) if e.problem is None and os.path.exists(e.path)}
-    found = {**named_digests(files), **(store_digests(store) if store is not None else {})}
-    return {key: _expectation(digest) for key, digest in found.items()}
-
-
-def _sha256(digest: str, what: str) -> Expectation:
-    return Expectation(algorithm="sha256", digest=digest.lower(), source=PUBLISHED, what=what)
-
-
-def _expectation(p: PublishedDigest) -> Expectation:
-    return Expectation(algorithm=p.algorithm, digest=p.digest, source=PUBLISHED, what=p.what)
+def expectations_for(store: Store | None, files: Sequence[str], options: CheckOptions) -> dict[str, FileExpectations]:
+    """Everything in play for each of ``files`` (by :func:`file_key`; every file, its ``expected`` empty when
+    no source has one): ``--sha256``, then each ``--sums`` line naming it, then what the store keeps of it,
+    then the sha256 its blob's name gives, each kept with its source (the user's first: they decide first).
+    ``--sha256`` is one file's digest: a UsageError for a target of several files."""
+    if options.sha256 is not None and len(files) != 1:
+        raise UsageError(None, f"is one file's digest, and the target has {len(files)} files: check each "
+                               "file on its own, or give --sums", field="sha256")
+    given = {} if options.sha256 is None else {
+        file_key(files[0]): FileExpectations(path=files[0], expected=(given_expectation(options.sha256),))}
+    sums = {} if options.sums is None else sums_expectations(options.sums, files)
+    found = merged(given, sums, store_expectations(store) if store is not None else {}, named_expectations(files))
+    return {key: FileExpectations(path=path, expected=found[key].expected if key in found else (),
+                                  problems=found[key].problems if key in found else ())
+            for key, path in {file_key(f): f for f in files}.items()}

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..lines import plural
 from ..text import escape_message, escape_path
-from .decide import DAMAGED, INTACT, NONFINITE, READ_PATH
+from .facts import CACHE_VERIFIED, DAMAGED, INTACT, NONFINITE, READ_PATH
 from .report import CheckReport
 
 __all__ = ["check_lines", "check_summary", "headline"]
@@ -16,8 +16,21 @@ __all__ = ["check_lines", "check_summary", "headline"]
 def headline(r: CheckReport) -> str:
     """The verdict in one sentence."""
     paths = " and ".join(r.modes) if len(r.modes) < 3 else f"{', '.join(r.modes[:-1])} and {r.modes[-1]}"
+    codes = {c.code for c in r.conclusions}
     if r.verdict == INTACT:
         what = f"intact: {_matched(r)}, and {paths} reads deliver the same bytes"
+    elif r.verdict == CACHE_VERIFIED:
+        what = (f"verified as the page cache delivers it: {_matched(r)} as {paths} reads deliver them; the device was "
+                "not read past the page cache")
+    elif r.verdict == DAMAGED and "expectations-conflict" in codes:
+        what = "damaged or mislabelled: the digests published for it disagree, and its bytes are not what one says"
+    elif r.verdict == DAMAGED and "device-differs" in codes:
+        what = ("damaged on disk: the device holds other bytes than were published, while the page cache still held "
+                "the published ones")
+    elif r.verdict == DAMAGED and any(c.code.startswith("differs-from") and c.text.startswith("the bytes the page "
+                                                                                               "cache")
+                                      for c in r.conclusions):
+        what = "damaged: the bytes the page cache delivers are not the ones published (the device was not read)"
     elif r.verdict == DAMAGED:
         what = "damaged: the file on disk is not the one published"
     elif r.verdict == NONFINITE:

@@ -8,12 +8,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import UsageError, check_arg, one_or_many
+from ..evidence.paths import MODES
 from ..untrusted import quote
 
 __all__ = ["MODES", "CheckOptions"]
-
-#: The read paths a check can compare, in the order each file is read.
-MODES = ("buffered", "mmap", "direct")
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -27,7 +25,11 @@ class CheckOptions:
     file naming the target's file(s). *sha256*: the sha256 the target's one file should have. *store*,
     *hf_cache*: the roots of the stores names are found in (default per OS). *modes*: the read paths
     compared (a str is one; at least one of ``buffered``, ``mmap``, ``direct``). *anomalies*: also
-    report block scales far outside what their tensor predicts (as ``scan --anomalies``).
+    report block scales far outside what their tensor predicts (as ``scan --anomalies``). *evict*: where
+    the page cache held what was published and direct reads deliver other bytes (or nothing is published and
+    they disagree), evict the page where they first differ and read it again through the page cache, now from
+    the device, to tell a device holding other bytes from direct reads that are wrong (False: undecided, both
+    explanations said).
     """
 
     manifest: str | os.PathLike[str] | None = None
@@ -37,11 +39,13 @@ class CheckOptions:
     hf_cache: str | os.PathLike[str] | None = None
     modes: Collection[str] = MODES
     anomalies: bool = False
+    evict: bool = True
 
     def __post_init__(self) -> None:
         for name in ("manifest", "sums", "store", "hf_cache"):
             check_arg(name, getattr(self, name), (str, os.PathLike, type(None)), "a path or None")
         check_arg("anomalies", self.anomalies, bool, "True or False")
+        check_arg("evict", self.evict, bool, "True or False")
         check_arg("sha256", self.sha256, (str, type(None)), "a string or None")
         if self.sha256 is not None:
             if not _HEX64.fullmatch(self.sha256):

@@ -12,7 +12,7 @@ from .._version import __version__
 from ..diagnostic import Diagnostic
 from ..scan.report import ScanReport
 from ..text import escape_message
-from .decide import INTACT, UNVERIFIED, Conclusion, Expectation, FileDecision
+from .facts import CACHE_VERIFIED, INTACT, UNVERIFIED, Conclusion, Expectation, FileDecision
 from ..evidence.whole import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
@@ -23,7 +23,14 @@ SCHEMA = "ggaudit/check-report/1"
 FINDING_KINDS = {"differs-from-published": "check/differs-from-published",
                  "differs-from-manifest": "check/differs-from-manifest",
                  "read-path-differs": "check/read-path-differs",
-                 "manifest-differs-from-published": "check/manifest-differs-from-published"}
+                 "manifest-differs-from-published": "check/manifest-differs-from-published",
+                 "expectations-conflict": "check/expectations-conflict",
+                 "device-differs": "check/device-differs",
+                 "not-compared": "check/not-compared",
+                 "plan-read-differs": "check/plan-read-differs",
+                 "store-problem": "check/store-problem",
+                 "file-extra": "check/file-extra",
+                 "read-path-structure": "check/read-path-differs"}
 #: Every kind of diagnostic a check yields: its own, then its scan's (stored values, structure).
 DIAGNOSTIC_KINDS = (*FINDING_KINDS.values(), "check/path-skipped", "check/no-published-reference")
 
@@ -56,11 +63,26 @@ class FileCheck:
     reads: tuple[PathRead, ...]
     skipped: Mapping[str, str]
     decision: FileDecision
+    #: Every digest published for the file, each compared (``published`` is the first).
+    expectations: tuple[Expectation, ...] = ()
+    #: The header the check was planned from was not the one the passes delivered: plan again (by
+    #: :func:`ggaudit.check`) through this read path; None when it was.
+    replanned: Any = None
+    #: What the store only warns of for this file.
+    warnings: tuple[str, ...] = ()
+
+    def result(self, e: Expectation) -> str:
+        """What the reads gave against one expectation: "matched" (a path's digest is it), "differs" (the paths
+        that computed its algorithm gave another), or "not computed"."""
+        computed = [r.digests[e.algorithm] for r in self.reads if e.algorithm in r.digests]
+        return "matched" if e.digest in computed else "differs" if computed else "not computed"
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision
         return {"path": self.path, "size": self.size, "verdict": d.verdict, "reference": d.reference,
                 "published": _expectation(self.published), "manifest": _expectation(self.manifest),
+                "expectations": [{**(_expectation(e) or {}), "result": self.result(e)} for e in self.expectations],
+                "tested": None if d.tested is None else _tested(d),
                 "paths": [r.to_json() for r in self.reads],
                 "skipped": [{"mode": m, "reason": why} for m, why in self.skipped.items()],
                 "right": list(d.right), "wrong": list(d.wrong), "decided": d.decided,
@@ -68,7 +90,16 @@ class FileCheck:
 
 
 def _expectation(e: Expectation | None) -> dict[str, Any] | None:
-    return None if e is None else {"algorithm": e.algorithm, "digest": e.digest, "source": e.what}
+    return None if e is None else {"algorithm": e.algorithm, "digest": e.digest, "source": e.what, "note": e.note}
+
+
+def _tested(d: FileDecision) -> dict[str, Any]:
+    """The active tests made for the file: each second read hashed (its digests, or why none), the eviction."""
+    t = d.tested
+    assert t is not None
+    return {"rehashed": [{"mode": m, "digests": None if isinstance(o, str) else dict(o.digests),
+                          "why": o if isinstance(o, str) else None} for m, o in t.rehashed.items()],
+            "eviction": None if t.eviction is None else t.eviction.to_json()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,8 +125,11 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        """Nothing is wrong: intact, or unverified with every path agreeing, and the scan found nothing."""
-        return self.verdict in (INTACT, UNVERIFIED) and all(s.ok for s in self.scans)
+        """Nothing is wrong: intact (or verified as the page cache delivers it, or unverified) with every path
+        agreeing, no finding among the conclusions, and the scan found nothing."""
+        return (self.verdict in (INTACT, CACHE_VERIFIED, UNVERIFIED) and all(s.ok for s in self.scans)
+                and not any(c.code in FINDING_KINDS and c.code != "manifest-differs-from-published"
+                            for c in self.conclusions))
 
     def diagnostics(self) -> Iterator[Diagnostic]:
         for f in self.files:

@@ -16,14 +16,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import NothingChecked, options_from
-from ..format.layout import GGUFFile, Model, open_model
+from ..errors import FormatError, GGAuditError, NothingChecked, ReadError, options_from
+from ..format.layout import GGUFFile, HeaderRead, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding
 from ..io import ChunkConsumer, Progress, Xxh3_128
+from ..evidence.active import evict_and_read, first_difference, read_range
+from ..evidence.paths import DEVICE, digest_paths, proof_order, read_path, source_of
 from ..evidence.readers import DirectIOUnavailable, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
@@ -37,8 +39,14 @@ from ..verify.manifests.llama_hash import (FilePlan, HashEntry, LineDigests, in_
                                            plan_llama_check, read_llama_hash)
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorDigest, TensorManifest, read_tensor_manifest,
                                        rows_per_group)
-from .decide import MANIFEST, Expectation, LineDigest, ManifestLines, Observed, decide_file
-from .expect import file_key, published_digests
+from ..lines import joined
+from ..stores.expected import WARNING, FileExpectations
+from ..verify.walk.tensor_match import BY_CONTENT, BY_NAME, IN_PLACE, ManifestMatch, match_manifest
+from ..verify.walk.tensors import compare_tensors
+from .decide import decide_file
+from .facts import (CACHE_VERIFIED, INTACT, MANIFEST, PUBLISHED, READ_PATH, UNVERIFIED, Conclusion, Eviction,
+                    Expectation, FileDecision, LineDigest, ManifestLines, Needs, Observed, Probes)
+from .expect import expectations_for, file_key
 from .verdict import summarize
 from .options import CheckOptions
 from ..evidence.whole import read_pass
@@ -46,10 +54,6 @@ from .passes import PassBytes, beside
 from .report import CheckReport, FileCheck, PathRead
 
 __all__ = ["CheckPlan", "FileCheckPlan", "PassObservation", "check", "judge", "observe_pass", "plan_check"]
-
-#: The paths a published digest is compared on: the page cache's reference read and the device's.
-DIGEST_PATHS = ("buffered", "direct")
-
 
 def check(target: Target, *, options: CheckOptions | None = None, progress: Progress | None = None,
           **keywords: Any) -> CheckReport:
@@ -65,6 +69,16 @@ def check(target: Target, *, options: CheckOptions | None = None, progress: Prog
     o = options_from(CheckOptions, options, keywords)
     started = time.perf_counter()
     plan = plan_check(target, o)
+    report = _read_and_judge(plan, progress, started)
+    replan = {f.path: f.replanned for f in report.files if f.replanned is not None}
+    if not replan:
+        return report
+    # The header the plan rests on is not what the passes decided: plan again from the bytes they delivered,
+    # once (a plan that still disagrees then says so, and is not planned a third time).
+    return _read_and_judge(plan_check(target, o, replan), progress, started)
+
+
+def _read_and_judge(plan: CheckPlan, progress: Progress | None, started: float) -> CheckReport:
     counted = PassBytes.of(progress, sum(f.file.size for f in plan.files) * len(plan.modes))
     passes = [_observe_file(f, plan.modes, counted) for f in plan.files]
     return judge(plan, passes, seconds=time.perf_counter() - started)
@@ -78,17 +92,26 @@ class FileCheckPlan:
     ``kernel``, how they are scanned)."""
 
     file: GGUFFile
-    published: Expectation | None
+    published: tuple[Expectation, ...]
     expected: _Expected | None
     digest_paths: tuple[str, ...]
     scan_path: str
     scan: tuple[Plan, ...]
     kernel: Options
     lines: ManifestLines | None = None
+    #: Whether the eviction test may evict the pages where the page cache and the device differ.
+    evict: bool = True
+    #: What the store (or the manifest) says is wrong with the file before a byte is read: findings.
+    problems: tuple[Conclusion, ...] = ()
+    #: What the store only warns of (a file without download metadata, say).
+    warnings: tuple[str, ...] = ()
+    #: How the plan's header was read when it was not by positioned reads (the read path, and why: the first
+    #: read of it was found wrong); None when it was.
+    planned: Replanned | None = None
 
     @property
     def algorithms(self) -> list[str]:
-        return sorted({e.algorithm for e in (self.published, self.expected.whole if self.expected else None)
+        return sorted({e.algorithm for e in (*self.published, self.expected.whole if self.expected else None)
                        if e is not None})
 
     @property
@@ -123,53 +146,149 @@ class PassObservation:
     structure: tuple[StructureFinding, ...] | None = None
 
 
-def plan_check(target: Target, o: CheckOptions) -> CheckPlan:
+def plan_check(target: Target, o: CheckOptions, replan: Mapping[str, Replanned] | None = None) -> CheckPlan:
     """Open ``target``, find what its files should be (its store's digests, the manifest) and plan their
-    passes: everything a check works out before it reads a tensor's bytes, locally or on ggaudit.fleet."""
-    text, store, models = _open(target, o)
+    passes: everything a check works out before it reads a tensor's bytes, locally or on ggaudit.fleet.
+    ``replan``: the files whose headers are read again through another read path (their first plan's read
+    was found wrong)."""
+    planned: dict[str, Replanned] = dict(replan or {})
+    text, store, models = _open(target, o, planned)
     files = [f for m in models for f in m.files]
-    published = published_digests(store, [f.path for f in files], o)
+    expectations = expectations_for(store, [f.path for f in files], o)
     manifest = _manifest(o.manifest)
     lines = _manifest_lines(manifest, files, o.manifest, text) if isinstance(manifest, tuple) else [None] * len(files)
     tensor_manifest = manifest if isinstance(manifest, TensorManifest) else None
+    match = None if tensor_manifest is None else match_manifest(tensor_manifest, files, manifest_path=o.manifest,
+                                                                target=text)
     scan_options = ScanOptions(anomalies=o.anomalies, workers=0)
     scans = tuple(plan_scan(m, scan_options) for m in models)
     modes = tuple(o.modes)      # CheckOptions keeps them as a tuple in the house order
-    scan_path = "mmap" if "mmap" in modes else modes[0]
-    digest_paths = tuple(m for m in modes if m in DIGEST_PATHS) or modes[:1]
+    scan_path = next((m for m in modes if read_path(m).engines_read), modes[0])
+    digest_on = digest_paths(modes)
     return CheckPlan(target=text, store=store, modes=modes, scan_path=scan_path, scans=scans,
-                     files=tuple(FileCheckPlan(file=f, published=published.get(file_key(f.path)),
-                                          expected=_manifest_entry(tensor_manifest, f), lines=f_lines,
-                                          digest_paths=digest_paths, scan_path=scan_path, scan=_scan_of(f, scans),
-                                          kernel=scan_options.kernel) for f, f_lines in zip(files, lines, strict=True)))
+                     files=tuple(FileCheckPlan(file=f, published=_published(expectations[file_key(f.path)]),
+                                          problems=_problems(expectations[file_key(f.path)],
+                                                             match is not None and f.path in match.extra),
+                                          warnings=tuple(f"{p.subject}: {p.detail}"
+                                                         for p in expectations[file_key(f.path)].problems
+                                                         if p.kind == WARNING),
+                                          expected=_manifest_entry(tensor_manifest, match, f), lines=f_lines,
+                                          digest_paths=digest_on, scan_path=scan_path, scan=_scan_of(f, scans),
+                                          kernel=scan_options.kernel, evict=o.evict, planned=planned.get(f.path))
+                                 for f, f_lines in zip(files, lines, strict=True)))
 
 
 def judge(plan: CheckPlan, passes: Sequence[Sequence[PassObservation]], *, seconds: float) -> CheckReport:
     """The report from every file's passes (``passes[i]``: those of ``plan.files[i]``), however they were
-    read: each file's decision, then the verdict of the whole target."""
+    read: each file's decision, then the verdict of the whole target. Where the scan's path is decided wrong,
+    the file is scanned again through a right path: what the file holds is what that read shows, and what
+    the scan's path delivered is that path's (``through``)."""
     accs: dict[str, dict[int, Acc]] = {}
     structure: dict[str, tuple[StructureFinding, ...]] = {}
+    through_accs: dict[str, dict[int, Acc]] = {}
+    through_structure: dict[str, tuple[StructureFinding, ...]] = {}
     checked: list[FileCheck] = []
     for f, seen in zip(plan.files, passes, strict=True):
-        checked.append(_judge_file(f, seen))
-        for p in seen:
-            if p.accs is not None:
-                accs[f.file.path] = p.accs
-            if p.structure is not None:
-                structure[f.file.path] = p.structure
+        found = _judge_file(f, seen)
+        checked.append(found)
+        scanned = next((p for p in seen if p.mode == plan.scan_path and p.observed is not None), None)
+        again = _scanned_again(f, found.decision, scanned, {p.mode: p.observed for p in seen if p.observed})
+        if again is not None and scanned is not None:
+            through_accs[f.file.path], through_structure[f.file.path] = scanned.accs or {}, scanned.structure or ()
+            scanned = again
+        if scanned is not None:
+            if scanned.accs is not None:
+                accs[f.file.path] = scanned.accs
+            if scanned.structure is not None:
+                structure[f.file.path] = scanned.structure
     scans = tuple(_scan_report(p, accs, structure) for p in plan.scans)
+    through = tuple(_scan_report(p, through_accs, through_structure) for p in plan.scans
+                    if any(f.path in through_accs for f in p.model.files))
     return summarize(target=plan.target, store=plan.store, files=tuple(checked), modes=plan.modes, scans=scans,
-                     scan_path=plan.scan_path, seconds=seconds)
+                     scan_path=plan.scan_path, seconds=seconds, through=through)
 
 
-def _open(target: Target, o: CheckOptions) -> tuple[str, Store | None, list[Model]]:
-    """The target's text as given, its store, and its models (a store's model, then its projector)."""
+def _scanned_again(plan: FileCheckPlan, decision: FileDecision, scanned: PassObservation | None,
+                   first: dict[str, Observed]) -> PassObservation | None:
+    """The scan of the file read again through a right path, when the scan's own path is decided wrong; None
+    when it is not, or when that read delivered other bytes than the path's first (then nothing is swapped)."""
+    if scanned is None or scanned.mode not in decision.wrong or not decision.right:
+        return None
+    mode = decision.right[0]
+    f = plan.file
+    try:
+        with open_reader(f.path, mode) as reader:
+            whole = Xxh3_128()
+            scanner = ScanConsumer(plan.scan, plan.kernel) if plan.scan else None
+            structure_check = StructureConsumer(f)
+            read_pass(reader, [whole, structure_check, *([scanner] if scanner else [])])
+    except ReadError:
+        return None
+    f.check_unchanged(f"while it was scanned again ({mode})")
+    if whole.hexdigest() != first[mode].fingerprint:
+        return None
+    return PassObservation(mode=mode, accs=None if scanner is None else scanner.results(),
+                           structure=tuple(structure_check.findings()),
+                           observed=Observed(mode=mode, fingerprint=whole.hexdigest()))
+
+
+def _open(target: Target, o: CheckOptions, planned: dict[str, Replanned]) -> tuple[str, Store | None, list[Model]]:
+    """The target's text as given, its store, and its models (a store's model, then its projector); a file in
+    ``planned`` has its header read through the read path named there, and one whose header the first read
+    cannot parse is read through the other paths before it is refused (``planned`` gains it)."""
     if isinstance(target, Model):
         return target.source, None, [target]
     text = target_text(target, "target")
     store = find_store(text, Roots(o.store, o.hf_cache), field="target")
     paths = [text] if store is None else store.model_files()
-    return text, store, [open_model(p) for p in paths]
+    return text, store, [_open_model(p, tuple(o.modes), planned) for p in paths]
+
+
+@dataclass(frozen=True)
+class Replanned:
+    """A file whose plan was made from another read path's bytes (``mode``), and why (``conclusion``)."""
+
+    mode: str
+    conclusion: Conclusion
+
+
+def _open_model(path: str, modes: Sequence[str], planned: dict[str, Replanned]) -> Model:
+    """``path``'s model, each file's header read as ``planned`` says. When the first read of a header cannot be
+    parsed, every other read path reads it too: a file no path reads as a GGUF is refused (the first error);
+    one that another path reads is planned from that path's bytes, and the first read is said wrong."""
+    def header_read(file: str) -> HeaderRead | None:
+        return None if file not in planned else _reads_through(planned[file].mode)(file)
+    try:
+        return open_model(path, header_read if planned else None)
+    except (FormatError, ReadError) as first:
+        if isinstance(first, NothingChecked) or first.path is None:
+            raise
+        for mode in (m for m in proof_order(modes) if m != "buffered" and first.path not in planned):
+            try:
+                planned[first.path] = Replanned(mode, _unparsed(first, mode))
+                return open_model(path, header_read)
+            except (FormatError, ReadError):
+                del planned[first.path]
+        raise first from None
+
+
+def _unparsed(err: GGAuditError, mode: str) -> Conclusion:
+    return Conclusion(code="plan-read-differs",
+                      text=f"the header as first read (positioned reads, to plan the check) is not one ggaudit can "
+                           f"read ({err}), but read through {mode} it is: that first read delivered other bytes; the "
+                           f"check was planned from the bytes {mode} reads delivered",
+                      evidence={"path": mode, "offset": err.offset, "first": str(err)})
+
+
+def _reads_through(mode: str) -> Callable[[str], HeaderRead]:
+    """Header reads of a file through ``mode`` (a reader opened for each, as the parser asks for a window)."""
+    def of(path: str) -> HeaderRead:
+        def read(offset: int, n: int) -> bytes:
+            with open_reader(path, mode) as reader:
+                n = max(0, min(n, reader.size - offset))
+                return read_range(reader, offset, n) if n else b""
+        return read
+    return of
 
 
 def _manifest(path: str | os.PathLike[str] | None) -> TensorManifest | tuple[HashEntry, ...] | None:
@@ -225,43 +344,53 @@ class _Expected:
     group_bytes: int
 
 
-def _manifest_entry(manifest: TensorManifest | None, f: GGUFFile) -> _Expected | None:
-    """The manifest's entry for ``f``: by its file name, else by content identity (a manifest made from
-    ``model.gguf`` checked against the Ollama blob it was pulled as): the one entry of ``f``'s size whose
-    tensors are ``f``'s, by name, type, shape and offset."""
-    if manifest is None:
+#: How a file matched its manifest entry, in words after the entry's name (by name: nothing to add).
+MATCHED_HOW = {BY_NAME: "", BY_CONTENT: " (its tensors are this file's, at the same offsets)",
+               IN_PLACE: " (checked in its place: the manifest describes one file, of another name)"}
+
+
+def _manifest_entry(manifest: TensorManifest | None, match: ManifestMatch | None, f: GGUFFile) -> _Expected | None:
+    """The manifest's entry for ``f``, as verify matches it (:func:`match_manifest`: by its file name, else by
+    content identity, a manifest made from ``model.gguf`` checked against the Ollama blob it was pulled as)."""
+    if manifest is None or match is None:
         return None
-    name = os.path.basename(f.path)
-    entry = next((e for e in manifest.files if e.name == name), None)
-    what = ""
-    if entry is None:
-        same = [e for e in manifest.files if e.size == f.size and _layout(manifest.tensors, e.name) == _layout(f)]
-        entry = same[0] if len(same) == 1 else None
-        what = " (its tensors are this file's, at the same offsets)"
+    entry = match.files.get(f.path)
     if entry is None:
         return None
     whole = Expectation(algorithm="sha256", digest=entry.sha256, source=MANIFEST,
-                        what=f"the manifest's sha256 of {entry.name}{what}")
+                        what=f"the manifest's sha256 of {entry.name}{MATCHED_HOW[match.how[f.path]]}")
     return _Expected(whole, tuple(t for t in manifest.tensors if t.file == entry.name), manifest.group_bytes)
 
 
-def _layout(tensors: Sequence[TensorDigest] | GGUFFile, file: str = "") -> list[tuple[str, str, tuple[int, ...], int]]:
-    """What a file's tensors are, their bytes aside: name, type, shape and offset of each, sorted."""
-    if isinstance(tensors, GGUFFile):
-        return sorted((t.name, t.ggml_type.name, tuple(t.shape), t.offset) for t in tensors.tensors)
-    return sorted((t.name, t.ggml_type, tuple(t.shape), t.offset) for t in tensors if t.file == file)
+def _published(found: FileExpectations) -> tuple[Expectation, ...]:
+    return tuple(Expectation(algorithm=e.algorithm, digest=e.digest, source=PUBLISHED, what=e.what, note=e.note)
+                 for e in found.expected)
+
+
+def _problems(found: FileExpectations, extra: bool) -> tuple[Conclusion, ...]:
+    """What the store says is wrong with the file (as verify says it: a finding), and a file of the target the
+    manifest gives no entry (verify's ``file-extra``)."""
+    said = [Conclusion(code="store-problem", text=f"{p.subject}: {p.detail}",
+                       evidence={"kind": p.kind, "subject": p.subject, "detail": p.detail})
+            for p in found.problems if p.kind != WARNING]
+    if extra:
+        said.append(Conclusion(code="file-extra", text="the manifest gives this file of the target no entry: its "
+                                                       "bytes were not compared with it",
+                               evidence={}))
+    return tuple(said)
 
 
 def _observe_file(plan: FileCheckPlan, modes: Sequence[str], counted: PassBytes | None = None) -> list[PassObservation]:
-    """Every pass over one file, in the order of ``modes``. The direct pass reads the device and the others the
-    page cache, so it runs beside them: the device's time is spent while the CPU hashes and scans what the page
-    cache delivers, not after it. (O_DIRECT reads the device whatever the page cache holds meanwhile.)"""
-    if "direct" not in modes or len(modes) == 1:
+    """Every pass over one file, in the order of ``modes``. The device's pass waits on the device and the others
+    read the page cache, so it runs beside them: the device's time is spent while the CPU hashes and scans what
+    the page cache delivers, not after it. (O_DIRECT reads the device whatever the page cache holds meanwhile.)"""
+    device = next((m for m in modes if read_path(m).reads == DEVICE), None)
+    if device is None or len(modes) == 1:
         return [observe_pass(plan, mode, counted=counted) for mode in modes]
-    cached = [mode for mode in modes if mode != "direct"]
-    direct, others = beside(lambda stop: observe_pass(plan, "direct", stop=stop, counted=counted),
-                            lambda: [observe_pass(plan, mode, counted=counted) for mode in cached])
-    found = {**dict(zip(cached, others, strict=True)), "direct": direct}
+    cached = [mode for mode in modes if mode != device]
+    beside_them, others = beside(lambda stop: observe_pass(plan, device, stop=stop, counted=counted),
+                                 lambda: [observe_pass(plan, mode, counted=counted) for mode in cached])
+    found = {**dict(zip(cached, others, strict=True)), device: beside_them}
     return [found[mode] for mode in modes]
 
 
@@ -280,11 +409,12 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
             counted.skip(f.size)
         return PassObservation(mode=mode, skipped=err.message)
     with reader:
-        whole, tensors = Xxh3_128(), _tensor_digests(f, plan.group_bytes)
+        whole, tensors, regions = Xxh3_128(), _tensor_digests(f, plan.group_bytes), _region_digests(f)
+        header = SegmentDigests(Segment(str(i), o, n, max(n, 1)) for i, (o, n, _) in enumerate(f.header_reads))
         hashers = {a: published_hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
         lines = _line_digests(f, plan.lines)      # every path: the lines decide which path is right
-        consumers: list[ChunkConsumer] = [whole, tensors, *hashers.values(), *([counted] if counted else []),
-                                          *(lines.consumers if lines else ())]
+        consumers: list[ChunkConsumer] = [whole, tensors, regions, header, *hashers.values(),
+                                          *([counted] if counted else []), *(lines.consumers if lines else ())]
         scanner = structure_check = None
         if mode == plan.scan_path:
             scanner = ScanConsumer(plan.scan, plan.kernel) if plan.scan else None
@@ -294,27 +424,138 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
     f.check_unchanged(f"while it was read ({mode})")
     digests = {a: h.hexdigest() for a, h in hashers.items()}
     by_line, model_line = lines.results() if lines else (None, None)
+    source = source_of(mode, f.path)
     return PassObservation(mode=mode, read=PathRead(stats=stats, fingerprint=whole.hexdigest(), digests=digests),
                            observed=Observed(mode=mode, fingerprint=whole.hexdigest(), digests=digests,
                                              tensors=_tensor_results(f, tensors, plan.group_bytes),
-                                             lines=by_line, model_line=model_line),
+                                             lines=by_line, model_line=model_line, regions=_region_results(regions),
+                                             header=tuple(d.digest for _, d in sorted(header.results().items(),
+                                                                                    key=lambda kv: int(kv[0]))),
+                                             source="" if source.why is None else source.reads,
+                                             source_why=source.why),
                            accs=None if scanner is None else scanner.results(),
                            structure=None if structure_check is None else tuple(structure_check.findings()))
 
 
 def _judge_file(plan: FileCheckPlan, passes: Sequence[PassObservation]) -> FileCheck:
+    """The file's decision from its passes, and the active tests it asks for made (a second read hashed, the
+    eviction test), deciding again with what they found."""
     f, expected = plan.file, plan.expected
     skipped = {p.mode: p.skipped for p in passes if p.skipped is not None}
     observed = [p.observed for p in passes if p.observed is not None]
     if not observed:
         raise NothingChecked(f.path, f"no read path could read it ({'; '.join(skipped.values())}): nothing was "
                                      "checked", field="modes")
-    decision = decide_file(f.path, observed, published=plan.published,
-                           manifest=expected.whole if expected else None,
-                           expected_tensors=expected.tensors if expected else (), lines=plan.lines)
-    return FileCheck(path=f.path, size=f.size, published=plan.published,
-                     manifest=expected.whole if expected else None,
-                     reads=tuple(p.read for p in passes if p.read is not None), skipped=skipped, decision=decision)
+
+    def decided(tested: Probes | None) -> FileDecision:
+        return decide_file(f.path, observed, published=plan.published, manifest=expected.whole if expected else None,
+                           expected_tensors=expected.tensors if expected else (), lines=plan.lines, tested=tested,
+                           skipped=next(iter(skipped.values()), None))
+
+    decision = decided(None)
+    for _ in range(2):      # the second read's hash may leave the eviction test to make
+        if not decision.needs:
+            break
+        decision = decided(_tested(plan, observed, decision.needs, decision.tested))
+    unconfirmed = _header_unconfirmed(f, observed, decision)
+    notes = [c for c in (plan.planned.conclusion if plan.planned else None,
+                         unconfirmed.conclusion if unconfirmed else None) if c is not None]
+    if plan.problems:
+        decision = replace(decision, conclusions=(*plan.problems, *decision.conclusions))
+    if notes:     # a read delivered wrong bytes of the header: a read path of this machine, whatever the file is
+        verdict = READ_PATH if decision.verdict in (INTACT, CACHE_VERIFIED, UNVERIFIED) else decision.verdict
+        decision = replace(decision, verdict=verdict, conclusions=(*notes, *decision.conclusions))
+    return FileCheck(path=f.path, size=f.size, published=plan.published[0] if plan.published else None,
+                     expectations=plan.published, manifest=expected.whole if expected else None,
+                     reads=tuple(p.read for p in passes if p.read is not None), skipped=skipped, decision=decision,
+                     warnings=plan.warnings,
+                     replanned=unconfirmed if unconfirmed and unconfirmed.mode and plan.planned is None else None)
+
+
+def _header_unconfirmed(f: GGUFFile, observed: Sequence[Observed], decision: FileDecision) -> Replanned | None:
+    """Whether the header the plan was parsed from is the header the passes delivered: the right paths' (or,
+    nothing decided, every path's when they agree on it). When it is not, the plan's read was wrong: the file
+    is planned again from what the first of those paths delivered."""
+    planned = tuple(d for _, _, d in f.header_reads)
+    by_mode = {o.mode: o for o in observed}
+    agreeing = decision.right or (tuple(by_mode) if len({o.header for o in observed}) == 1 else ())
+    if not agreeing or by_mode[agreeing[0]].header == planned:
+        return None
+    seen = by_mode[agreeing[0]].header
+    i = next(i for i, (a, b) in enumerate(zip(planned, seen, strict=True)) if a != b)
+    offset, length, _ = f.header_reads[i]
+    used = offset < f.header_end
+    text = (f"the read the check was planned from (positioned reads of the header) delivered other bytes at offsets "
+            f"{offset}-{offset + length - 1} than {joined(agreeing)} reads did: that read was wrong; "
+            + (f"the check was planned again from the bytes {agreeing[0]} reads delivered" if used else
+               "they lie past the header, so the plan it made is right"))
+    return Replanned(agreeing[0] if used else "", Conclusion(
+        code="plan-read-differs", text=text,
+        evidence={"path": agreeing[0], "offset": offset, "length": length, "paths": list(agreeing),
+                  "planned_again": used}))
+
+
+def _tested(plan: FileCheckPlan, observed: Sequence[Observed], needs: Needs, before: Probes | None) -> Probes:
+    """What the tests ``needs`` asks for found, added to what was found ``before``."""
+    rehashed: dict[str, Observed | str] = dict(before.rehashed) if before else {}
+    for mode in needs.rehash:
+        rehashed[mode] = _rehash(plan, mode)
+    eviction = before.eviction if before else None
+    if needs.evict is not None:
+        eviction = _eviction(plan, {o.mode: o for o in observed}, *needs.evict)
+    return Probes(rehashed=rehashed, eviction=eviction)
+
+
+def _rehash(plan: FileCheckPlan, mode: str) -> Observed | str:
+    """A second whole read through ``mode``, hashed with the expectations' algorithms; or why it gave none."""
+    f = plan.file
+    try:
+        with open_reader(f.path, mode) as reader:
+            whole, hashers = Xxh3_128(), {a: published_hasher(a, f.size) for a in plan.algorithms}
+            read_pass(reader, [whole, *hashers.values()])
+    except ReadError as err:
+        return f"its second read failed: {err}"
+    f.check_unchanged(f"while it was read again ({mode})")
+    return Observed(mode=mode, fingerprint=whole.hexdigest(), digests={a: h.hexdigest() for a, h in hashers.items()})
+
+
+def _eviction(plan: FileCheckPlan, by_mode: dict[str, Observed], cached: str, device: str) -> Eviction:
+    """The eviction test between the page-cache path ``cached`` and the device's ``device``: where they first
+    differ, that page evicted and read again through ``cached``, now from the device."""
+    if not plan.evict:
+        return Eviction(cached=cached, device=device, offset=None, outcome=None,
+                        why="not made (--no-evict): nothing was evicted")
+    f = plan.file
+    spans = _differing_spans(by_mode[cached], by_mode[device])
+    try:
+        with open_reader(f.path, cached) as a, open_reader(f.path, device) as b:
+            found = first_difference(a, b, spans)
+        if found is None:       # the device's path, read again, delivers the page cache's bytes now
+            return Eviction(cached=cached, device=device, offset=None, outcome="gone",
+                            why=f"read again, {device} reads deliver the bytes {cached} reads did: their first "
+                                "read was wrong once")
+        first, page_cache, from_device = found
+        page = first - first % len(page_cache) if page_cache else first
+        after = evict_and_read(f.path, page, len(page_cache), lambda p: open_reader(p, cached))
+    except ReadError as err:
+        return Eviction(cached=cached, device=device, offset=None, outcome=None, why=f"a read failed: {err}")
+    f.check_unchanged("while its pages were evicted and read again")
+    at = first - page
+    hexed = (page_cache[at:at + 16].hex(" "), from_device[at:at + 16].hex(" "))
+    if after.data is None:
+        return Eviction(cached=cached, device=device, offset=first, outcome=None, why=after.why,
+                        cached_hex=hexed[0], device_hex=hexed[1])
+    outcome = "page-cache" if after.data == page_cache else "device" if after.data == from_device else "neither"
+    return Eviction(cached=cached, device=device, offset=first, outcome=outcome, cached_hex=hexed[0],
+                    device_hex=hexed[1], after_hex=after.data[at:at + 16].hex(" "))
+
+
+def _differing_spans(a: Observed, b: Observed) -> list[tuple[int, int]]:
+    """Where two paths' digests differ: the tensors' row groups, and the runs of bytes no tensor owns."""
+    spans = [(m.offset, m.length) for m in compare_tensors(a.tensors, b.tensors, "")
+             if m.offset is not None and m.length is not None]
+    spans += [span for span, digest in a.regions.items() if b.regions.get(span) != digest]
+    return spans
 
 
 def _line_digests(f: GGUFFile, lines: ManifestLines | None) -> LineDigests | None:
@@ -327,6 +568,24 @@ def _line_digests(f: GGUFFile, lines: ManifestLines | None) -> LineDigests | Non
                        None if model is None else model.algorithm)
 
 
+
+
+def _regions(f: GGUFFile) -> list[tuple[int, int]]:
+    """The runs of bytes no tensor owns (the header, padding, gaps, trailing data), by offset and length."""
+    found, at = [], 0
+    for t in sorted(f.tensors, key=lambda t: t.offset):
+        if t.offset > at:
+            found.append((at, t.offset - at))
+        at = max(at, t.offset + t.nbytes)
+    return found + ([(at, f.size - at)] if f.size > at else [])
+
+
+def _region_digests(f: GGUFFile) -> SegmentDigests:
+    return SegmentDigests(Segment(f"{o}+{n}", o, n, max(n, 1)) for o, n in _regions(f))
+
+
+def _region_results(digests: SegmentDigests) -> dict[tuple[int, int], str]:
+    return {(int(o), int(n)): d.digest for key, d in digests.results().items() for o, n in [key.split("+")]}
 
 
 def _tensor_digests(f: GGUFFile, group_bytes: int) -> SegmentDigests:

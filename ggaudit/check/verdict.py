@@ -35,10 +35,10 @@ from ..stores.ollama import OllamaStore
 from ..stores.hf_cache import HFStore
 from ..stores.hf_local import HFLocalStore
 from ..stores.registry import Store
-from .decide import AGREEMENT, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, UNVERIFIED, VERDICTS, \
-    Conclusion
+from .facts import (AGREEMENT, CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, UNVERIFIED,
+                    VERDICTS, Conclusion)
 from .expect import file_key
-from .report import CheckReport, FileCheck
+from .report import FINDING_KINDS, CheckReport, FileCheck
 
 #: Non-finite kinds of a scan (an outlier or an anomaly is a warning, not a stored NaN or Inf).
 NONFINITE_KINDS = tuple(k for k in KINDS if k in ("nan", "+inf", "-inf"))
@@ -47,22 +47,27 @@ MAX_LISTED = 64
 
 
 def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...], modes: tuple[str, ...],
-              scans: tuple[ScanReport, ...], scan_path: str, seconds: float) -> CheckReport:
-    """The report: the worst file verdict, or ``nonfinite`` when the bytes are right and hold NaN or Inf."""
+              scans: tuple[ScanReport, ...], scan_path: str, seconds: float,
+              through: tuple[ScanReport, ...] = ()) -> CheckReport:
+    """The report: the worst file verdict, or ``nonfinite`` when the bytes are right and hold NaN or Inf.
+    ``scans``: what the file's bytes hold; ``through``: the scan of what the scan's path delivered of the
+    files it is decided wrong about (those were scanned again through a right path)."""
     verdict = min((f.decision.verdict for f in files), key=VERDICTS.index, default=UNVERIFIED)
     found = [_with_file(c, f.path) for f in files for c in f.decision.conclusions]
-    nonfinite = _nonfinite(scans, scan_path, files)
+    nonfinite = _nonfinite(scans, scan_path, files, through)
     found.extend(nonfinite)
-    if any(c.code == "stored-nonfinite" for c in nonfinite) and verdict in (INTACT, UNVERIFIED):
+    if any(c.code == "stored-nonfinite" for c in nonfinite) and verdict in (INTACT, CACHE_VERIFIED, UNVERIFIED):
         verdict = NONFINITE
     found.extend(_structure(scans))
+    found.extend(_structure_through(scans, through, scan_path))
     found.extend(_header(scans))
     skipped = {m: why for f in files for m, why in f.skipped.items()}
     compared = tuple(m for m in modes if m not in skipped)
     warnings = [f"{m} reads skipped: {why}; compared: {', '.join(compared)}" for m, why in skipped.items()]
+    warnings += [w for f in files for w in f.warnings]
     warnings += [w for s in scans for w in s.warnings]
     # Said only when nothing at all was found: a scan finding (structure, metadata, template, outlier) is wrong.
-    if verdict == UNVERIFIED and not any(c.code == "read-path-differs" for c in found) and all(s.ok for s in scans):
+    if verdict == UNVERIFIED and not any(c.code in FINDING_KINDS for c in found) and all(s.ok for s in scans):
         found.append(Conclusion(code="nothing-wrong", text="nothing wrong was found: every path delivered the same "
                                 "bytes and they hold no NaN or Inf, but nothing published says they are the "
                                 "publisher's"))
@@ -84,21 +89,26 @@ def _reference(files: Sequence[FileCheck]) -> str | None:
     return max((f.decision.reference for f in files), key=order.index, default=None)
 
 
-def _nonfinite(scans: Sequence[ScanReport], scan_path: str, files: Sequence[FileCheck]) -> list[Conclusion]:
+def _nonfinite(scans: Sequence[ScanReport], scan_path: str, files: Sequence[FileCheck],
+               through: Sequence[ScanReport] = ()) -> list[Conclusion]:
     """The scan's non-finite values, told apart by whether the bytes they were found in are the file's.
 
-    The scan rides on the ``scan_path`` pass. Where that path delivered other bytes of a tensor than the
-    path that decided (or, undecided, than another path), what the scan found in that tensor shows what
-    the path delivered, not what the file holds: ``read-path-nonfinite``. The other tensors' bytes are the
-    ones every path delivered: what the scan found there is in the file (``stored-nonfinite``)."""
+    The scan rides on the ``scan_path`` pass. A file that path is decided wrong about was scanned again through
+    a right path (``scans``), and what the scan path delivered of it is ``through``: its findings in the tensors
+    it read wrong are that path's, ``read-path-nonfinite``. Undecided, what the scan found in a tensor the paths
+    disagree on is said the same way, which bytes are the file's not known. Everything else is in the file
+    (``stored-nonfinite``)."""
     deviating = {(f.path, t): c for f in files for c in f.decision.conclusions if c.code == "read-path-differs"
                  and (scan_path in c.evidence.get("paths", ()) or not c.evidence.get("decided"))
                  for t in c.evidence.get("tensors", ())}
-    through = [t for s in scans for t in s.tensors if (t.path, t.name) in deviating]
-    stored = [t for s in scans for t in s.tensors if (t.path, t.name) not in deviating]
-    found = [_stored_nonfinite(stored, scan_path)]
-    if through:
-        found.append(_read_path_nonfinite(through, scan_path, deviating[(through[0].path, through[0].name)]))
+    again = {t.path for s in through for t in s.tensors}
+    by_path = [t for s in through for t in s.tensors if (t.path, t.name) in deviating]
+    by_path += [t for s in scans for t in s.tensors if t.path not in again and (t.path, t.name) in deviating]
+    stored = [t for s in scans for t in s.tensors if t.path in again or (t.path, t.name) not in deviating]
+    scanned_by = next((f.decision.right[0] for f in files if f.path in again and f.decision.right), scan_path)
+    found = [_stored_nonfinite(stored, scanned_by)]
+    if by_path:
+        found.append(_read_path_nonfinite(by_path, scan_path, deviating[(by_path[0].path, by_path[0].name)]))
     return [c for c in found if c is not None]
 
 
@@ -128,7 +138,8 @@ def _read_path_nonfinite(tensors: Sequence[TensorScan], scan_path: str, deviatio
     counted, listed, words = _counted(tensors)
     if not counted:
         return None
-    others = list(deviation.evidence.get("agree", ()))
+    sides = (list(deviation.evidence.get("paths", ())), list(deviation.evidence.get("agree", ())))
+    others = sides[1] if scan_path in sides[0] else sides[0]
     decided = bool(deviation.evidence.get("decided"))
     file_bytes = (f"; the file's bytes are what {_and(others)} read" if decided and others else
                   "; which bytes are the file's is not known")
@@ -157,6 +168,19 @@ def _structure(scans: Sequence[ScanReport]) -> list[Conclusion]:
             for scan in scans for s in scan.structure]
 
 
+def _structure_through(scans: Sequence[ScanReport], through: Sequence[ScanReport], scan_path: str) -> list[Conclusion]:
+    """Bytes no tensor owns that look wrong only as the scan's path, decided wrong, delivered them: that
+    path's finding, not the file's (the file, read again through a right path, holds no such bytes there)."""
+    stored = {(s.path, s.offset, s.kind) for scan in scans for s in scan.structure}
+    return [Conclusion(code="read-path-structure",
+                       text=f"{s.kind}: {s.length} bytes no tensor owns at offset {s.offset} of {s.path} as "
+                            f"{scan_path} reads delivered them; the file's bytes there, read through a right path, "
+                            "are not",
+                       evidence={"file": s.path, "kind": s.kind, "offset": s.offset, "length": s.length,
+                                 "path": scan_path})
+            for scan in through for s in scan.structure if (s.path, s.offset, s.kind) not in stored]
+
+
 def _header(scans: Sequence[ScanReport]) -> list[Conclusion]:
     """The header's findings: metadata contradicting the tensors, chat templates that run code or hide content."""
     return [*(Conclusion(code="metadata", text=f"{m.severity}: {m.key} = {m.value}: expected {m.expected}, got "
@@ -171,8 +195,14 @@ def next_steps(verdict: str, store: Store | None, files: Sequence[FileCheck], fo
     if verdict == INTACT:
         return ["the non-finite values an engine computes do not come from the file or from reading it on this "
                 "machine: they are computed (the engine, its backend, the GPU driver); report them there"]
+    if verdict == CACHE_VERIFIED:
+        return ["the bytes the page cache delivers are the published ones, and the device was not read past it: to "
+                "check the file on disk too, copy it to a disk's filesystem (where direct reads work) and check the "
+                "copy there (`ggaudit check COPY --sha256 HEX`)"]
     if verdict == DAMAGED:
-        return _redownload(store, [f for f in files if f.decision.verdict == DAMAGED])
+        held = [c for c in found if c.code == "device-differs"]
+        first = [_copy_now(held)] if held else []
+        return first + _redownload(store, [f for f in files if f.decision.verdict == DAMAGED])
     if verdict == NONFINITE:
         where = _where_stored(found)
         if _reference(files) in (PUBLISHED, MANIFEST):
@@ -231,29 +261,51 @@ def _redownload(store: Store | None, damaged: Sequence[FileCheck]) -> list[str]:
             "differs the same way, tell the publisher"]
 
 
+def _copy_now(held: Sequence[Conclusion]) -> str:
+    files = ", ".join(dict.fromkeys(str(c.evidence.get("file")) for c in held))
+    return (f"the page cache may still hold the published bytes of {files}: copy it now, before a reboot empties the "
+            "page cache (`cp FILE COPY`; `copy FILE COPY` on Windows), to another disk, and check the copy "
+            "(`ggaudit check COPY --sha256 HEX`); then check this disk (`smartctl -a DEVICE`, smartmontools) and its "
+            "filesystem")
+
+
 def _read_path_steps(found: Sequence[Conclusion]) -> list[str]:
-    steps = []
+    steps: list[str] = []
     for c in found:
         if c.code != "read-path-differs":
             continue
         wrong = list(c.evidence.get("paths", ()))
+        right = list(c.evidence.get("agree", ()))
         if not c.evidence.get("decided"):
             steps.append("to decide which bytes are the file's, make a manifest where the model works (`ggaudit "
                          "manifest MODEL -o model.manifest.json` there) and check against it here (`ggaudit check "
                          "MODEL --manifest model.manifest.json`)")
-        elif wrong == ["mmap"]:
-            steps.append("engines that map the file (Ollama, llama.cpp, LM Studio) get the wrong bytes: reading "
-                         "it instead avoids them (llama.cpp: `--load-mode none`, which replaces `--no-mmap`; "
-                         "Ollama: the option `use_mmap` set to false, `\"options\": {\"use_mmap\": false}` in a "
-                         "request); report it to the maker of the filesystem, storage driver or VM layer under the "
-                         "file, with this report")
-        elif wrong == ["direct"]:
-            steps.append("engines reading with direct I/O get the wrong bytes: read through the page cache instead "
-                         "(llama.cpp: a `--load-mode` other than `dio`); report it to the maker of the storage "
-                         "driver or VM layer, with this report")
-        else:
-            steps.append("the page cache holds other bytes than the disk: engines reading through it (a mapping or "
-                         "plain reads) get the wrong bytes, direct I/O reads the disk's (llama.cpp: `--load-mode "
-                         "dio`); test the RAM (memtest86+), check filter drivers (antivirus, encryption) and the "
-                         "VM or storage layer, and report it there, with this report")
+            continue
+        steps.extend(step for step in _path_steps(wrong, right) if step not in steps)
+    return steps
+
+
+def _path_steps(wrong: Sequence[str], right: Sequence[str]) -> list[str]:
+    """The next steps path by path: what each wrong path's readers (engines) meet, and who should hear of it;
+    a page-cache path is blamed alone only when the other page-cache path delivered the right bytes."""
+    steps = []
+    if set(wrong) >= {"buffered", "mmap"}:
+        steps.append("the page cache holds other bytes than the disk: engines reading through it (a mapping or "
+                     "plain reads) get the wrong bytes, direct I/O reads the disk's (llama.cpp: `--load-mode "
+                     "dio`); test the RAM (memtest86+), check filter drivers (antivirus, encryption) and the VM or "
+                     "storage layer, and report it there, with this report")
+    elif "mmap" in wrong:
+        steps.append("engines that map the file (Ollama, llama.cpp, LM Studio) get the wrong bytes: reading it "
+                     "instead avoids them (llama.cpp: `--load-mode none`, which replaces `--no-mmap`; Ollama: the "
+                     "option `use_mmap` set to false, `\"options\": {\"use_mmap\": false}` in a request); report it "
+                     "to the maker of the filesystem, storage driver or VM layer under the file, with this report")
+    elif "buffered" in wrong:
+        steps.append("engines reading the file with read calls (llama.cpp: `--load-mode none`) get the wrong bytes, "
+                     "while a mapping of the same page cache delivers the right ones (llama.cpp's default, Ollama): "
+                     "something on the way of read calls changes them; check filter drivers (antivirus, "
+                     "encryption) and report it there, with this report")
+    if "direct" in wrong:
+        steps.append("engines reading with direct I/O get the wrong bytes: read through the page cache instead "
+                     "(llama.cpp: a `--load-mode` other than `dio`); report it to the maker of the storage driver "
+                     "or VM layer, with this report")
     return steps

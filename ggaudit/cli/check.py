@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..batch import run_models
+from ..evidence.paths import MODES
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
@@ -17,8 +18,6 @@ if TYPE_CHECKING:
     from ..check.options import CheckOptions
     from ..check.report import CheckReport
 
-#: The read paths, as --modes takes them.
-MODES = ("buffered", "mmap", "direct")
 
 
 @click.command()
@@ -32,6 +31,9 @@ MODES = ("buffered", "mmap", "direct")
 @click.option("--modes", default=",".join(MODES), show_default=True, metavar="LIST",
               help="Read paths to compare, comma-separated: buffered, mmap, direct.")
 @click.option("--anomalies", is_flag=True, help="Also report block scales far outside what their tensor predicts.")
+@click.option("--no-evict", "no_evict", is_flag=True,
+              help="Never evict the file's pages to tell a device holding other bytes than the page cache from "
+                   "direct reads that are wrong (then both explanations are said).")
 @click.option("--dask", "dask", metavar="ADDRESS|local[:N]",
               help="Check on a Dask cluster (pip install 'ggaudit[dask]'), a task per file and read path: a "
                    "scheduler's address, its workers reading TARGETs at the same paths, or local[:N] worker "
@@ -39,7 +41,8 @@ MODES = ("buffered", "mmap", "direct")
 @format_options
 @handle_errors
 def check(targets: tuple[str, ...], manifest_file: str | None, sums: str | None, sha256: str | None,
-          store: str | None, modes: str, anomalies: bool, dask: str | None, rendering: Rendering) -> None:
+          store: str | None, modes: str, anomalies: bool, no_evict: bool, dask: str | None,
+          rendering: Rendering) -> None:
     """Read every byte of each TARGET through every read path and say whether it is intact.
 
     Is it the file, the download, or the way this machine reads it? Each file is read once per read
@@ -59,7 +62,8 @@ def check(targets: tuple[str, ...], manifest_file: str | None, sums: str | None,
     from ..stores.locate import distinct_models
 
     options = CheckOptions(manifest=manifest_file, sums=sums, sha256=sha256, store=store,
-                           modes=tuple(m.strip() for m in modes.split(",") if m.strip()), anomalies=anomalies)
+                           modes=tuple(m.strip() for m in modes.split(",") if m.strip()), anomalies=anomalies,
+                           evict=not no_evict)
     inputs = ([p for t in targets for p in model_inputs(t, store)] +
               [p for p in (manifest_file, sums) if p is not None]) if rendering.to_file else []
     check_report_file(rendering, inputs)

@@ -27,6 +27,7 @@ import numpy as np
 from .. import io
 from ..errors import ReadError, UsageError
 from ..io import address_of
+from .paths import PATHS
 
 log = logging.getLogger(__name__)
 
@@ -608,8 +609,8 @@ def open_reader(path: str, mode: str, *, system: str | None = None, kernel32: An
 
     Raises DirectIOUnavailable when direct I/O is impossible here, so the caller can say so once.
     """
-    if mode not in ("buffered", "mmap", "direct"):
-        raise UsageError(None, f"unknown read path {mode!r}; choose from buffered, mmap, direct", field="mode")
+    if mode not in PATHS:
+        raise UsageError(None, f"unknown read path {mode!r}; choose from {', '.join(PATHS)}", field="mode")
     system = system or sys.platform
     if mode == "buffered":
         return BufferedReader(path)

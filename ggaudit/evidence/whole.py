@@ -15,18 +15,10 @@ from dataclasses import dataclass
 
 from .. import io
 from ..errors import ReadError
+from .paths import CACHE_CHUNK_BYTES, read_path
 from .readers import POISON, Buffer, FailedRead, Reader, align_up
 
-__all__ = ["CHUNK_BYTES", "DIRECT_CHUNK_BYTES", "PassStats", "PassStopped", "ReaderChunks", "read_pass"]
-
-#: Bytes per read of a pass through the page cache (a multiple of every direct-I/O alignment there is).
-#: Small enough that a chunk stays in the CPU's cache from the read (a copy) through the poison before it and
-#: every consumer after it: at 8 MiB the ring no longer fits and each of them goes to main memory instead.
-CHUNK_BYTES = 1 << 20
-#: Bytes per request of the direct path: its bytes come from the device, not the CPU's cache, and a large
-#: request is split by the kernel into several the device serves at once.
-DIRECT_CHUNK_BYTES = 8 << 20
-
+__all__ = ["PassStats", "PassStopped", "ReaderChunks", "read_pass"]
 
 class PassStopped(Exception):
     """A pass was told to stop before its end: the pass beside it failed or was interrupted."""
@@ -50,7 +42,7 @@ class ReaderChunks:
     into the reader's own buffers (aligned as its path demands), each filled with poison first so bytes a
     read did not deliver cannot pass as the file's. ``stop``, once set, ends the pass at its next chunk."""
 
-    def __init__(self, reader: Reader, size: int, chunk: int = CHUNK_BYTES,
+    def __init__(self, reader: Reader, size: int, chunk: int = CACHE_CHUNK_BYTES,
                  stop: threading.Event | None = None) -> None:
         self.reader, self.size, self.pos, self.stop = reader, size, 0, stop
         self.chunk = align_up(chunk, reader.alignment.offset)
@@ -120,7 +112,7 @@ def read_pass(reader: Reader, consumers: Sequence[io.ChunkConsumer], *,
               stop: threading.Event | None = None) -> PassStats:
     """Read every byte of ``reader``'s file once, in order, feeding each chunk to every consumer; ``stop``, once
     set, ends it (PassStopped) at its next chunk."""
-    chunk = DIRECT_CHUNK_BYTES if reader.mode == "direct" else CHUNK_BYTES
+    chunk = read_path(reader.mode).chunk_bytes
     chunks = ReaderChunks(reader, reader.size, chunk, stop)
     started = time.perf_counter()
     try:

@@ -17,7 +17,9 @@ import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+
+import xxhash
 
 from .blocks import GGMLQuantizationType, GGUFValueType, known_type, layout_of
 from .. import io
@@ -152,6 +154,10 @@ class GGUFFile:
     identity: FileIdentity
     #: Where the tensor infos end: the bytes from here to ``data_offset`` are alignment padding.
     header_end: int
+    #: The reads the header was parsed from: (offset, length, xxh3-128 of the bytes), in order. Every byte the
+    #: layout rests on is in one ending at or before ``header_end``; the rest of a window read ahead is one of
+    #: its own: ``check`` confirms them against what its passes delivered.
+    header_reads: tuple[tuple[int, int, str], ...] = ()
 
     def meta(self, key: str, default: Any = None) -> Any:
         entry = self.metadata.get(key)
@@ -190,11 +196,18 @@ class Model:
         raise UsageError(self.source, f"no tensor named {name!r}", field="tensor")
 
 
-class _Cursor:
-    """Reads a header sequentially through a bounded window, checking every length against EOF."""
+#: Reads ``length`` bytes at ``offset`` of the file being parsed (fewer only at its end).
+HeaderRead = Callable[[int, int], bytes]
 
-    def __init__(self, fd: int, path: str, size: int) -> None:
+
+class _Cursor:
+    """Reads a header sequentially through a bounded window, checking every length against EOF; each window
+    read is recorded (``reads``: offset, length, xxh3-128)."""
+
+    def __init__(self, fd: int, path: str, size: int, read: HeaderRead | None = None) -> None:
         self.fd, self.path, self.size = fd, path, size
+        self.read: HeaderRead = read or (lambda offset, n: io.pread(fd, n, offset))
+        self.reads: list[tuple[int, int, str]] = []
         self.buf = b""
         self.base = 0
         self.pos = 0
@@ -214,12 +227,23 @@ class _Cursor:
             return
         want = max(n, _CHUNK)
         try:
-            data = io.pread(self.fd, min(want, remaining), self.pos)
+            data = self.read(self.pos, min(want, remaining))
         except OSError as err:
             raise ReadError(self.path, f"read failed: {err.strerror}", offset=self.pos) from None
         if len(data) < n:
             raise ReadError(self.path, "file shrank while reading the header", offset=self.pos + len(data))
+        self.done()
         self.buf, self.base = data, self.pos
+
+    def done(self) -> None:
+        """Record the window's bytes the parse went through (``reads``), before it is replaced or the parse ends:
+        those the layout rests on, not the rest of a window read ahead."""
+        used = min(max(self.pos - self.base, 0), len(self.buf))
+        if used:
+            self.reads.append((self.base, used, xxhash.xxh3_128_hexdigest(self.buf[:used])))
+            if used < len(self.buf):    # the rest of the window, read ahead: not used, but read all the same
+                self.reads.append((self.base + used, len(self.buf) - used,
+                                   xxhash.xxh3_128_hexdigest(self.buf[used:])))
 
     def unpack(self, fmt: struct.Struct, field: str) -> Any:
         self.require(fmt.size, field)
@@ -515,28 +539,36 @@ def _place_tensors(cur: _Cursor, raw: list[_RawTensor], data_offset: int) -> tup
         for t in raw)
 
 
-def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
-    """Open one GGUF file read-only and return its validated layout; FormatError if malformed."""
+#: How a file's header is read, given its path: None for positioned reads through the page cache (the
+#: default); else the reads of another read path (``check`` plans again from the bytes its passes decided).
+HeaderReads = Callable[[str], HeaderRead | None] | None
+
+
+def open_gguf(path: str | os.PathLike[str], header_read: HeaderReads = None) -> GGUFFile:
+    """Open one GGUF file read-only and return its validated layout; FormatError if malformed.
+    ``header_read(path)``: how its header is read, when not by positioned reads of the file."""
     path = io.fs_path(path)     # UsageError, not AttributeError later, for bytes or a non-path
     fd, st = io.open_readonly(path)
     try:
-        cur = _Cursor(fd, path, st.st_size)
+        cur = _Cursor(fd, path, st.st_size, None if header_read is None else header_read(path))
         version, alignment, header_end, data_offset, metadata, raw = _parse(cur)
         tensors = _place_tensors(cur, raw, data_offset)
+        cur.done()
     finally:
         os.close(fd)
     return GGUFFile(path, st.st_size, version, alignment, data_offset, MappingProxyType(metadata), tensors,
-                    FileIdentity.of(st), header_end)
+                    FileIdentity.of(st), header_end, tuple(cur.reads))
 
 
-def open_model(source: str | os.PathLike[str]) -> Model:
-    """Open a GGUF file, or a whole split set given any of its shards, as one model."""
+def open_model(source: str | os.PathLike[str], header_read: HeaderReads = None) -> Model:
+    """Open a GGUF file, or a whole split set given any of its shards, as one model (``header_read``: how
+    each file's header is read, as :func:`open_gguf` takes it)."""
     path = io.fs_path(source)
-    first = open_gguf(path)
+    first = open_gguf(path, header_read)
     count = first.meta("split.count")
     if not isinstance(count, int) or count <= 1:
         return Model(path, (first,), first.tensors)
-    return _open_split(path, first, count)
+    return _open_split(path, first, count, header_read)
 
 
 def named_shards(path: str) -> list[str] | None:
@@ -563,7 +595,7 @@ def shard_paths(f: GGUFFile, count: int) -> list[str]:
     return shards
 
 
-def _open_split(path: str, given: GGUFFile, count: int) -> Model:
+def _open_split(path: str, given: GGUFFile, count: int, header_read: HeaderReads = None) -> Model:
     files = []
     roots = sibling_roots(path)
     for k, shard in enumerate(shard_paths(given, count)):
@@ -576,7 +608,7 @@ def _open_split(path: str, given: GGUFFile, count: int) -> Model:
             raise FormatError(shard, f"shard {k + 1} of {count} {said}", field="split")
         if not os.path.exists(shard):
             raise FormatError(shard, f"shard {k + 1} of {count} is missing", field="split")
-        f = given if is_given else open_gguf(shard)
+        f = given if is_given else open_gguf(shard, header_read)
         _check_shard(f, k, count, given)
         files.append(f)
     tensors = tuple(t for f in files for t in f.tensors)

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 import xxhash
 
-from ..evidence.readers import (PAGE, POISON, Buffer, BufferedReader, FailedRead, Reader, align_down, align_up, is_short,
+from ..evidence.readers import (PAGE, POISON, Buffer, BufferedReader, FailedRead, Reader, align_down, align_up,
+                                is_short,
                       same_bytes)
 
 #: Largest single read of a gather (rows sharing pages are merged up to this).

@@ -21,16 +21,13 @@ from ..io import ChunkConsumer
 from ..stores.published import PublishedDigest
 from ..verify.digests import published_hasher
 from . import WHOLE_FILE
+from ..evidence.paths import proof_order
 from .options import ReadPathProgress
 from ..evidence.readers import Reader
 from .table import RowTable
 from ..evidence.whole import read_pass
 
-__all__ = ["PROOF_ORDER", "PathDigest", "Proof", "prove_rows"]
-
-#: The read paths whose whole-file reads are tried, in order: the device's first (in the case left undecided,
-#: the page cache's paths agree against it), then the page cache's.
-PROOF_ORDER = ("direct", "buffered", "mmap")
+__all__ = ["PathDigest", "Proof", "prove_rows"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,13 +97,14 @@ class RowCopies:
 def prove_rows(table: RowTable, published: PublishedDigest, rows: Sequence[int], modes: Sequence[str],
                open_path: Callable[[str, str], Reader],
                progress: ReadPathProgress | None = None) -> Proof:
-    """Read the whole file through each of *modes* (in :data:`PROOF_ORDER`) until one gives *published*;
+    """Read the whole file through each of *modes* (the device's first: :func:`ggaudit.evidence.paths.proof_order`)
+    until one gives *published*;
     *rows*' bytes as that read delivered them. A path that cannot open or read the file is passed over
     (its ``error``): the paths after it may still decide. *progress* is called as ("MODE whole file",
     bytes read, the file's size)."""
     tried: list[PathDigest] = []
     disputed = tuple(sorted(set(rows)))
-    for mode in sorted(set(modes), key=PROOF_ORDER.index):
+    for mode in proof_order(modes):
         copies = RowCopies(table, rows)
         try:
             digest = _whole_file_digest(open_path, table.path, mode, published.algorithm,

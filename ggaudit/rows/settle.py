@@ -27,6 +27,7 @@ from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
 from .published import Proof
 from .truth import REFERENCE_READ, RowTruth, decide_row, published_truth
+from ..evidence.paths import source_of
 
 __all__ = ["Kept", "RowGroups", "Settled", "far_named", "manifest_groups", "settled"]
 
@@ -101,7 +102,8 @@ def settled(kept: Sequence[Kept], ran: Mapping[str, Mapping[str, None]], table: 
     for k in kept:
         if k.expected is not None:      # a capture's rows are compared once the rows' bytes are decided
             by_row.setdefault(k.mismatch.row, []).append(k)
-    truths = {row: _truth(row, entries, ran, groups) for row, entries in by_row.items()}
+    sources = {mode: source_of(mode, table.path).reads for mode in ran}
+    truths = {row: _truth(row, entries, ran, groups, sources) for row, entries in by_row.items()}
     disputed = [row for row, truth in truths.items() if truth.disputed]
     proof = prove(disputed) if disputed and prove is not None else None
     if proof is not None:
@@ -117,7 +119,7 @@ def settled(kept: Sequence[Kept], ran: Mapping[str, Mapping[str, None]], table: 
 
 
 def _truth(row: int, entries: Sequence[Kept], ran: Mapping[str, Mapping[str, None]],
-           groups: RowGroups | None) -> RowTruth:
+           groups: RowGroups | None, sources: Mapping[str, str]) -> RowTruth:
     ref = entries[0].expected
     assert ref is not None
     delivered = {REFERENCE_READ: ref}
@@ -125,7 +127,7 @@ def _truth(row: int, entries: Sequence[Kept], ran: Mapping[str, Mapping[str, Non
         first = next(iter(stages))      # gather or sweep: the path's own read, before any cache
         delivered[mode] = next((k.actual for k in entries if k.actual is not None and
                                 (k.mismatch.mode, k.mismatch.stage) == (mode, first)), ref)
-    return decide_row(delivered, None if groups is None else lambda data: groups.matches(row, data))
+    return decide_row(delivered, None if groups is None else lambda data: groups.matches(row, data), sources)
 
 
 def _against(row: int, entries: Sequence[Kept], truth: RowTruth, ran: Mapping[str, Mapping[str, None]],

@@ -1,9 +1,10 @@
 """Which bytes of a row are right, decided from what each read path delivered of it (pure: bytes in, a
 decision out; nothing read here).
 
-The vocabulary is the check command's (ggaudit.check.decide) for one row instead of a whole file. Buffered
-reads (the reference read among them) and mmap reads come from the page cache; direct reads come from the
-device. A tensor manifest's row-group digest decides when one is given and one delivery matches it; else
+The decision is the one ``check`` makes of a whole file (:func:`ggaudit.evidence.decide.decide`), here for
+one row. Buffered reads (the reference read among them) and mmap reads come from the page cache; direct reads
+come from the device, unless the filesystem serves them from the page cache too. A tensor manifest's row-group
+digest decides when one is given and one delivery matches it; else
 agreement of independent paths (a page-cache read and a direct read delivering the same bytes), or of every
 replay path (two or more) against the reference read alone; else nothing decides and the reference
 (buffered) read stands, with both explanations of what disagrees with it, until the file's published digest
@@ -13,17 +14,19 @@ decides it (:mod:`ggaudit.rows.published`: :func:`published_truth`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..evidence.decide import AGREEMENT, MANIFEST, PUBLISHED, Reading, decide
+from ..evidence.paths import DEVICE, PAGE_CACHE, read_path
+from ..lines import joined
 
 __all__ = ["AGREEMENT", "BUFFERED", "MANIFEST", "PUBLISHED", "REFERENCE_READ", "RowTruth", "decide_row",
            "published_truth"]
 
-#: What decided a row's bytes (a mismatch's ``reference``).
-MANIFEST, PUBLISHED, AGREEMENT, BUFFERED = "manifest", "published", "agreement", "buffered"
+#: What decided a row's bytes when nothing did: the reference (buffered) read stands (a mismatch's ``reference``).
+BUFFERED = "buffered"
 #: The name of the reference read among the deliveries (a buffered read made to compare with).
 REFERENCE_READ = "reference"
-#: The deliveries served from the page cache; the direct path reads the device.
-PAGE_CACHE = (REFERENCE_READ, "buffered", "mmap")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ class RowTruth:
     reference: str
     groups: tuple[tuple[tuple[str, ...], bytes], ...]
     basis: str = ""
+    #: The deliveries whose bytes came from the device (the direct path, where the filesystem does not serve
+    #: it from the page cache).
+    from_device: frozenset[str] = field(default=frozenset({"direct"}))
 
     @property
     def disputed(self) -> bool:
@@ -56,14 +62,14 @@ class RowTruth:
 
     def _which(self) -> str:
         ref = self.paths_of(self.right)
-        if self.reference == BUFFERED and "direct" in self._wrong() and set(ref) <= set(PAGE_CACHE):
+        if self.reference == BUFFERED and self.from_device & set(self._wrong()) and not self.from_device & set(ref):
             # The published digest, once tried (basis), decided nothing: only a manifest is left to name.
             published = "" if self.basis else ", or the file's published sha256 (rows --sha256),"
             return ("nothing decides which bytes are the file's: either the page cache holds other bytes than "
                     "the disk (RAM, a filter driver, a VM or storage layer) or direct reads are wrong on this "
                     f"machine; a tensor manifest made where the model works (rows --manifest){published} decides")
         if self.decided and REFERENCE_READ not in ref:
-            held = f"{_and(ref)} delivered the row's bytes" if ref else "no read of the row delivered its bytes"
+            held = f"{joined(ref)} delivered the row's bytes" if ref else "no read of the row delivered its bytes"
             return f"the reference read is the odd one: {held} (decided by {self.reference})"
         return ""
 
@@ -71,39 +77,41 @@ class RowTruth:
         return tuple(p for paths, got in self.groups if got != self.right for p in paths)
 
 
-def decide_row(delivered: Mapping[str, bytes], matches_manifest: Callable[[bytes], bool] | None = None) -> RowTruth:
+def decide_row(delivered: Mapping[str, bytes], matches_manifest: Callable[[bytes], bool] | None = None,
+               sources: Mapping[str, str] | None = None) -> RowTruth:
     """Decide from *delivered* (``reference`` and each read path that ran: the bytes it delivered of the
-    row); *matches_manifest* tells whether a row's bytes agree with the manifest's row group."""
-    groups = _groups(delivered)
-    reference = delivered[REFERENCE_READ]
+    row), by :func:`ggaudit.evidence.decide.decide`; *matches_manifest* tells whether a row's bytes agree with
+    the manifest's row group (a group no delivery matches decides nothing: agreement does then); *sources*:
+    where each delivery's bytes came from (PAGE_CACHE or DEVICE; default each read path's own)."""
+    found = {name: (sources or {}).get(name) or _source(name) for name in delivered}
+    readings = [Reading(name, found[name], data) for name, data in delivered.items()]
+    device = frozenset(name for name, source in found.items() if source == DEVICE)
+    groups = tuple((d.names, _bytes(d.value)) for d in decide(readings).groups)
     if matches_manifest is not None:
-        matching = [data for _, data in groups if matches_manifest(data)]
-        if len(matching) == 1:
-            return RowTruth(matching[0], MANIFEST, groups)
-    for paths, data in groups:
-        if "direct" in paths and any(p in PAGE_CACHE for p in paths):
-            return RowTruth(data, AGREEMENT, groups)
-    replayed = [paths for paths, _ in groups if REFERENCE_READ not in paths]
-    if len(groups) == 2 and len(replayed) == 1 and len(replayed[0]) >= 2:
-        # Every replay path (two or more) agrees against the reference read alone: that read was the odd one.
-        return RowTruth(next(data for paths, data in groups if paths == replayed[0]), AGREEMENT, groups)
-    return RowTruth(reference, BUFFERED, groups)
+        by_manifest = decide(readings, expected={data: matches_manifest(data) for data in set(delivered.values())},
+                             by=MANIFEST)
+        if by_manifest.right is not None:
+            return RowTruth(_bytes(by_manifest.right.value), MANIFEST, groups, from_device=device)
+    d = decide(readings, odd_one=REFERENCE_READ)
+    if d.right is not None and d.reference == AGREEMENT:
+        return RowTruth(_bytes(d.right.value), AGREEMENT, groups, from_device=device)
+    return RowTruth(delivered[REFERENCE_READ], BUFFERED, groups, from_device=device)
+
+
+def _source(name: str) -> str:
+    return PAGE_CACHE if name == REFERENCE_READ else read_path(name).reads
+
+
+def _bytes(value: object) -> bytes:
+    assert isinstance(value, bytes)
+    return value
 
 
 def published_truth(truth: RowTruth, proven: bytes | None, basis: str) -> RowTruth:
     """*truth*, decided by the published digest: *proven* (the row's bytes in a whole-file read that gave the
     digest; None: no read gave it, and the reference read still stands), told in *basis*."""
     if proven is None:
-        return RowTruth(truth.right, truth.reference, truth.groups, basis)
-    return RowTruth(proven, PUBLISHED, truth.groups, basis)
+        return RowTruth(truth.right, truth.reference, truth.groups, basis, truth.from_device)
+    return RowTruth(proven, PUBLISHED, truth.groups, basis, truth.from_device)
 
 
-def _groups(delivered: Mapping[str, bytes]) -> tuple[tuple[tuple[str, ...], bytes], ...]:
-    by_bytes: dict[bytes, list[str]] = {}
-    for path, data in delivered.items():
-        by_bytes.setdefault(data, []).append(path)
-    return tuple((tuple(paths), data) for data, paths in by_bytes.items())
-
-
-def _and(items: tuple[str, ...]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

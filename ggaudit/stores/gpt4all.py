@@ -16,8 +16,9 @@ from collections.abc import Mapping
 
 from ..errors import ManifestError
 from ..untrusted import confine, quote, real, shorten
+from .expected import STORE, Expected, StoreEntry
 from .small_files import is_count, load_json
-from .lmstudio import GGUFFolder, folder_model_files, gguf_folder, model_of
+from .lmstudio import GGUFFolder, folder_entries, folder_model_files, gguf_folder, model_of
 from .ollama import home_folder
 from .registry import Store
 
@@ -112,12 +113,23 @@ def _md5(value: object, path: Path, field: str) -> str | None:
     return value.lower()
 
 
+def gpt4all_entries(found: GPT4AllFolder) -> list[StoreEntry]:
+    """Each GGUF of the folder (:func:`folder_entries`), with the md5 and size the list gives for its name
+    when it gives an md5 (a size alone: its structure is checked)."""
+    md5s = {name: Expected(algorithm="md5", digest=item.md5, source=STORE, what="GPT4All's model list's md5",
+                           size=item.size) for name, item in found.listed.items() if item.md5 is not None}
+    return folder_entries(found.folder, md5s)
+
+
 class GPT4AllStore(Store, prefix="gpt4all"):
     """``gpt4all:FILE`` (one model of the folder) or ``gpt4all:`` (all of them); ``roots.store``: the
     folder. Its catalogue gives the size and md5 of the models it lists."""
 
     def expectations(self) -> GPT4AllFolder:
         return read_gpt4all(self.roots.store, self.name)
+
+    def entries(self) -> list[StoreEntry]:
+        return gpt4all_entries(self.expectations())
 
     def model_files(self) -> list[str]:
         return folder_model_files(self.expectations().folder, str(self), "name one as gpt4all:FILE")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
+from .expected import STORE, Expected, Problem, StoreEntry
 from .small_files import HEX64, read_text
 from .ollama import home_folder
 from .registry import Roots, Store, is_projector, one_model, opens_a_model
@@ -160,6 +161,22 @@ def _hf_file(snapshot: Path, link: Path, blobs: Path) -> HFFile:
     return HFFile(name, link, target, None, None, "blob name is not a digest")
 
 
+def hf_entries(snapshot: HFSnapshot) -> list[StoreEntry]:
+    """Each file of a snapshot: the digest its blob's name gives (its blob is what is read), or why it cannot
+    be checked, verify's ``link`` (a link out of the cache, a broken link, a blob whose name is no digest: a
+    ``.incomplete`` download)."""
+    entries = []
+    for f in snapshot.files:
+        link = os.fspath(f.link)
+        if f.problem is not None:
+            entries.append(StoreEntry(path=link, subject=f.name, read=link,
+                                      problem=Problem(kind="link", subject=f.name, detail=f.problem)))
+        elif f.blob is not None and f.algorithm is not None and f.expected is not None:
+            entries.append(StoreEntry(path=link, subject=f.name, read=os.fspath(f.blob), expected=Expected(
+                algorithm=f.algorithm, digest=f.expected, source=STORE, what="the Hugging Face cache's blob name")))
+    return entries
+
+
 class HFStore(Store, prefix="hf"):
     """``hf:ORG/NAME[@REV][:FILE]``: a snapshot of the Hugging Face cache (``roots.hf_cache``), offline; each
     file checked by the digest its blob's name promises. ``:FILE`` names the model among several."""
@@ -191,6 +208,10 @@ class HFStore(Store, prefix="hf"):
         if len(named) != 1:
             raise UsageError(None, f"{where} has no file {quote(wanted)}", field="model")
         return [_openable(named[0])]
+
+    def entries(self) -> list[StoreEntry]:
+        """Every file of the snapshot (``:FILE`` aside: the others are the repository's too)."""
+        return hf_entries(read_hf_snapshot(self.name.partition(":")[0], self.roots.hf_cache))
 
     def input_files(self) -> list[str]:
         return [os.fspath(path) for e in self.expectations().files for path in (e.link, e.blob) if path is not None]

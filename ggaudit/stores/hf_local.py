@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ManifestError
 from ..untrusted import OUTSIDE, confine, quote, real
+from .expected import STALE, STORE, WARNING, Expected, Problem, StoreEntry
 from .registry import Store, is_projector, one_model, opens_a_model
 from .small_files import HEX64, read_text
 
@@ -135,12 +136,32 @@ def _modified_after(path: Path, timestamp: float) -> bool:
         return False
 
 
+def hf_local_entries(download: LocalDownload) -> list[StoreEntry]:
+    """Each file of the folder, then each its metadata names that is absent: the etag (noted :data:`STALE`
+    for a file modified since, and still checked, as huggingface_hub would not), a link out of the folder
+    (verify's ``link``), or why it has none (a :data:`WARNING`: no download metadata, an etag no digest)."""
+    entries = []
+    for f in download.files + download.absent:
+        path = os.fspath(f.path)
+        if f.linked_out or f.problem is not None:
+            entries.append(StoreEntry(path=path, subject=f.name, read=path, problem=Problem(
+                kind="link" if f.linked_out else WARNING, subject=f.name, detail=f.problem or "")))
+        elif f.algorithm is not None and f.expected is not None:
+            entries.append(StoreEntry(path=path, subject=f.name, read=path, expected=Expected(
+                algorithm=f.algorithm, digest=f.expected, source=STORE,
+                what="the etag of its Hugging Face download metadata", note=STALE if f.stale else None)))
+    return entries
+
+
 class HFLocalStore(Store, prefix="hf-local"):
     """``hf-local:DIR``: a ``huggingface-cli download --local-dir DIR`` folder, its files checked by the
     digests its download metadata keeps."""
 
     def expectations(self) -> LocalDownload:
         return read_hf_local(self.name)
+
+    def entries(self) -> list[StoreEntry]:
+        return hf_local_entries(self.expectations())
 
     def model_files(self) -> list[str]:
         files = self.expectations().files

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real
+from .expected import Expected, Problem, StoreEntry
 from .ollama import home_folder
 from .registry import Store, is_projector, one_model, opens_a_model
 
@@ -156,12 +157,31 @@ def folder_model_files(folder: GGUFFolder, where: str, hint: str) -> list[str]:
     return [os.fspath(e.path) for e in chosen]
 
 
+def folder_entries(folder: GGUFFolder, listed: Mapping[str, Expected] | None = None) -> list[StoreEntry]:
+    """Each GGUF of an app's folder, then each shard its split sets lack (verify's ``missing``): what *listed*
+    gives for its name (GPT4All's list: md5 and size), a link out of the folder (``link``), or nothing (its
+    structure is what can be checked)."""
+    entries = []
+    for e in folder.files:
+        path, expected = os.fspath(e.path), (listed or {}).get(e.name)
+        problem = None if e.problem is None else Problem(kind="link", subject=e.name, detail=e.problem)
+        entries.append(StoreEntry(path=path, subject=e.name, read=path, problem=problem,
+                                  expected=expected if problem is None else None))
+    return entries + [StoreEntry(path=os.fspath(m.path), subject=m.name, read=os.fspath(m.path), problem=Problem(
+        kind="missing", subject=m.name, detail=f"shard {m.number} of {m.count} of a split set not found"))
+        for m in folder.missing]
+
+
 class LMStudioStore(Store, prefix="lmstudio"):
     """``lmstudio:PUBLISHER/MODEL`` (a model's folder) or ``lmstudio:`` (every model); ``roots.store``: the
     models folder. LM Studio keeps no digests: what is checked is each GGUF's structure."""
 
     def expectations(self) -> GGUFFolder:
         return read_lmstudio(self.name, self.roots.store)
+
+    def entries(self) -> list[StoreEntry]:
+        """No digest: only what is wrong before a byte is read (a link out, a shard missing)."""
+        return folder_entries(self.expectations())
 
     def model_files(self) -> list[str]:
         return folder_model_files(self.expectations(), str(self), "open one by its path")

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
+from .expected import STORE, Expected, Problem, StoreEntry
 from .registry import Roots, Store
 from .small_files import HEX64, is_count, load_json
 
@@ -286,6 +287,40 @@ def ollama_blobs(store: Path) -> dict[str, Path]:
 _BLOB_FILE = re.compile(r"sha256[-:]([0-9a-fA-F]{64})")
 
 
+def ollama_entries(manifest: OllamaManifest, prefix: str = "") -> list[StoreEntry]:
+    """Each blob of *manifest* (its layers, then its config; subjects after *prefix*, the model's name): the
+    digest and size its layer gives, or the link out of the store its blob is (reported, never followed)."""
+    located: dict[str, str | ManifestError] = {}     # per digest: 200k layers naming one blob, one lookup
+    entries = []
+    for layer in manifest.blobs:
+        if layer.digest not in located:
+            try:
+                located[layer.digest] = os.fspath(ollama_blob_path(manifest.store, layer.digest))
+            except ManifestError as err:
+                located[layer.digest] = err
+        where, subject = located[layer.digest], prefix + layer.subject
+        if isinstance(where, ManifestError):
+            entries.append(StoreEntry(path=where.path or "", subject=subject, read=where.path or "",
+                                      problem=Problem(kind="link", subject=subject, detail=where.message)))
+        else:
+            entries.append(StoreEntry(path=where, subject=subject, read=where, expected=Expected(
+                algorithm="sha256", digest=layer.digest, source=STORE, what=_layer_what(layer), size=layer.size)))
+    return entries
+
+
+def _layer_what(layer: OllamaLayer) -> str:
+    if layer.field == "config":
+        return "the Ollama manifest's digest of its config"
+    return f"the Ollama manifest's digest of its {layer.subject} layer"
+
+
+def ollama_orphans(store: Path, referenced: set[str]) -> list[StoreEntry]:
+    """Each blob of the store that no manifest names (*referenced*: the digests the manifests name)."""
+    said = Problem(kind="orphan", subject="blob", detail="no manifest of the store names this blob")
+    return [StoreEntry(path=os.fspath(path), subject="blob", read=os.fspath(path), problem=said)
+            for digest, path in ollama_blobs(store).items() if digest not in referenced]
+
+
 class OllamaStore(Store, prefix="ollama"):
     """``ollama:NAME`` (one model: its manifest's layers, each blob checked by its sha256 and size) or
     ``ollama:*`` (every model of the store, and the blobs no manifest names); ``roots.store``: the store."""
@@ -303,6 +338,24 @@ class OllamaStore(Store, prefix="ollama"):
 
     def listing(self) -> OllamaStoreListing:
         return list_ollama_models(self.roots.store)
+
+    def entries(self) -> list[StoreEntry]:
+        """Every blob of the model; for ``ollama:*``, of every model whose manifest can be read and lists
+        layers (subjects after its name), then the orphans."""
+        if not self.every_model:
+            return ollama_entries(self.expectations())
+        listing = self.listing()
+        entries: list[StoreEntry] = []
+        referenced: set[str] = set()
+        for name in listing.names:
+            try:
+                manifest = read_ollama_manifest(name, listing.store)
+            except ManifestError:       # verify warns of it; its blobs then show as orphans
+                continue
+            referenced.update(layer.digest for layer in manifest.blobs)
+            if manifest.layers:
+                entries += ollama_entries(manifest, f"{name}: ")
+        return entries + ollama_orphans(listing.store, referenced)
 
     def model_files(self) -> list[str]:
         """The blob of the model layer, then the projector's if the model has one."""

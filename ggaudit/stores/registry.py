@@ -3,8 +3,9 @@ one subclass of :class:`Store`, ``class X(Store, prefix="x")``, and one line in 
 module, imported when a name of it is first looked up), and every command takes its names.
 
 A store offers (a) the GGUF files a name stands for, for the commands that open a model, and (b) what it
-keeps of them to check against (digests, sizes, the layout of its folders), for ``verify``, whose walkers
-check that data. It reads descriptions (manifests, metadata, folder listings), never a model's bytes.
+keeps of them to check against (digests, sizes, the layout of its folders: :meth:`Store.entries`), for
+``verify``, whose walkers check that data, and ``check``, which looks it up by file. It reads descriptions
+(manifests, metadata, folder listings), never a model's bytes.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import UsageError
 from ..untrusted import quote
+
+if TYPE_CHECKING:
+    from .expected import StoreEntry
 
 #: Every store's prefix and the module that defines its class, imported when a name with that prefix is
 #: first looked up, so a plain path loads no store. A store class registers only a prefix listed here, by
@@ -75,6 +79,14 @@ class Store:
     def description_files(self) -> list[str]:
         """The files besides the GGUF files that are read to find them (an Ollama manifest): an output
         must not replace them either."""
+        return []
+
+    def entries(self) -> list[StoreEntry]:
+        """What the store keeps of each file of the name, in its own order (the order ``verify`` reports
+        them): the digests and sizes to check it against, or what is wrong with it before a byte is read
+        (:class:`~ggaudit.stores.expected.StoreEntry`). ``check`` looks them up by file
+        (:func:`~ggaudit.stores.expected.store_expectations`): one listing, so the two cannot disagree. A
+        store that keeps nothing of its files lists none."""
         return []
 
     def input_files(self) -> list[str]:

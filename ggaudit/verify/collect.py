@@ -20,14 +20,15 @@ from ..errors import NothingChecked, ReadError
 from ..format.layout import GGUFFile
 from ..format.structure import check_structure
 from ..io import FileIdentity, Progress, Sha256, read_through
+from ..stores.expected import StoreEntry
 from ..untrusted import shorten
 from .cache import DigestCache
 from .compare import Difference, Facts, compare_facts
 from .digests import GitBlobSha1, Tally
 from .report import CACHE, READ, Checked, Mismatch, VerifyReport, VerifyStats, not_read_again
 
-__all__ = ["Collector", "Md5", "absent", "check_digest", "file_mismatch", "finish", "hash_unchanged",
-           "regular_file", "structure_mismatches"]
+__all__ = ["Collector", "Md5", "absent", "check_digest", "check_entry", "file_mismatch", "finish", "hash_unchanged",
+           "problem_mismatch", "regular_file", "structure_mismatches"]
 
 
 @dataclass
@@ -195,6 +196,22 @@ def check_digest(path: Path, subject: str, expected: str, out: Collector, *,
                                cached_at=cached_at))
     note = "" if cached_at is None else f" ({not_read_again(cached_at)})"
     out.mismatches.extend(file_mismatch(d, os.fspath(path), algorithm, size, note) for d in differences)
+
+
+def check_entry(entry: StoreEntry, out: Collector) -> None:
+    """Check the file a store's entry reads against the digest (and size) it expects (:func:`check_digest`)."""
+    assert entry.expected is not None        # the walkers pass only entries expecting something
+    e = entry.expected
+    check_digest(Path(entry.read), entry.subject, e.digest, out, algorithm=e.algorithm, expected_size=e.size)
+
+
+def problem_mismatch(entry: StoreEntry) -> Mismatch:
+    """What a store's entry says is wrong with its file, as the mismatch of its kind (with the digest it
+    expects, if it gives one: a checksum file's line naming a link out)."""
+    assert entry.problem is not None
+    p = entry.problem
+    return Mismatch(kind=p.kind, path=entry.path, subject=p.subject,
+                    expected=None if entry.expected is None else entry.expected.digest, detail=p.detail)
 
 
 def _cached_or_hashed(path: Path, algorithm: str, identity: FileIdentity,

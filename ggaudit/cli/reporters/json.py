@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, Report, overall_status
-from ...errors import GGAuditError
+from ...errors import FormatError, GGAuditError, ManifestError, NothingChecked, ReadError, UsageError
 from . import DEFAULT, Rendering
 
 NAME = "json"
@@ -36,7 +36,18 @@ def element(outcome: Outcome[Report]) -> dict[str, Any]:
     return outcome.result.to_json()
 
 
+#: The error classes JSON names (the schema's ``kind`` enum). Every error ggaudit raises is one of them or a
+#: subclass kept inside ggaudit (a read path's ``FailedRead`` and ``DirectIOUnavailable`` are ReadErrors).
+PUBLIC_ERRORS: tuple[type[GGAuditError], ...] = (FormatError, ManifestError, ReadError, UsageError, NothingChecked)
+
+
+def public_kind(err: GGAuditError) -> str:
+    """The name of the nearest public class of ``err`` (its first in :data:`PUBLIC_ERRORS` up its MRO): a
+    ``FailedRead`` is a "ReadError", a ``NothingChecked`` stays "NothingChecked"."""
+    return next((c.__name__ for c in type(err).__mro__ if c in PUBLIC_ERRORS), type(err).__name__)
+
+
 def error_to_json(err: GGAuditError) -> dict[str, Any]:
-    """An error as JSON: its one-line text, and its parts exact."""
+    """An error as JSON: its one-line text, its parts exact, and its public kind."""
     return {"message": str(err), "path": err.path, "offset": err.offset, "field": err.field,
-            "kind": type(err).__name__}
+            "kind": public_kind(err)}

@@ -9,10 +9,11 @@ from pathlib import Path
 from ...errors import FormatError
 from ...format.layout import open_gguf
 from ...io import Progress
-from ...stores.gpt4all import read_gpt4all
-from ...stores.lmstudio import GGUFFolder, read_lmstudio
+from ...stores.expected import StoreEntry
+from ...stores.gpt4all import gpt4all_entries, read_gpt4all
+from ...stores.lmstudio import folder_entries, read_lmstudio
 from ..cache import DigestCache
-from ..collect import Collector, check_digest, finish, regular_file
+from ..collect import Collector, check_entry, finish, problem_mismatch, regular_file
 from ..report import Checked, Mismatch, VerifyReport
 
 
@@ -24,7 +25,7 @@ def verify_lmstudio(spec: str = "", store: str | os.PathLike[str] | None = None,
     tensor's data; and each split set for its shards."""
     folder = read_lmstudio(spec, store)
     out = Collector(fail_fast, digest_cache, progress=progress)
-    _check_folder(folder, out, {})
+    _check_folder(folder_entries(folder), out)
     return finish(out, os.fspath(folder.root) + (f" {spec}" if spec else ""), "lmstudio",
                   empty="the folder holds no GGUF file")
 
@@ -36,8 +37,7 @@ def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, name: str = "
     :func:`verify_lmstudio`."""
     found = read_gpt4all(store, name)
     out = Collector(fail_fast, digest_cache, progress=progress)
-    digests = {name: (item.md5, item.size) for name, item in found.listed.items() if item.md5 is not None}
-    _check_folder(found.folder, out, digests)
+    _check_folder(gpt4all_entries(found), out)
     if found.listing is None:
         out.warnings.append(f"no model list ({', '.join(('models3.json', 'models2.json', 'models.json'))}) in "
                             f"{os.fspath(found.folder.root)}: structure checked, no digests")
@@ -45,26 +45,19 @@ def verify_gpt4all(store: str | os.PathLike[str] | None = None, *, name: str = "
                   empty="the folder holds no GGUF file")
 
 
-def _check_folder(folder: GGUFFolder, out: Collector, md5s: dict[str, tuple[str, int | None]]) -> None:
-    """Each GGUF of ``folder``: against its md5 and size when ``md5s`` has its name, else its structure;
-    then the shards its split sets lack, as ``missing``."""
-    out.plan(e.path for e in folder.files if e.problem is None and e.name in md5s)
-    for entry in folder.files:
+def _check_folder(entries: list[StoreEntry], out: Collector) -> None:
+    """Each GGUF of a folder as the store lists it (what check expects of it too): against its md5 and size
+    when the list gives them, else its structure; a link out and a shard its split set lacks as mismatches."""
+    out.plan(e.read for e in entries if e.problem is None and e.expected is not None)
+    for entry in entries:
         if out.full:
             return
         if entry.problem is not None:
-            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
-                                           detail=entry.problem))
-        elif entry.name in md5s:
-            md5, size = md5s[entry.name]
-            check_digest(entry.path, entry.name, md5, out, algorithm="md5", expected_size=size)
+            out.mismatches.append(problem_mismatch(entry))
+        elif entry.expected is not None:
+            check_entry(entry, out)
         else:
-            _check_structure(entry.path, entry.name, out)
-    for shard in folder.missing:
-        if out.full:
-            return
-        out.mismatches.append(Mismatch(kind="missing", path=os.fspath(shard.path), subject=shard.name,
-                                       detail=f"shard {shard.number} of {shard.count} of a split set not found"))
+            _check_structure(Path(entry.read), entry.subject, out)
 
 
 def _check_structure(path: Path, subject: str, out: Collector) -> None:

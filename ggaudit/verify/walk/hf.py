@@ -5,14 +5,14 @@ etag its download metadata keeps, sha256 or git's blob sha1)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ...io import Progress
-from ...stores.hf_cache import read_hf_snapshot
-from ...stores.hf_local import LocalDownload, read_hf_local
+from ...stores.expected import WARNING
+from ...stores.hf_cache import hf_entries, read_hf_snapshot
+from ...stores.hf_local import LocalDownload, hf_local_entries, read_hf_local
 from ..cache import DigestCache
-from ..collect import Collector, check_digest, finish
-from ..report import Mismatch, VerifyReport
+from ..collect import Collector, check_entry, finish, problem_mismatch
+from ..report import VerifyReport
 
 
 def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
@@ -20,18 +20,18 @@ def verify_hf(spec: str, cache: str | os.PathLike[str] | None = None, *,
               digest_cache: DigestCache | None = None) -> VerifyReport:
     """Check every file of a cached Hugging Face snapshot against its blob's name, offline."""
     snapshot = read_hf_snapshot(spec, cache)
+    entries = hf_entries(snapshot)      # what check expects of each file too
     out = Collector(fail_fast, digest_cache, progress=progress)
-    out.plan(e.blob for e in snapshot.files if e.problem is None and e.blob is not None and e.expected is not None)
-    done: set[Path] = set()
-    for entry in snapshot.files:
+    out.plan(e.read for e in entries if e.problem is None)
+    done: set[str] = set()              # a blob several links name is read once, said once
+    for entry in entries:
         if out.full:
             break
         if entry.problem is not None:
-            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.link), subject=entry.name,
-                                           detail=entry.problem))
-        elif entry.blob not in done and entry.blob is not None and entry.expected is not None:
-            done.add(entry.blob)
-            check_digest(entry.blob, entry.name, entry.expected, out, algorithm=entry.algorithm or "")
+            out.mismatches.append(problem_mismatch(entry))
+        elif entry.read not in done:
+            done.add(entry.read)
+            check_entry(entry, out)
     out.warnings.extend(f"leftover of an interrupted download: {os.fspath(p)}" for p in snapshot.incomplete)
     return finish(out, f"{snapshot.spec.repo_id}@{snapshot.commit}", "hf", empty="the snapshot holds no file")
 
@@ -45,22 +45,20 @@ def verify_hf_local(folder: str | os.PathLike[str], *, fail_fast: bool = False,
     warning; a file the metadata names that is absent is a ``missing`` mismatch.
     """
     download = read_hf_local(folder)
+    entries = hf_local_entries(download)        # what check expects of each file too
     out = Collector(fail_fast, digest_cache, progress=progress)
-    out.plan(e.path for e in download.files + download.absent
-             if not e.linked_out and e.problem is None and e.expected is not None)
-    for entry in download.files + download.absent:
+    out.plan(e.read for e in entries if e.problem is None)
+    for entry in entries:
         if out.full:
             break
-        if entry.linked_out:
-            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
-                                           detail=entry.problem or ""))
+        if entry.problem is not None and entry.problem.kind == WARNING:
+            out.warnings.append(f"{entry.path}: {entry.problem.detail}")
         elif entry.problem is not None:
-            out.warnings.append(f"{os.fspath(entry.path)}: {entry.problem}")
+            out.mismatches.append(problem_mismatch(entry))
         elif entry.expected is not None:
-            if entry.stale:
-                out.warnings.append(f"{os.fspath(entry.path)}: modified after it was downloaded (mtime later "
-                                    "than its download metadata)")
-            check_digest(entry.path, entry.name, entry.expected, out, algorithm=entry.algorithm or "sha256")
+            if entry.expected.note is not None:      # modified after its download: said, and still checked
+                out.warnings.append(f"{entry.path}: {entry.expected.note}")
+            check_entry(entry, out)
     out.warnings.extend(f"leftover of an interrupted download: {os.fspath(p)}" for p in download.incomplete)
     return finish(out, os.fspath(folder), "hf-local", empty=_local_empty(download))
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import ManifestError, NothingChecked
 from ...io import Progress
-from ...stores.ollama import (OllamaManifest, list_ollama_models, ollama_blob_path, ollama_blobs,
+from ...stores.expected import BLOB_NAME, StoreEntry
+from ...stores.ollama import (OllamaManifest, list_ollama_models, ollama_blobs, ollama_entries, ollama_orphans,
                               ollama_partial_files, read_ollama_manifest)
 from ..cache import DigestCache
-from ..collect import Collector, check_digest, finish
+from ..collect import Collector, check_entry, finish, problem_mismatch
 from ..report import Mismatch, VerifyReport
-from ...stores.published import BLOB_NAME
 
 
 def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
@@ -30,8 +31,9 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
     if not manifest.layers:
         raise NothingChecked(manifest.path, f"{_NO_LAYERS.format(name=manifest.name)}; nothing was checked")
     out = Collector(fail_fast, digest_cache, progress=progress)
-    out.plan(_blob_paths([manifest]))
-    _check_ollama_layers(manifest, out)
+    entries = ollama_entries(manifest)
+    out.plan(e.read for e in entries if e.problem is None)
+    _check_entries(entries, out)
     if partials:
         _warn_partials(manifest.store, {layer.digest for layer in manifest.blobs}, out)
     return finish(out, str(manifest.name), "ollama", empty="its manifest names no blob")
@@ -41,35 +43,22 @@ def verify_ollama(name: str, store: str | os.PathLike[str] | None = None, *,
 _NO_LAYERS = "model {name} lists no layers"
 
 
-def _check_ollama_layers(manifest: OllamaManifest, out: Collector, prefix: str = "") -> None:
-    """Check each blob of ``manifest``; subjects are its layers' (after ``prefix``: the model's name)."""
-    # Per distinct digest: where its blob is, or why it must not be opened. Each layer is still reported,
-    # but 200k layers naming one blob cost one lookup and one read (the digest memo), not 200k.
-    located: dict[str, Path | ManifestError] = {}
-    for layer in manifest.blobs:
+def _check_entries(entries: Iterable[StoreEntry], out: Collector) -> None:
+    """Check each blob of a manifest as the store lists it (:func:`ollama_entries`: what check expects of it
+    too). Each layer is reported, but 200k layers naming one blob cost one read (the digest memo), not 200k."""
+    for entry in entries:
         if out.full:
             break
-        if layer.digest not in located:
-            try:
-                located[layer.digest] = ollama_blob_path(manifest.store, layer.digest)
-            except ManifestError as err:     # a blob linking out of the store: reported, not followed
-                located[layer.digest] = err
-        path = located[layer.digest]
-        if isinstance(path, ManifestError):
-            out.mismatches.append(Mismatch(kind="link", path=os.fspath(path.path or ""),
-                                           subject=prefix + layer.subject, detail=path.message))
-            continue
-        check_digest(path, prefix + layer.subject, layer.digest, out, expected_size=layer.size)
+        if entry.problem is not None:     # a blob linking out of the store: reported, not followed
+            out.mismatches.append(problem_mismatch(entry))
+        else:
+            check_entry(entry, out)
 
 
-def _blob_paths(manifests: Iterable[OllamaManifest]) -> Iterator[Path]:
-    """The blob of each distinct layer digest of ``manifests`` that stays in the store (for the progress)."""
+def _blob_paths(manifests: Iterable[OllamaManifest]) -> Iterator[str]:
+    """The blob of each layer of ``manifests`` that stays in the store (for the progress, which counts each once)."""
     for manifest in manifests:
-        for digest in {layer.digest for layer in manifest.blobs}:
-            try:
-                yield ollama_blob_path(manifest.store, digest)
-            except ManifestError:
-                continue
+        yield from (e.read for e in ollama_entries(manifest) if e.problem is None)
 
 
 def _warn_partials(store: Path, ours: set[str], out: Collector, whose: str = "this model") -> None:
@@ -107,17 +96,19 @@ def verify_ollama_store(store: str | os.PathLike[str] | None = None, *, layers: 
             continue
         models += 1
         if layers and not out.full:
-            _check_ollama_layers(manifest, out, prefix=f"{name}: ")
-    blobs = ollama_blobs(listing.store)
-    for digest, path in blobs.items():
-        if digest not in referenced and not out.full:
-            out.mismatches.append(_orphan(path))
+            _check_entries(ollama_entries(manifest, prefix=f"{name}: "), out)
+    orphans = ollama_orphans(listing.store, referenced)
+    for orphan in orphans:
+        if out.full:
+            break
+        out.mismatches.append(_orphan(orphan))
     _warn_partials(listing.store, referenced, out, "a model")
     # Without layers (ollama:* on the command line: each model is its own target) the store's own check
     # is the search for orphans; with them, that search alone is no check of a model.
+    blobs = len(ollama_blobs(listing.store))
     empty = "no model of the store lists layers" if listing.names or blobs else "the store holds no model and no blob"
     return finish(out, os.fspath(listing.store), "ollama-store", empty=empty,
-                  looked_at=models + (0 if layers else len(blobs)))
+                  looked_at=models + (0 if layers else blobs))
 
 
 def _readable_manifests(names: Iterable[object], store: Path) -> Iterator[OllamaManifest]:
@@ -129,10 +120,10 @@ def _readable_manifests(names: Iterable[object], store: Path) -> Iterator[Ollama
             continue
 
 
-def _orphan(path: Path) -> Mismatch:
+def _orphan(entry: StoreEntry) -> Mismatch:
+    """A blob no manifest names, as the store lists it, spanning the whole blob."""
     try:
-        size: int | None = os.lstat(path).st_size
+        size: int | None = os.lstat(entry.path).st_size
     except OSError:
         size = None
-    return Mismatch(kind="orphan", path=os.fspath(path), subject="blob", offset=None if size is None else 0,
-                    length=size, detail="no manifest of the store names this blob")
+    return replace(problem_mismatch(entry), offset=None if size is None else 0, length=size)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from ...errors import NothingChecked, UsageError
 from ...io import Progress
-from ...stores.published import blob_name_digest
+from ...stores.expected import file_key, given_expectation, named_expectations, sums_entries
 from ...stores.sums import read_sums
-from ...untrusted import quote
 from ..cache import DigestCache
-from ..collect import Collector, check_digest, finish
-from ..report import Mismatch, VerifyReport
-
-_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+from ..collect import Collector, check_digest, check_entry, finish, problem_mismatch
+from ..report import VerifyReport
 
 
 def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
@@ -28,19 +24,18 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
     a file naming only absent files is then NothingChecked. ``digest_cache``: the digest cache, or None.
     """
     out = Collector(fail_fast, digest_cache, progress=progress)
-    entries = read_sums(sums, base)
-    out.plan(e.path for e in entries if e.problem is None)
+    entries = sums_entries(read_sums(sums, base))       # what check expects of each file too
+    out.plan(e.read for e in entries if e.problem is None)
     skipped = 0
     for entry in entries:
         if out.full:
             break
         if entry.problem is not None:    # a link out of the folder or a loop: one entry, never opened
-            out.mismatches.append(Mismatch(kind="link", path=os.fspath(entry.path), subject=entry.name,
-                                           expected=entry.sha256, detail=f"line {entry.line}: {entry.problem}"))
-        elif ignore_missing and not os.path.exists(entry.path):
+            out.mismatches.append(problem_mismatch(entry))
+        elif ignore_missing and not os.path.exists(entry.read):
             skipped += 1
         else:
-            check_digest(entry.path, entry.name, entry.sha256, out)
+            check_entry(entry, out)
     if skipped and skipped == len(entries):
         raise NothingChecked(sums, "no file it names is present (--ignore-missing): no file was verified",
                              field="ignore_missing")
@@ -51,24 +46,24 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
 
 def verify_blob(path: str | os.PathLike[str], *, progress: Progress | None = None,
                 digest_cache: DigestCache | None = None) -> VerifyReport:
-    """Check a content-addressed blob (Ollama or Hugging Face) against the digest in its name."""
-    expected = blob_name_digest(path)
-    if expected is None:
+    """Check a content-addressed blob (Ollama or Hugging Face) against the digest its name gives (the name
+    of the file a link leads to, then the link's own if it gives another): what check expects of it too."""
+    named = named_expectations([path]).get(file_key(path))
+    if named is None:
         raise UsageError(path, "the file name holds no sha256; give --manifest, --sums, ollama:NAME "
                          "or hf:ORG/NAME to say what to check it against")
     out = Collector(False, digest_cache, progress=progress)
     out.plan([path])
-    check_digest(Path(path), "blob name", expected, out)
+    for expected in named.expected:
+        check_digest(Path(path), "blob name", expected.digest, out)
     return finish(out, os.fspath(path), "blob", empty="the blob was not checked")
 
 
 def verify_sha256(path: str | os.PathLike[str], sha256: str, *, progress: Progress | None = None,
                   digest_cache: DigestCache | None = None) -> VerifyReport:
     """Check one file against a sha256 given as 64 hex digits (any case)."""
-    if not isinstance(sha256, str) or not _HEX64.fullmatch(sha256):
-        shown = quote(sha256) if isinstance(sha256, str) else type(sha256).__name__
-        raise UsageError(None, f"{shown} is not a sha256: 64 hex digits", field="sha256")
+    expected = given_expectation(sha256)
     out = Collector(False, digest_cache, progress=progress)
     out.plan([path])
-    check_digest(Path(path), "--sha256", sha256.lower(), out)
+    check_digest(Path(path), "--sha256", expected.digest, out)
     return finish(out, os.fspath(path), "file", empty="the file was not checked")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from ...errors import FormatError, GGAuditError, NothingChecked
-from ...format.layout import named_shards, open_gguf
+from ...errors import FormatError
+from ...format.layout import open_gguf
 from ...io import FileIdentity, Progress, Sha256
 from ...untrusted import OUTSIDE, confine, sibling_roots
 from ..cache import DigestCache
@@ -15,6 +15,7 @@ from ..collect import Collector, absent, file_mismatch, finish, hash_unchanged, 
 from ..compare import Facts, compare_facts, compare_maps
 from ..manifests.tensor import ManifestFile, TensorDigest, TensorManifest, digest_gguf_file, read_tensor_manifest
 from ..report import Checked, Mismatch, VerifyReport
+from .tensor_match import match_manifest
 
 
 def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: str | os.PathLike[str],
@@ -23,11 +24,13 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
                            ) -> VerifyReport:
     """Check a model (file or split set) against a tensor manifest, one read per file.
 
-    The files are the manifest's, looked up among the model's (``model_path``, any shard of a set, and
-    ``also``: more files of the model, an Ollama model's projector), else next to ``model_path``; a
-    single-file manifest also accepts a renamed copy. Reports files missing, resized, with another
-    sha256 or with a header that no longer parses; tensors missing, added or re-shaped; and for
-    tensors whose bytes changed, each run of differing row groups with its rows and file span. Every
+    The files are the manifest's, matched to the model's (``model_path``, any shard of a set, and ``also``:
+    more files of the model, an Ollama model's projector) as check matches them (:func:`match_manifest`: by
+    name, else a copy by its tensors' layout, else a single file's manifest in the model's file's place),
+    else looked up next to ``model_path``; one matched under another name is said in a warning. Reports
+    files missing, resized, with another sha256 or with a header that no longer parses; tensors missing,
+    added or re-shaped; and for tensors whose bytes changed, each run of differing row groups with its rows
+    and file span. Every
     file of the model the manifest does not name is a ``file-extra`` mismatch (a shard its split set's
     names say exists and that is absent, ``missing``); a manifest that names none of the model's files
     (nor, checking a renamed copy, any of its tensors) is NothingChecked.
@@ -35,7 +38,12 @@ def verify_tensor_manifest(model_path: str | os.PathLike[str], manifest_path: st
     manifest = read_tensor_manifest(manifest_path)
     out = Collector(fail_fast, digest_cache, progress=progress)
     given = os.fspath(model_path)
-    located = _locate_files(manifest, os.fspath(manifest_path), given, [os.fspath(p) for p in also], out)
+    match = match_manifest(manifest, [given, *(os.fspath(p) for p in also)], manifest_path=manifest_path)
+    out.warnings.extend(f"manifest describes {e.name}, checking {os.path.basename(path)} in its place"
+                        for e, path in match.renamed)
+    # The model's files the manifest does not name, recorded before anything is read.
+    out.mismatches.extend(_unlisted_file(path, given) for path in match.extra)
+    located = match.located
     out.plan(path for _, path in located if _leaves_folder(path, given) is None)
     for file_digest, path in located:
         if out.full:
@@ -63,39 +71,6 @@ def _leaves_folder(path: str, given: str) -> str | None:
     return problem
 
 
-def _locate_files(manifest: TensorManifest, manifest_path: str, given: str, also: Sequence[str],
-                  out: Collector) -> list[tuple[ManifestFile, str]]:
-    """Where each file of the manifest is: the model's file of that name, else next to ``given``. The
-    model's files the manifest does not name are mismatches, recorded here (before anything is read);
-    NothingChecked when it names none of them."""
-    files: dict[str, str] = {}
-    for path in _model_files(given, also):
-        files.setdefault(os.path.basename(path), path)
-    names = [f.name for f in manifest.files]
-    if len(names) == 1 and names[0] not in files and named_shards(given) is None:
-        # A single file renamed (say, a copy of an Ollama blob) is still the same model, if its tensors are.
-        if _no_tensor_in_common(manifest, given):
-            raise NothingChecked(manifest_path, f"names no tensor of {given}, which would be checked in place "
-                                 f"of {names[0]}; nothing was checked")
-        out.warnings.append(f"manifest describes {names[0]}, checking {os.path.basename(given)} in its place")
-        located, listed = [(manifest.files[0], given)], {os.path.basename(given)}
-    elif not files.keys() & set(names):
-        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") if names else "none"
-        raise NothingChecked(manifest_path, f"names no file of {given} (the manifest's files: {shown}); "
-                             "nothing was checked")
-    else:
-        folder = os.path.dirname(given)
-        located, listed = [(f, files.get(f.name, os.path.join(folder, f.name))) for f in manifest.files], set(names)
-    out.mismatches.extend(_unlisted_file(path, given) for name, path in files.items() if name not in listed)
-    return located
-
-
-def _model_files(given: str, also: Sequence[str]) -> list[str]:
-    """The files of the model checked against a manifest: each path given and, for a shard of a split set,
-    every shard its name says the set has (found by name, as opening the set finds them), each once."""
-    return list(dict.fromkeys(shard for path in (given, *also) for shard in named_shards(path) or [path]))
-
-
 def _unlisted_file(path: str, given: str) -> Mismatch:
     """A file of the model that the manifest does not name: ``file-extra`` (never opened: nothing says what
     it should hold), or why it is not there to be one."""
@@ -112,17 +87,6 @@ def _unlisted_file(path: str, given: str) -> Mismatch:
         size = None
     return Mismatch(kind="file-extra", path=path, subject=name, offset=None if size is None else 0, length=size,
                     detail="file of the model, not in the manifest: not checked")
-
-
-def _no_tensor_in_common(manifest: TensorManifest, path: str) -> bool:
-    """Whether the manifest's tensors and the file's (both some) share no name: the manifest is another
-    model's. False when the header does not parse, for the check to report it."""
-    try:
-        have = {t.name for t in open_gguf(path).tensors}
-    except (GGAuditError, OSError):
-        return False
-    wanted = {t.name for t in manifest.tensors}
-    return bool(have) and bool(wanted) and not have & wanted
 
 
 def _check_model_file(manifest: TensorManifest, expected: ManifestFile, path: str, out: Collector) -> None:
