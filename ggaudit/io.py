@@ -99,9 +99,9 @@ class FileIdentity:
 
     ``ctime_ns`` (the inode's change time) moves on every write and every change of the inode, and no
     system call can put it back, so a same-size rewrite whose mtime was restored (``os.utime``) is still
-    seen. On Windows ``st_ctime`` is the file's creation time (Python before 3.12; from 3.12 it is
-    deprecated there and still the creation time): the identity stays right there, it only cannot see
-    a rewrite whose size and mtime were kept.
+    seen. On Windows ``st_ctime`` is the file's creation time (deprecated from Python 3.12), which setting
+    the times can change too (seen under Wine), so there it is 0: the identity stays right, it only cannot
+    see a rewrite whose size and mtime were kept.
     """
 
     device: int
@@ -112,7 +112,7 @@ class FileIdentity:
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, 0 if WINDOWS else st.st_ctime_ns)
 
     @classmethod
     def now(cls, path: str | os.PathLike[str], when: str) -> FileIdentity:

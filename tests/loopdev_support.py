@@ -17,7 +17,6 @@ in its inode.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import mmap
 import os
 import shutil
@@ -98,6 +97,8 @@ def _check(done: subprocess.CompletedProcess[str], what: str) -> None:
 def physical_offset(file: Path, offset: int) -> int:
     """Where byte *offset* of *file* lies on its device (FS_IOC_FIEMAP, after syncing the file's data so every
     extent is allocated): fe_physical + (offset - fe_logical) of the extent holding it."""
+    import fcntl        # POSIX only: the module is imported on Windows too, where every test of it is skipped
+
     fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
     try:
         buf = bytearray(32 + 56)            # struct fiemap with room for one extent

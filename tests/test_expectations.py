@@ -116,6 +116,7 @@ def test_sums_listing_a_file_twice_with_two_digests_keeps_both_and_conflicts_fin
     assert conflicts([first, second]) == [(first, second)]
 
 
+@needs_symlinks
 def test_sums_every_line_of_every_file_and_a_link_out_is_a_problem_with_its_digest(tmp_path: Path) -> None:
     (tmp_path / "secret").write_bytes(b"s")
     data = tmp_path / "data"

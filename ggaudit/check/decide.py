@@ -13,6 +13,7 @@ the page cache against the device are left open with the test that can decide th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ..evidence.decide import Decision, Reading, ReadGroup, decide
 from ..evidence.paths import DEVICE
@@ -74,9 +75,7 @@ def decide_file(path: str, observed: Sequence[Observed], *,
 
 
 def _with(d: FileDecision, *, more: Sequence[Conclusion] = (), verdict: str | None = None) -> FileDecision:
-    return FileDecision(path=d.path, verdict=verdict or d.verdict, reference=d.reference, right=d.right, wrong=d.wrong,
-                        decided=d.decided, conclusions=(*d.conclusions, *more), differences=d.differences,
-                        needs=d.needs, tested=d.tested)
+    return replace(d, verdict=verdict or d.verdict, conclusions=(*d.conclusions, *more))
 
 
 def _rehashed(observed: Sequence[Observed], tested: Probes | None) -> list[Observed]:
@@ -86,9 +85,7 @@ def _rehashed(observed: Sequence[Observed], tested: Probes | None) -> list[Obser
     for o in observed:
         second = again.get(o.mode)
         if isinstance(second, Observed) and second.fingerprint == o.fingerprint:
-            o = Observed(mode=o.mode, fingerprint=o.fingerprint, digests={**second.digests, **o.digests},
-                         tensors=o.tensors, lines=o.lines, model_line=o.model_line, regions=o.regions,
-                         source=o.source, source_why=o.source_why)
+            o = replace(o, digests={**second.digests, **o.digests})
         out.append(o)
     return out
 
@@ -114,11 +111,6 @@ def _groups(readings: Sequence[Reading]) -> tuple[ReadGroup, ...]:
 
 def _members(g: ReadGroup | None, observed: Sequence[Observed]) -> list[Observed]:
     return [] if g is None else [o for o in observed if o.mode in g.names]
-
-
-def _first(g: ReadGroup | None, observed: Sequence[Observed]) -> Observed | None:
-    members = _members(g, observed)
-    return members[0] if members else None
 
 
 def _status(ref: Reference, members: Sequence[Observed]) -> bool | None:

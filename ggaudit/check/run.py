@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import FormatError, GGAuditError, NothingChecked, ReadError, options_from
@@ -25,7 +25,8 @@ from ..format.layout import GGUFFile, HeaderRead, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding
 from ..io import ChunkConsumer, Progress, Xxh3_128
 from ..evidence.active import evict_and_read, first_difference, read_range
-from ..evidence.paths import DEVICE, digest_paths, proof_order, read_path, source_of
+from .. import io
+from ..evidence.paths import DEVICE, Source, digest_paths, proof_order, read_path, source_of
 from ..evidence.readers import DirectIOUnavailable, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
@@ -101,6 +102,9 @@ class FileCheckPlan:
     lines: ManifestLines | None = None
     #: Whether the eviction test may evict the pages where the page cache and the device differ.
     evict: bool = True
+    #: Where each path's reads of the file come from, found before any pass (a probe's direct read of a page
+    #: not cached must not meet the pages the page cache's passes bring in).
+    sources: Mapping[str, Source] = field(default_factory=dict)
     #: What the store (or the manifest) says is wrong with the file before a byte is read: findings.
     problems: tuple[Conclusion, ...] = ()
     #: What the store only warns of (a file without download metadata, say).
@@ -174,7 +178,8 @@ def plan_check(target: Target, o: CheckOptions, replan: Mapping[str, Replanned] 
                                                          if p.kind == WARNING),
                                           expected=_manifest_entry(tensor_manifest, match, f), lines=f_lines,
                                           digest_paths=digest_on, scan_path=scan_path, scan=_scan_of(f, scans),
-                                          kernel=scan_options.kernel, evict=o.evict, planned=planned.get(f.path))
+                                          kernel=scan_options.kernel, evict=o.evict, planned=planned.get(f.path),
+                                          sources={m: source_of(m, f.path, _probed) for m in modes})
                                  for f, f_lines in zip(files, lines, strict=True)))
 
 
@@ -230,6 +235,12 @@ def _scanned_again(plan: FileCheckPlan, decision: FileDecision, scanned: PassObs
     return PassObservation(mode=mode, accs=None if scanner is None else scanner.results(),
                            structure=tuple(structure_check.findings()),
                            observed=Observed(mode=mode, fingerprint=whole.hexdigest()))
+
+
+def _probed(path: str) -> str | None:
+    """Why direct reads of ``path`` come from the page cache: what its filesystem says, else what a direct read
+    of a page not cached shows (it lands in the page cache)."""
+    return io.direct_shares_page_cache(path) or io.probe_direct_fills_cache(path)
 
 
 def _open(target: Target, o: CheckOptions, planned: dict[str, Replanned]) -> tuple[str, Store | None, list[Model]]:
@@ -424,7 +435,7 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
     f.check_unchanged(f"while it was read ({mode})")
     digests = {a: h.hexdigest() for a, h in hashers.items()}
     by_line, model_line = lines.results() if lines else (None, None)
-    source = source_of(mode, f.path)
+    source = plan.sources.get(mode) or source_of(mode, f.path)
     return PassObservation(mode=mode, read=PathRead(stats=stats, fingerprint=whole.hexdigest(), digests=digests),
                            observed=Observed(mode=mode, fingerprint=whole.hexdigest(), digests=digests,
                                              tensors=_tensor_results(f, tensors, plan.group_bytes),
