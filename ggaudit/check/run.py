@@ -34,7 +34,7 @@ from ..scan.run import ScanConsumer, ScanPlan, plan_scan, report_of
 from ..scan.report import ScanReport, ScanStats
 from ..stores.locate import Target, target_text
 from ..stores.registry import Roots, Store, find_store
-from ..verify.digests import Segment, SegmentDigests, published_hasher
+from ..verify.digests import Segment, SegmentDigest, SegmentDigests, published_hasher
 from ..verify.manifests.llama_hash import FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import (FilePlan, HashEntry, LineDigests, in_header_order, manifest_format,
                                            plan_llama_check, read_llama_hash)
@@ -420,11 +420,10 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
             counted.skip(f.size)
         return PassObservation(mode=mode, skipped=err.message)
     with reader:
-        whole, tensors, regions = Xxh3_128(), _tensor_digests(f, plan.group_bytes), _region_digests(f)
-        header = SegmentDigests(Segment(str(i), o, n, max(n, 1)) for i, (o, n, _) in enumerate(f.header_reads))
+        whole, spans = Xxh3_128(), _span_digests(f, plan.group_bytes)
         hashers = {a: published_hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
         lines = _line_digests(f, plan.lines)      # every path: the lines decide which path is right
-        consumers: list[ChunkConsumer] = [whole, tensors, regions, header, *hashers.values(),
+        consumers: list[ChunkConsumer] = [whole, spans, *hashers.values(),
                                           *([counted] if counted else []), *(lines.consumers if lines else ())]
         scanner = structure_check = None
         if mode == plan.scan_path:
@@ -436,12 +435,14 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
     digests = {a: h.hexdigest() for a, h in hashers.items()}
     by_line, model_line = lines.results() if lines else (None, None)
     source = plan.sources.get(mode) or source_of(mode, f.path)
+    found = spans.results()
     return PassObservation(mode=mode, read=PathRead(stats=stats, fingerprint=whole.hexdigest(), digests=digests),
                            observed=Observed(mode=mode, fingerprint=whole.hexdigest(), digests=digests,
-                                             tensors=_tensor_results(f, tensors, plan.group_bytes),
-                                             lines=by_line, model_line=model_line, regions=_region_results(regions),
-                                             header=tuple(d.digest for _, d in sorted(header.results().items(),
-                                                                                    key=lambda kv: int(kv[0]))),
+                                             tensors=_tensor_results(f, found, plan.group_bytes),
+                                             lines=by_line, model_line=model_line,
+                                             regions={span: found[f"r{span[0]}+{span[1]}"].digest
+                                                      for span in _regions(f)},
+                                             header=tuple(found[f"h{i}"].digest for i in range(len(f.header_reads))),
                                              source="" if source.why is None else source.reads,
                                              source_why=source.why),
                            accs=None if scanner is None else scanner.results(),
@@ -591,23 +592,19 @@ def _regions(f: GGUFFile) -> list[tuple[int, int]]:
     return found + ([(at, f.size - at)] if f.size > at else [])
 
 
-def _region_digests(f: GGUFFile) -> SegmentDigests:
-    return SegmentDigests(Segment(f"{o}+{n}", o, n, max(n, 1)) for o, n in _regions(f))
+def _span_digests(f: GGUFFile, group_bytes: int) -> SegmentDigests:
+    """One consumer (one thread of the pass) for every span a pass digests: each tensor with its row groups
+    (key ``i``), each run of bytes no tensor owns (``rO+N``) and each read the plan's header was parsed from
+    (``hI``)."""
+    tensors = (Segment(str(i), t.offset, t.nbytes, max(1, rows_per_group(t.row_bytes, group_bytes) * t.row_bytes))
+               for i, t in enumerate(f.tensors))
+    regions = (Segment(f"r{o}+{n}", o, n, max(n, 1)) for o, n in _regions(f))
+    header = (Segment(f"h{i}", o, n, max(n, 1)) for i, (o, n, _) in enumerate(f.header_reads))
+    return SegmentDigests([*tensors, *regions, *header])
 
 
-def _region_results(digests: SegmentDigests) -> dict[tuple[int, int], str]:
-    return {(int(o), int(n)): d.digest for key, d in digests.results().items() for o, n in [key.split("+")]}
-
-
-def _tensor_digests(f: GGUFFile, group_bytes: int) -> SegmentDigests:
-    return SegmentDigests(Segment(str(i), t.offset, t.nbytes, max(1, rows_per_group(t.row_bytes, group_bytes)
-                                                                   * t.row_bytes))
-                          for i, t in enumerate(f.tensors))
-
-
-def _tensor_results(f: GGUFFile, digests: SegmentDigests, group_bytes: int) -> tuple[TensorDigest, ...]:
+def _tensor_results(f: GGUFFile, results: Mapping[str, SegmentDigest], group_bytes: int) -> tuple[TensorDigest, ...]:
     """Each tensor's digests as a manifest's entries, so the pure compare of verify compares them."""
-    results = digests.results()
     name = os.path.basename(f.path)
     return tuple(TensorDigest(t.name, name, t.ggml_type.name, t.shape, t.offset, t.nbytes, t.row_bytes, t.n_rows,
                               rows_per_group(t.row_bytes, group_bytes), results[str(i)].digest,
