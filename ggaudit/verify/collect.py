@@ -182,7 +182,7 @@ def check_digest(path: Path, subject: str, expected: str, out: Collector, *,
         return
     # The same file (device and inode, or its path where the OS gives no inode) unchanged since.
     where = (identity.device, identity.inode) if identity.inode else os.fspath(path)
-    key = (where, identity.size, identity.mtime_ns, algorithm)
+    key = (where, identity.size, identity.mtime_ns, identity.ctime_ns, algorithm)
     found = out.digests.get(key)
     if found is None:
         found = _cached_or_hashed(path, algorithm, identity, out)

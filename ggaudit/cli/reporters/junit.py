@@ -33,6 +33,7 @@ from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan, describe_t
 from ...text import escape, escape_message, escape_path
 from . import DEFAULT, Rendering
 from . import text
+from .json import public_kind
 
 if TYPE_CHECKING:   # found by its type's name: `ggaudit scan` loads nothing of verify
     from ...verify.manifests.report import ManifestWritten
@@ -119,7 +120,7 @@ def suite(outcome: Outcome[Report], rendering: Rendering = DEFAULT) -> Suite:
     target = escape_path(outcome.model)
     if outcome.error is not None:
         message = str(outcome.error)
-        return Suite(target, [Case(target, "audit", error=(message, type(outcome.error).__name__))])
+        return Suite(target, [Case(target, "audit", error=(message, public_kind(outcome.error)))])
     result = outcome.result
     assert result is not None     # an outcome holds a result or an error
     cases = _CASES.get(type(result).__name__)
