@@ -119,9 +119,9 @@ def eviction_words(e: Eviction) -> str:
         return f"nothing was evicted: {e.why}"
     after = {"device": "the device's bytes (as direct reads deliver them)",
              "page-cache": "the page cache's bytes as first read", "neither": "bytes neither read delivered"}
-    return (f"the page at offset {e.offset} was evicted from the page cache and read again through {e.cached}, now "
-            f"from the device: it gave {after[e.outcome]} (page cache {e.cached_hex}; device {e.device_hex}; after "
-            f"the eviction {e.after_hex})")
+    return (f"the page holding offset {e.offset} was evicted from the page cache and read again through "
+            f"{e.cached}, now from the device: it gave {after[e.outcome]} (the 16 bytes from offset {e.offset}: page "
+            f"cache {e.cached_hex}; device {e.device_hex}; after the eviction {e.after_hex})")
 
 
 def device_differs(ref: Expectation | ManifestLines, cached: Sequence[str], e: Eviction) -> Conclusion:
