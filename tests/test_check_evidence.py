@@ -214,3 +214,21 @@ def test_a_byte_changed_on_a_real_device_under_the_cached_file_is_told_by_the_ev
     assert entry["tested"]["eviction"] == {"paths": ["buffered", "direct"], "offset": at, "outcome": "device",
                                            "why": None, "cached": hexed(data, at), "device": hexed(data, at, MASK),
                                            "after": hexed(data, at, MASK)}
+
+
+def test_padding_only_the_mapping_delivers_non_zero_is_the_paths_finding_not_the_files(model: Path) -> None:
+    """One byte of the padding before the data section read as 0xff through the mapping only: the scan, which
+    rides on the mmap pass, sees padding that is not zeros. mmap is decided wrong, so the file is scanned again
+    through buffered reads, which find none: the finding is mmap's (read-path-structure), not the file's."""
+    f = open_model(FIXTURE).files[0]
+    at = f.header_end + 2
+    assert at < f.data_offset and FIXTURE.read_bytes()[at] == 0
+    code, report, entry = check(model, faulted_env(model, "mmap", "fill", offset=at, byte=0xFF), "--sha256", SHA256)
+    assert (code, report["verdict"], entry["right"], entry["wrong"]) == (1, "read-path", ["buffered", "direct"],
+                                                                         ["mmap"])
+    assert [c["code"] for c in report["conclusions"] if c["code"] in ("structure", "read-path-structure")] == [
+        "read-path-structure"]
+    [through] = [c for c in report["conclusions"] if c["code"] == "read-path-structure"]
+    assert {k: through["evidence"][k] for k in ("kind", "offset", "path")} == {"kind": "padding",
+                                                                               "offset": f.header_end, "path": "mmap"}
+    assert report["scans"][0]["structure"] == []
