@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import FormatError, GGAuditError, NothingChecked, ReadError, options_from
 from ..format.layout import GGUFFile, HeaderRead, Model, open_model
-from ..format.structure import StructureConsumer, StructureFinding
+from ..format.structure import StructureConsumer, StructureFinding, regions
 from ..io import ChunkConsumer, Progress, Xxh3_128
 from ..evidence.active import evict_and_read, first_difference, read_range
 from .. import io
@@ -223,9 +223,7 @@ def _scanned_again(plan: FileCheckPlan, decision: FileDecision, scanned: PassObs
     f = plan.file
     try:
         with open_reader(f.path, mode) as reader:
-            whole = Xxh3_128()
-            scanner = ScanConsumer(plan.scan, plan.kernel) if plan.scan else None
-            structure_check = StructureConsumer(f)
+            whole, (scanner, structure_check) = Xxh3_128(), _scan_consumers(plan)
             read_pass(reader, [whole, structure_check, *([scanner] if scanner else [])])
     except ReadError:
         return None
@@ -235,6 +233,11 @@ def _scanned_again(plan: FileCheckPlan, decision: FileDecision, scanned: PassObs
     return PassObservation(mode=mode, accs=None if scanner is None else scanner.results(),
                            structure=tuple(structure_check.findings()),
                            observed=Observed(mode=mode, fingerprint=whole.hexdigest()))
+
+
+def _scan_consumers(plan: FileCheckPlan) -> tuple[ScanConsumer | None, StructureConsumer]:
+    """What scans a pass's bytes: the stored values (None when the file holds no floats) and the structure."""
+    return (ScanConsumer(plan.scan, plan.kernel) if plan.scan else None), StructureConsumer(plan.file)
 
 
 def _probed(path: str) -> str | None:
@@ -427,8 +430,7 @@ def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None
                                           *([counted] if counted else []), *(lines.consumers if lines else ())]
         scanner = structure_check = None
         if mode == plan.scan_path:
-            scanner = ScanConsumer(plan.scan, plan.kernel) if plan.scan else None
-            structure_check = StructureConsumer(f)
+            scanner, structure_check = _scan_consumers(plan)
             consumers += [c for c in (scanner, structure_check) if c is not None]
         stats = read_pass(reader, consumers, stop=stop)
     f.check_unchanged(f"while it was read ({mode})")
@@ -583,13 +585,9 @@ def _line_digests(f: GGUFFile, lines: ManifestLines | None) -> LineDigests | Non
 
 
 def _regions(f: GGUFFile) -> list[tuple[int, int]]:
-    """The runs of bytes no tensor owns (the header, padding, gaps, trailing data), by offset and length."""
-    found, at = [], 0
-    for t in sorted(f.tensors, key=lambda t: t.offset):
-        if t.offset > at:
-            found.append((at, t.offset - at))
-        at = max(at, t.offset + t.nbytes)
-    return found + ([(at, f.size - at)] if f.size > at else [])
+    """The runs of bytes no tensor owns, by offset and length: the header, then each region the structure
+    check walks (padding, gaps, trailing data)."""
+    return [(0, f.header_end), *((r.start, r.end - r.start) for r in regions(f))]
 
 
 def _span_digests(f: GGUFFile, group_bytes: int) -> SegmentDigests:
@@ -598,9 +596,9 @@ def _span_digests(f: GGUFFile, group_bytes: int) -> SegmentDigests:
     (``hI``)."""
     tensors = (Segment(str(i), t.offset, t.nbytes, max(1, rows_per_group(t.row_bytes, group_bytes) * t.row_bytes))
                for i, t in enumerate(f.tensors))
-    regions = (Segment(f"r{o}+{n}", o, n, max(n, 1)) for o, n in _regions(f))
+    unowned = (Segment(f"r{o}+{n}", o, n, max(n, 1)) for o, n in _regions(f))
     header = (Segment(f"h{i}", o, n, max(n, 1)) for i, (o, n, _) in enumerate(f.header_reads))
-    return SegmentDigests([*tensors, *regions, *header])
+    return SegmentDigests([*tensors, *unowned, *header])
 
 
 def _tensor_results(f: GGUFFile, results: Mapping[str, SegmentDigest], group_bytes: int) -> tuple[TensorDigest, ...]:

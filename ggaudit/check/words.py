@@ -5,7 +5,6 @@ path delivered the same other bytes" only where they did."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ..lines import joined
 from ..verify.report import Mismatch
@@ -127,13 +126,11 @@ def eviction_words(e: Eviction) -> str:
 def device_differs(ref: Expectation | ManifestLines, cached: Sequence[str], e: Eviction) -> Conclusion:
     """The device holds other bytes than ``ref`` describes while the page cache still held them: a lost or
     torn write, or media damage under a cached file."""
+    tested = eviction_words(e)
     return Conclusion(code="device-differs",
                       text=f"the file on disk differs from {ref.what}: the device holds other bytes than the page "
                            f"cache, which held the published ones ({joined(cached)} reads matched them); a write "
                            f"that never reached the disk, a torn write or media damage under a cached file. "
-                           f"{eviction_words(e)[0].upper()}{eviction_words(e)[1:]}",
+                           f"{tested[0].upper()}{tested[1:]}",
                       evidence={"cached": list(cached), "eviction": e.to_json()})
 
-
-def evidence_of_eviction(e: Eviction | None) -> dict[str, Any]:
-    return {} if e is None else {"eviction": e.to_json()}

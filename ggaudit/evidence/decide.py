@@ -68,11 +68,6 @@ class Decision:
     unknown: tuple[ReadGroup, ...] = ()
 
     @property
-    def decided(self) -> bool:
-        """Which bytes are right is known, or (``met`` False) that no read delivered them."""
-        return self.reference is not None and not self.unknown
-
-    @property
     def wrong(self) -> tuple[str, ...]:
         """The reads whose bytes are not the right ones (every read when none delivered them)."""
         if self.right is None and self.met is not False:
@@ -89,9 +84,6 @@ class Decision:
         disagree: direct against the read after an eviction)."""
         found = [g for g in self.groups if g.from_device]
         return found[0] if len(found) == 1 else None
-
-    def group_of(self, name: str) -> ReadGroup | None:
-        return next((g for g in self.groups if name in g.names), None)
 
 
 def decide(deliveries: Sequence[Reading], *, expected: Mapping[Hashable, bool | None] | None = None,

@@ -30,14 +30,13 @@ DEVICE_CHUNK_BYTES = 8 << 20
 @dataclass(frozen=True)
 class ReadPath:
     """One way of reading a file: ``name`` (as ``--modes`` takes it), where its bytes come from (``reads``:
-    PAGE_CACHE or DEVICE), the bytes per request of a whole-file pass, whether engines read weights this way
-    (the scan rides on that pass), and ``words``: how it reads, for a report."""
+    PAGE_CACHE or DEVICE), the bytes per request of a whole-file pass, and whether engines read weights this
+    way (the scan rides on that pass)."""
 
     name: str
     reads: str
     chunk_bytes: int
     engines_read: bool
-    words: str
 
 
 #: Every read path, in the order a check reads a file: the page cache's first (buffered is the reference).
@@ -52,9 +51,9 @@ def _register(*paths: ReadPath) -> None:
 
 
 _register(
-    ReadPath("buffered", PAGE_CACHE, CACHE_CHUNK_BYTES, False, "positioned reads through the page cache"),
-    ReadPath("mmap", PAGE_CACHE, CACHE_CHUNK_BYTES, True, "a read-only mapping, as engines read weights"),
-    ReadPath("direct", DEVICE, DEVICE_CHUNK_BYTES, False, "direct I/O, past the page cache, from the device"),
+    ReadPath("buffered", PAGE_CACHE, CACHE_CHUNK_BYTES, False),     # positioned reads through the page cache
+    ReadPath("mmap", PAGE_CACHE, CACHE_CHUNK_BYTES, True),          # a read-only mapping, as engines read weights
+    ReadPath("direct", DEVICE, DEVICE_CHUNK_BYTES, False),          # direct I/O, past the page cache
 )
 #: The read paths' names, in the house order.
 MODES = tuple(PATHS)
