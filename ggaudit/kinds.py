@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ERROR", "FAMILIES", "KINDS", "NOTE", "SEVERITIES", "WARNING", "Kind", "family", "kind", "selects"]
+__all__ = ["ADVISORY", "ERROR", "FAMILIES", "KINDS", "NOTE", "SEVERITIES", "WARNING", "Kind", "fails_by_default",
+           "family", "kind", "selects"]
 
 #: How bad a kind is, worst first (SARIF's levels).
 ERROR, WARNING, NOTE = "error", "warning", "note"
@@ -85,8 +86,11 @@ KINDS = _kinds(
                 "quantization no tensor uses (a warning) is a mislabelled file: trust the tensor types."),
     Kind(id="template", severity=ERROR, title="A chat template that runs code, is refused, or hides content",
          meaning="An error: the embedded Jinja chat template reaches Python internals (a name starting with _, "
-                 "self, cycler, ...), loads other templates, uses a filter engines lack, or does not parse. A "
-                 "warning: it holds invisible characters, a blob, a URL or plain-text instructions to the model.",
+                 "self, cycler, ..., also by a name it builds while it runs, str.format or a dotted attribute "
+                 "path), tried such a thing when rendered in a sandbox, does not finish within a budget, loads "
+                 "other templates, or does not parse. A warning (advice: it fails a run only with --fail-on): "
+                 "it holds invisible characters, a blob, a URL, homoglyphs, instructions to the model, or text "
+                 "it adds only when a message holds a keyword. A note: a filter or test no known engine provides.",
          action="Do not load the model with an engine that renders templates with jinja2 (llama-cpp-python "
                 "before 0.2.72: CVE-2024-34359) until the template is replaced: pass your own chat template "
                 "(--chat-template, chat_format=) or remove tokenizer.chat_template; for a warning, read the "
@@ -296,6 +300,18 @@ def family(kind_id: str) -> str | None:
 def selects(names: frozenset[str], kind_id: str, severity: str) -> bool:
     """Whether ``--fail-on names`` (kinds' ids, families, severities) selects a finding of that kind."""
     return kind_id in names or severity in names or family(kind_id) in names
+
+
+#: The families whose warnings and notes are advice: reported, but a run fails on them only when ``--fail-on``
+#: selects them (``template``: a URL or a hidden character may belong in a template; a person decides). Their
+#: errors fail a run as every error does.
+ADVISORY = frozenset(("template",))
+
+
+def fails_by_default(kind_id: str, severity: str) -> bool:
+    """Whether a finding of that kind and severity fails a run without ``--fail-on`` (and makes its report
+    not ``ok``): every finding but an advisory family's warnings and notes (:data:`ADVISORY`)."""
+    return severity == ERROR or family(kind_id) not in ADVISORY
 
 
 def kind(kind_id: str) -> Kind:

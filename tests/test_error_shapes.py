@@ -47,6 +47,8 @@ CLEAN = FIXTURES / "all_types.gguf"
 PLE = FIXTURES / "ple_iq4_nl.gguf"
 SPLIT = FIXTURES / "split-00001-of-00002.gguf"
 OLLAMA = Path("manifests/registry.ollama.ai/library/tiny/latest")
+#: What a scan of a file with no tensor, vocabulary or chat template says (it checked nothing).
+NO_HEADER_CHECKED = "holds no tensor, vocabulary or chat template; nothing was checked"
 KINDS = SCHEMA["$defs"]["failed"]["properties"]["error"]["properties"]["kind"]["enum"]
 
 
@@ -154,9 +156,9 @@ CASES: dict[str, Case] = {
                                                              "never replaces an input")),
     # NothingChecked: nothing to check (info, diff and manifest check nothing).
     "check-nothing": lambda b: (["check", b / "none.gguf"],
-                                failed("NothingChecked", b / "none.gguf", "holds no tensor; nothing was checked")),
+                                failed("NothingChecked", b / "none.gguf", NO_HEADER_CHECKED)),
     "scan-nothing": lambda b: (["scan", b / "none.gguf"],
-                               failed("NothingChecked", b / "none.gguf", "holds no tensor; nothing was checked")),
+                               failed("NothingChecked", b / "none.gguf", NO_HEADER_CHECKED)),
     "rows-nothing": lambda b: (["rows", PLE, "--ids-file", b / "noids.json"],
                                failed("NothingChecked", None, f"no rows selected by --ids-file {b / 'noids.json'}; "
                                                               "nothing was checked")),

@@ -197,16 +197,16 @@ def test_scan_of_a_model_with_no_tensor_is_exit_2(tmp_path: Path) -> None:
     NothingChecked (an engine's test must not see a clean report), the command line says it, exit 2."""
     path = tmp_path / "none.gguf"
     write_gguf(path, [], {"general.architecture": "llama"})
-    with pytest.raises(NothingChecked, match="holds no tensor; nothing was checked"):
+    with pytest.raises(NothingChecked, match="holds no tensor, vocabulary or chat template; nothing was checked"):
         ggaudit.scan(path)
     result = run_cli(["scan", path])
-    assert assert_one_line_error(result) == f"ggaudit: error: {path}: holds no tensor; nothing was checked"
+    said = f"{path}: holds no tensor, vocabulary or chat template; nothing was checked"
+    assert assert_one_line_error(result) == f"ggaudit: error: {said}"
     assert result.stdout == ""
     doc = json.loads(run_cli(["scan", path, "--json"]).stdout)
     assert list(Draft202012Validator(SCHEMA).iter_errors(doc)) == []
     assert doc["models"] == [{"target": str(path), "error": {
-        "message": f"{path}: holds no tensor; nothing was checked", "path": str(path), "offset": None,
-        "field": None, "kind": "NothingChecked"}}]
+        "message": said, "path": str(path), "offset": None, "field": None, "kind": "NothingChecked"}}]
 
 
 def test_scan_of_a_model_with_no_tensor_still_reports_what_its_structure_holds(tmp_path: Path) -> None:

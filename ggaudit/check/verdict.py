@@ -69,8 +69,7 @@ def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...],
     # Said only when nothing at all was found: a scan finding (structure, metadata, template, outlier) is wrong.
     if verdict == UNVERIFIED and not any(c.code in FINDING_KINDS for c in found) and all(s.ok for s in scans):
         found.append(Conclusion(code="nothing-wrong", text="nothing wrong was found: every path delivered the same "
-                                "bytes and they hold no NaN or Inf, but nothing published says they are the "
-                                "publisher's"))
+                                f"bytes and {_held(scans)}, but nothing published says they are the publisher's"))
     return CheckReport(target=target, store=None if store is None else store.prefix.rstrip(":"),
                        name=store.name if store is not None else target, files=files, modes=compared, scans=scans,
                        scan_path=scan_path, verdict=verdict, reference=_reference(files), conclusions=tuple(found),
@@ -179,6 +178,14 @@ def _structure_through(scans: Sequence[ScanReport], through: Sequence[ScanReport
                        evidence={"file": s.path, "kind": s.kind, "offset": s.offset, "length": s.length,
                                  "path": scan_path})
             for scan in through for s in scan.structure if (s.path, s.offset, s.kind) not in stored]
+
+
+def _held(scans: Sequence[ScanReport]) -> str:
+    """What the scans found nothing wrong in: the tensors' values, or a vocabulary-only file's header."""
+    if any(s.tensors for s in scans):
+        return "they hold no NaN or Inf"
+    keys = dict.fromkeys(k for s in scans for k in s.header_checked)
+    return f"nothing is wrong in {', '.join(keys)} (no tensor data)"
 
 
 def _header(scans: Sequence[ScanReport]) -> list[Conclusion]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..diagnostic import Diagnostic
+from ..kinds import fails_by_default
 from ..format.structure import GAP, PADDING, TRAILING, StructureFinding
 from ..lines import between, block_layout, format_value, location
 from ..text import escape, escape_path
@@ -340,6 +341,9 @@ class ScanReport:
     anomalies: bool = False         # block scales were modelled (scan(..., anomalies=True))
     metadata: tuple[MetadataFinding, ...] = ()      # keys contradicting the tensors or the vocabulary
     templates: tuple[TemplateFinding, ...] = ()     # chat templates that run code or hide content
+    #: The header's keys whose values were checked, tensors or none (the vocabulary, each chat template): a
+    #: vocabulary-only file is checked by them.
+    header_checked: tuple[str, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -349,8 +353,15 @@ class ScanReport:
     @property
     def ok(self) -> bool:
         """Nothing found: no non-finite value (and, with ``max_abs``, no outlier) in any tensor, and no
-        structure, metadata or template finding (warnings included)."""
-        return not (self.structure or self.metadata or self.templates) and not any(t.total for t in self.tensors)
+        structure, metadata or template finding (warnings included), but a template's advice (a warning or
+        a note: :data:`ggaudit.kinds.ADVISORY`), which ``--fail-on template`` makes fail a run."""
+        return not (self.structure or self.metadata or self.failing_templates) and \
+            not any(t.total for t in self.tensors)
+
+    @property
+    def failing_templates(self) -> tuple[TemplateFinding, ...]:
+        """The template findings that fail a run as they are (errors); the others are advice."""
+        return tuple(t for t in self.templates if fails_by_default(t.kind, t.severity))
 
     def diagnostics(self) -> Iterator[Diagnostic]:
         """Each structure finding, metadata finding and template finding, then each tensor's listed findings
@@ -368,7 +379,8 @@ class ScanReport:
             "max_abs_threshold": self.max_abs, "warnings": list(self.warnings),
             "tensors": [t.to_json() for t in self.tensors], "stats": self.stats.to_json(),
             "structure": [s.to_json() for s in self.structure],
-            "metadata": [m.to_json() for m in self.metadata], "templates": [t.to_json() for t in self.templates]}
+            "metadata": [m.to_json() for m in self.metadata], "templates": [t.to_json() for t in self.templates],
+            "header_checked": list(self.header_checked)}
         if self.hashes:     # only when asked for, so a plain scan's JSON is unchanged
             doc["digests"] = [d.to_json() for d in self.digests]
         if self.anomalies:

@@ -68,6 +68,8 @@ AUTO_WORKERS_MIN_BYTES = 256 << 20
 
 #: Unselected bytes between two selected tensors shorter than this are read through, not skipped.
 _GAP_BYTES = 1 << 20
+#: The vocabulary's key: with it in the header, the tokenizer checks had something to check.
+VOCABULARY = "tokenizer.ggml.tokens"
 
 #: A mixture-of-experts tensor, as llama.cpp names them (``blk.3.ffn_down_exps.weight``, ``ffn_gate_up_exps``,
 #: their ``.bias``): the experts are its last axis. Shared experts (``ffn_*_shexp``) are not split.
@@ -259,6 +261,7 @@ class ScanPlan:
     #: metadata is at hand: a fleet's plan travels without it.
     metadata: tuple[MetadataFinding, ...] = ()
     templates: tuple[TemplateFinding, ...] = ()
+    header_checked: tuple[str, ...] = ()     # the keys whose values those checks read (header_checked)
 
 
 def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
@@ -275,7 +278,17 @@ def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
         f.check_unchanged("since it was opened")
     return ScanPlan(model=model, options=options, selected=tuple(selected), plans=tuple(plans),
                     fp8=frozenset(fp8), warnings=tuple(warnings), metadata=check_metadata(model),
-                    templates=_templates(model))
+                    templates=_templates(model), header_checked=header_checked(model))
+
+
+def header_checked(model: Model) -> tuple[str, ...]:
+    """The header's keys whose values the metadata and template checks read, tensors or none: the
+    vocabulary (``tokenizer.ggml.tokens``: its lengths, special tokens and merges are checked) and each chat
+    template. A vocabulary-only file (llama.cpp ships 19) is checked by these alone."""
+    from ..format.templates import is_template_key   # the names only: jinja2 is not imported
+
+    return tuple(k for k in model.metadata if k == VOCABULARY or (is_template_key(k) and
+                                                                 isinstance(model.metadata[k].value, str)))
 
 
 def _templates(model: Model) -> tuple[TemplateFinding, ...]:
@@ -367,7 +380,7 @@ def report_of(plan: ScanPlan, accs: dict[int, Acc], stats: ScanStats,
     if plan.options.anomalies:
         warnings += add_anomalies(plan.plans, accs, opts)
     return build_report(plan.model, plan.selected, plan.plans, accs, set(plan.fp8), warnings, opts, stats,
-                        structure, header=(plan.metadata, plan.templates))
+                        structure, header=(plan.metadata, plan.templates), header_checked=plan.header_checked)
 
 
 def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) -> list[str]:
@@ -455,9 +468,10 @@ def _histograms(plan: Plan | None, acc: Acc) -> tuple[ScaleHistogram, ...] | Non
 def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan], accs: dict[int, Acc],
                  fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats,
                  structure: tuple[StructureFinding, ...] = (),
-                 header: tuple[tuple[MetadataFinding, ...], tuple[TemplateFinding, ...]] = ((), ())) -> ScanReport:
+                 header: tuple[tuple[MetadataFinding, ...], tuple[TemplateFinding, ...]] = ((), ()),
+                 header_checked: tuple[str, ...] = ()) -> ScanReport:
     """The report of a scan from its plans' merged accumulators (however they were read), the structure
-    findings of its files and its header's (metadata, templates)."""
+    findings of its files and its header's (metadata, templates; ``header_checked``: the keys checked)."""
     by_index = {p.index: p for p in plans}
     out: list[TensorScan] = []
     stopped = any(a.stopped for a in accs.values())
@@ -480,8 +494,10 @@ def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan]
         warnings = [*warnings, f"fail_fast: stopped at the first finding; {skipped} tensors not scanned"]
     report = ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
                         warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats,
-                        anomalies=opts.anomalies, structure=structure, metadata=header[0], templates=header[1])
-    if not report.tensors and report.ok:
-        # No value was scanned and nothing is wrong with the structure: that is never a clean result.
-        raise NothingChecked(model.source, "holds no tensor; nothing was checked")
+                        anomalies=opts.anomalies, structure=structure, metadata=header[0], templates=header[1],
+                        header_checked=header_checked)
+    if not report.tensors and report.ok and not header_checked:
+        # No value was scanned, no vocabulary or template was checked, and nothing is wrong with the
+        # structure: that is never a clean result.
+        raise NothingChecked(model.source, "holds no tensor, vocabulary or chat template; nothing was checked")
     return report

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from ...batch import STATUS_CLEAN, STATUS_FINDINGS, Outcome, Report, overall_status
+from ...batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, Report, overall_status
 from ...text import escape_message
 from ..common import STDOUT, as_flags, hint, writing_to
 
@@ -180,17 +180,18 @@ def _summaries(outcomes: Sequence[Outcome[Report]]) -> None:
 
 def exit_status(outcomes: Sequence[Outcome[Report]], fail_on: frozenset[str] | None) -> int:
     """The run's exit status: :func:`overall_status`, except that with ``fail_on`` (``--fail-on``) a report
-    fails only by a finding of a kind it selects. A report that is not ok and names no finding fails
+    fails only by a finding of a kind it selects, an advisory one (a template's warning, in a report that is
+    ``ok``: :data:`ggaudit.kinds.ADVISORY`) included. A report that is not ok and names no finding fails
     whatever ``fail_on`` says: what it found cannot be told apart, and a wrong clean is the worst output."""
     status = overall_status(outcomes)
-    if fail_on is None or status != STATUS_FINDINGS:
+    if fail_on is None or status == STATUS_ERROR:
         return status
-    from ...kinds import selects
+    from ...kinds import ADVISORY, family, selects
 
-    failing = (o.result for o in outcomes if o.result is not None and not o.result.ok)
-    for result in failing:
-        found = list(result.diagnostics())
-        if not found or any(selects(fail_on, d.kind, d.severity) for d in found):
+    for result in (o.result for o in outcomes if o.result is not None):
+        # An ok report's findings are notes and advice; only the advice (ADVISORY) is for --fail-on to select.
+        found = [d for d in result.diagnostics() if not result.ok or family(d.kind) in ADVISORY]
+        if (not result.ok and not found) or any(selects(fail_on, d.kind, d.severity) for d in found):
             return STATUS_FINDINGS
     return STATUS_CLEAN
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ...batch import Outcome, Report
 from ...diagnostic import Diagnostic
 from ...format.info import ModelInfo
+from ...kinds import fails_by_default
 from ...lines import plural
 from ...scan.report import CHECK_NONE, KINDS, ScanReport, TensorScan, describe_tensor
 from ...text import escape, escape_message, escape_path
@@ -151,11 +152,16 @@ def _scan(target: str, r: ScanReport) -> Iterable[Case]:
     """A case per file (its structure) and per tensor group (a layer's tensors, ``blk.N``, then the others):
     what JUnit readers expect of a model of 1,500 tensors; a group fails with each failing tensor's lines."""
     by_place: dict[tuple[str, str | None], list[Diagnostic]] = {}
+    advice: dict[str | None, list[str]] = {}
     for d in r.diagnostics():      # a structure finding is at a file, a finding at a tensor
+        if not fails_by_default(d.kind, d.severity):    # a template's warning: said, not failed (as the exit)
+            advice.setdefault(d.file, []).extend(d.lines)
+            continue
         by_place.setdefault(("tensor", d.tensor) if d.tensor is not None else ("file", d.file), []).append(d)
     for path in r.files:
         found = by_place.get(("file", path))
-        yield Case(target, f"structure of {escape_path(path)}", failure=_failure(found) if found else None)
+        yield Case(target, f"structure of {escape_path(path)}", failure=_failure(found) if found else None,
+                   out=advice.get(path, []))
     groups: dict[str, list[TensorScan]] = {}
     for t in r.tensors:
         groups.setdefault(tensor_group(t.name), []).append(t)

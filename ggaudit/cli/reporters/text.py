@@ -10,6 +10,7 @@ with one line counting them; ``-q`` shows each report as its one-line summary (:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -102,6 +103,8 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
     total_bytes = report.stats.bytes
     yield (f"model {escape_path(report.model)}: {plural(len(report.tensors), 'tensor')}, "
            f"{plural(total_bytes, 'byte')} of tensor data scanned in {plural(len(report.files), 'file')}")
+    if not report.tensors and report.header_checked:    # a vocabulary-only file: its header was checked
+        yield f"header checked: {', '.join(escape(k) for k in report.header_checked)}"
     for d in report.digests:
         for algorithm, digest in d.digests.items():
             yield f"{algorithm}  {digest}  {escape_path(d.path)}"
@@ -132,18 +135,35 @@ def scan_lines(report: ScanReport) -> Iterator[str]:
     if report.counts.get("anomaly"):
         yield ("note: an anomaly is a likely, not a certain, flipped bit: `ggaudit verify` against a manifest "
                "or `ggaudit diff` against another copy confirms it")
+    advice = _advice(report)
     if found:
-        yield f"result: {'; '.join(found)}"
+        yield f"result: {'; '.join([*found, *advice])}"
     else:
-        also = [w for w, on in (("outliers", report.max_abs is not None), ("anomalous scales", report.anomalies))
-                if on]
-        yield f"result: clean: no non-finite values{''.join(' or ' + w for w in also)}"
+        yield f"result: clean: {_clean_text(report)}{''.join('; ' + a for a in advice)}"
+
+
+def _clean_text(report: ScanReport) -> str:
+    """What a clean scan found nothing of: in the tensors, and in a vocabulary-only file's header."""
+    if not report.tensors:
+        return f"nothing wrong in {', '.join(escape(k) for k in report.header_checked)}; no tensor data to scan"
+    also = [w for w, on in (("outliers", report.max_abs is not None), ("anomalous scales", report.anomalies)) if on]
+    return f"no non-finite values{''.join(' or ' + w for w in also)}"
+
+
+def _advice(report: ScanReport) -> list[str]:
+    """``1 template warning, 2 template notes (advice: ...)``: the template findings that do not fail a run."""
+    failing = set(map(id, report.failing_templates))
+    by_severity = Counter(t.severity for t in report.templates if id(t) not in failing)
+    if not by_severity:
+        return []
+    counted = ", ".join(plural(n, f"template {severity}") for severity, n in sorted(by_severity.items(), reverse=True))
+    return [f"{counted} (advice: a run fails on them with --fail-on template)"]
 
 
 def _header_counts(report: ScanReport) -> list[str]:
     """``1 structure finding``, ``2 metadata findings``, ``1 template finding``: those there are."""
     counted = ((report.structure, "structure finding"), (report.metadata, "metadata finding"),
-               (report.templates, "template finding"))
+               (report.failing_templates, "template finding"))
     return [plural(len(found), noun) for found, noun in counted if found]
 
 
@@ -152,8 +172,9 @@ def scan_summary(report: ScanReport) -> str:
     total = sum(report.counts.values())
     found = [f"{plural(total, 'finding')} ({_nonzero(report.counts)})"] if total else []
     found += _header_counts(report)
+    said = [*(found or ["clean"]), *_advice(report)]
     stop = " (stopped at the first finding)" if not report.complete else ""
-    return f"model {escape_path(report.model)}: {', '.join(found) or 'clean'}{stop}"
+    return f"model {escape_path(report.model)}: {', '.join(said)}{stop}"
 
 
 def _nonzero(counts: Mapping[str, int]) -> str:
