@@ -48,7 +48,8 @@ from ggaudit.format.blocks import GGMLQuantizationType as T, GGUFValueType as V
 from ggaudit.format.build import TensorSpec, Typed, write_gguf
 from ggaudit.format.consistency import check_metadata
 from ggaudit.format.layout import Model, open_model
-from ggaudit.format.templates import check_template, check_templates, template_keys
+from ggaudit.format.templates import check_template, check_templates, checked_text, template_keys
+from ggaudit.io import evict
 from ggaudit.scan.run import scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,10 +119,17 @@ def _parse_all(model: Model) -> Callable[[], object]:
     return lambda: [Environment().parse(text) for text in texts]
 
 
+def _uncached(check: Callable[[Model], object], model: Model) -> object:
+    """``check(model)`` as a process's first check of its templates: the per-process cache emptied first."""
+    checked_text.cache_clear()
+    return check(model)
+
+
 def warm_ms(model: Model, rounds: int) -> dict[str, float]:
     """Median milliseconds of each call over ``rounds`` rounds taking turns, after one round not counted."""
     calls: dict[str, Callable[[], object]] = {"check_metadata": lambda: check_metadata(model),
-                                              "check_templates": lambda: check_templates(model),
+                                              "check_templates": lambda: _uncached(check_templates, model),
+                                              "check_templates (cached)": lambda: check_templates(model),
                                               "jinja2 parse (reference)": _parse_all(model)}
     times: dict[str, list[float]] = {name: [] for name in calls}
     for round_ in range(rounds + 1):
@@ -155,6 +163,7 @@ def corpus_ms(paths: list[Path], rounds: int) -> float:
     texts = [(p.name, p.read_text("utf-8")) for p in paths]
     times = []
     for round_ in range(rounds + 1):
+        checked_text.cache_clear()      # each template checked as a process's first check of it
         started = time.perf_counter()
         for name, text in texts:
             check_template("corpus", name, text)
@@ -163,10 +172,14 @@ def corpus_ms(paths: list[Path], rounds: int) -> float:
     return statistics.median(times)
 
 
-def scan_ms(path: Path, scans: int) -> float:
-    """Median milliseconds of a scan of ``path`` in process (after one not counted: the page cache warm)."""
+def scan_ms(path: Path, scans: int, cold: bool) -> float:
+    """Median milliseconds of a scan of ``path`` in process, after one not counted: the page cache warm, or
+    (``cold``) the file's pages dropped before each scan (posix_fadvise; where the OS cannot, it stays warm)."""
     times = []
     for round_ in range(scans + 1):
+        if cold:
+            with open(path, "rb") as f:
+                evict(f.fileno(), 0, 0)
         started = time.perf_counter()
         scan(str(path))
         if round_:
@@ -184,14 +197,21 @@ class Corpus:
 
 
 def share_report(path: Path, header_ms: float, metadata_ms: float, corpus: Corpus) -> bool:
-    """Print the header checks' share of a scan of ``path``; True when both shares are under the target."""
-    scanned = scan_ms(path, corpus.scans)
-    model_share, corpus_share = header_ms / scanned, (corpus.ms + metadata_ms) / scanned
-    met = model_share < TARGET_SHARE and corpus_share < TARGET_SHARE
-    print(f"  {'scan (reference)':30s} {scanned:8.2f} ms")
-    print(f"  {'share: this model header':30s} {model_share:8.2%}  target < {TARGET_SHARE:.0%}")
-    label = f"share: {corpus.count} templates + metadata"
-    print(f"  {label:30s} {corpus_share:8.2%}  target < {TARGET_SHARE:.0%}: {'ok' if met else 'MISSED'}")
+    """Print the header checks' share of a scan of ``path``, warm and cold; True when the shares of the cold
+    scan (a model read from its disk, as a first scan after a download to another machine reads it) are
+    under the target. ``corpus``: the mean template of the corpus stands for this model's."""
+    met = True
+    mean = corpus.ms / max(corpus.count, 1) + metadata_ms
+    for cold in (False, True):
+        scanned = scan_ms(path, corpus.scans, cold)
+        model_share, corpus_share = header_ms / scanned, mean / scanned
+        ok = model_share < TARGET_SHARE and corpus_share < TARGET_SHARE
+        met = met and (ok or not cold)
+        which = "cold" if cold else "warm"
+        print(f"  {'scan, page cache ' + which:30s} {scanned:8.2f} ms")
+        print(f"  {'  share: its header checks':30s} {model_share:8.2%}  target < {TARGET_SHARE:.0%}")
+        print(f"  {'  share: a corpus template':30s} {corpus_share:8.2%}  (mean of {corpus.count}, + metadata)"
+              f"{': ' + ('ok' if ok else 'MISSED') if cold else ''}")
     return met
 
 
