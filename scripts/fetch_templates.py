@@ -3,7 +3,8 @@
 Downloads the sdists of llama-cpp-python and vLLM (pinned below) into bench-data/templates/ (git-ignored;
 skipped when already there) and writes every chat template they ship into bench-data/templates/corpus/ as
 ``<source>-<name>.jinja``: llama.cpp's ``models/templates/*.jinja``, vLLM's ``*.jinja`` files (its examples and
-its template folders), and the ``tokenizer.chat_template*`` values of llama.cpp's ``models/ggml-vocab-*.gguf``.
+its template folders), and the ``tokenizer.chat_template*`` values of llama.cpp's ``models/ggml-vocab-*.gguf``,
+which are kept too (in ``vocab/``, under their path in the sdist): tests/test_template_corpus.py scans them.
 
 ``pip download --no-binary :all:`` prepares an sdist's metadata, which for vLLM means installing torch to build
 it; when pip leaves no archive, the sdist is taken from PyPI's simple index (PEP 691 JSON) and its sha256
@@ -19,7 +20,6 @@ import json
 import subprocess
 import sys
 import tarfile
-import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -96,20 +96,24 @@ def _stays_inside(name: str) -> bool:
     return not path.is_absolute() and ".." not in path.parts
 
 
-def vocab_templates(archive: Path) -> dict[str, str]:
-    """``gguf-<vocab>[.<name>].jinja`` → the chat templates of llama.cpp's ggml-vocab-*.gguf files."""
-    found: dict[str, str] = {}
-    with tarfile.open(archive) as tar, tempfile.TemporaryDirectory() as tmp:
+def vocab_files(archive: Path, into: Path) -> list[Path]:
+    """llama.cpp's ggml-vocab-*.gguf files (vocabulary-only: no tensor), extracted into ``into``."""
+    with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.isfile() and "/vendor/llama.cpp/models/ggml-vocab-" in m.name
                    and m.name.endswith(".gguf") and _stays_inside(m.name)]
-        # The "data" filter (no links or paths out of tmp) exists from Python 3.10.12 and 3.11.4 on; before,
+        # The "data" filter (no links or paths out of into) exists from Python 3.10.12 and 3.11.4 on; before,
         # the names were checked above (regular files only: no links).
-        tar.extractall(tmp, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        for member in members:
-            model = open_model(Path(tmp, member.name))
-            for key, value in template_keys(model):
-                suffix = key.removeprefix("tokenizer.chat_template").replace(".", "-")
-                found[f"gguf-{Path(member.name).stem}{suffix}.jinja"] = value.value
+        tar.extractall(into, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return sorted(Path(into, m.name) for m in members)
+
+
+def vocab_templates(files: list[Path]) -> dict[str, str]:
+    """``gguf-<vocab>[.<name>].jinja`` → the chat templates of the vocabulary files."""
+    found: dict[str, str] = {}
+    for path in files:
+        for key, value in template_keys(open_model(path)):
+            suffix = key.removeprefix("tokenizer.chat_template").replace(".", "-")
+            found[f"gguf-{path.stem}{suffix}.jinja"] = value.value
     return found
 
 
@@ -124,12 +128,12 @@ def main() -> int:
         archive = download(name, version, filename, args.into)
         found |= jinja_templates(source, archive)
         if source == "llama.cpp":
-            found |= vocab_templates(archive)
+            found |= vocab_templates(vocab_files(archive, args.into / "vocab"))
     for stale in corpus.glob("*.jinja"):
         stale.unlink()
     for file_name, text in sorted(found.items()):
         corpus.joinpath(file_name).write_text(text, encoding="utf-8")
-    print(f"{len(found)} templates in {corpus}")
+    print(f"{len(found)} templates in {corpus}; the vocabulary files in {args.into / 'vocab'}")
     return 0
 
 
