@@ -286,3 +286,19 @@ def test_a_template_checked_once_per_process_keeps_each_files_place() -> None:
     assert [(f.path, f.key, f.offset, f.column) for f in first] == [("a.gguf", "tokenizer.chat_template", 113, 6)]
     assert [(f.path, f.key, f.offset, f.column) for f in again] == [("b.gguf", "tokenizer.chat_template.rag", 5013,
                                                                      6)]
+
+
+@pytest.mark.parametrize("command", ["scan", "check"])
+def test_a_name_only_the_render_sees_fails_scan_and_check(tmp_path: Path, command: str) -> None:
+    # scan and check exited 0 on names a template builds while it runs (issue 33).
+    path = tmp_path / "m.gguf"
+    write_gguf(path, [TensorSpec("w", T.F32, (4,), bytes(16))],
+               {"general.architecture": "llama", "tokenizer.chat_template": "{% set d = {'a': '__class__'} %}"
+                                                                             "{{ ''[d.a] }}"})
+    result = CliRunner().invoke(main, [command, "--json", str(path)])
+    assert result.exit_code == 1
+    [model] = json.loads(result.stdout)["models"]
+    found = model["templates"] if command == "scan" else [c["evidence"] for c in model["conclusions"]
+                                                           if c["code"] == "template"]
+    assert [(t["severity"], t["rule"], t["line"], t["column"], t["seen"]) for t in found] == [
+        ("error", "render-blocked", 1, 19, "attribute '__class__' of str")]
