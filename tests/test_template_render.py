@@ -61,10 +61,11 @@ def test_one_finding_per_line_and_attempt_over_all_renders() -> None:
 
 
 def test_the_cve_chain_runs_no_process(tmp_path: Path) -> None:
-    marker = tmp_path / "marker"
+    marker = tmp_path / "marker"        # written with / in the template: a \ would start a Jinja string escape
     text = (U + "{% for c in ''[u ~ 'class' ~ u][u ~ 'mro' ~ u][1][u ~ 'subclasses' ~ u]() %}"
             "{% if c[u ~ 'name' ~ u] == 'catch_warnings' %}"
-            "{{ c()[u ~ 'module'][u ~ 'builtins'][u ~ 'import' ~ u]('os').popen('touch " + str(marker) + "').read() }}"
+            "{{ c()[u ~ 'module'][u ~ 'builtins'][u ~ 'import' ~ u]('os')"
+            ".popen('touch " + marker.as_posix() + "').read() }}"
             "{% endif %}{% endfor %}")
     assert findings(text) == [("render-blocked", "error", 1, 42, "attribute '__class__' of str")]
     assert not marker.exists()
@@ -73,7 +74,7 @@ def test_the_cve_chain_runs_no_process(tmp_path: Path) -> None:
 def test_an_unsafe_callable_is_refused_not_called(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     context = {"messages": [], "run": os.system}
-    (found,) = render_contexts("m.gguf", "k", "{{ run('touch " + str(marker) + "') }}", (context,))
+    (found,) = render_contexts("m.gguf", "k", "{{ run('touch " + marker.as_posix() + "') }}", (context,))
     assert (found.rule, found.line, found.column) == ("render-blocked", 1, 1)
     assert found.seen in ("call of posix.system", "call of nt.system")
     assert not marker.exists()
