@@ -78,12 +78,15 @@ KINDS = _kinds(
          action="Bytes appended to a model load and run unnoticed: find out what they are and where they came "
                 "from, and use a copy without them. " + _REFETCH),
     Kind(id="metadata", severity=ERROR, title="Metadata that contradicts the tensors or the vocabulary",
-         meaning="A header key (block count, vocabulary, a special-token id, a head count or width, the file "
-                 "type) says something the tensors or the tokenizer arrays of the same file contradict.",
-         action="llama.cpp's loader refuses such a file (\"wrong shape\", \"missing tensor\") or misreads it "
-                "(a special token out of range): re-convert the model from its original weights with a current "
-                "converter, or get the file again from a publisher whose file loads. A file type that names a "
-                "quantization no tensor uses (a warning) is a mislabelled file: trust the tensor types."),
+         meaning="An error: a header key (block count, a required tensor, a head count or width, rope dimensions, "
+                 "experts, a per-layer array, the vocabulary's lengths) says something llama.cpp's loader refuses, "
+                 "or its first decode aborts on. A warning: something it accepts but misreads or works around (a "
+                 "special token out of range, vocab_size, context_length 0, merges naming unknown tokens, a file "
+                 "type no tensor uses).",
+         action="llama.cpp's loader refuses such a file (\"wrong shape\", \"missing tensor\") or aborts at the "
+                "first token: re-convert the model from its original weights with a current converter, or get the "
+                "file again from a publisher whose file loads. For a warning, the file loads: trust the tensors "
+                "and the vocabulary over the key, and tell the publisher."),
     Kind(id="template", severity=ERROR, title="A chat template that runs code, is refused, or hides content",
          meaning="An error: the embedded Jinja chat template reaches Python internals (a name starting with _, "
                  "self, cycler, ..., also by a name it builds while it runs, str.format or a dotted attribute "

@@ -3,22 +3,27 @@ the header's promises and the tensors disagree, found before an engine says "can
 
 Checked for every architecture: ``<arch>.block_count`` against the ``blk.N`` tensors stored (the loader
 creates layers ``0 .. block_count-1`` and refuses a missing tensor or one too many); the vocabulary
-(``tokenizer.ggml.tokens``) against ``<arch>.vocab_size``, the rows of ``token_embd`` and ``output``, the
-lengths of ``scores`` and ``token_type``, a BPE vocabulary's ``merges``; every special-token id in range;
-``general.file_type`` against the tensor types present (a warning). For llama, qwen2/3 (MoE too), gemma
-2/3/3n, phi3 and deepseek2 (mistral and mixtral are ``llama``), also each tensor's shape where the loader
-fixes it from ``embedding_length``, ``head_count``, ``head_count_kv``, ``feed_forward_length``,
+(``tokenizer.ggml.tokens``) against the rows of ``token_embd`` and ``output``, the lengths of ``scores`` and
+``token_type``, a BPE vocabulary's ``merges``; ``<arch>.vocab_size``, every special-token id in range and
+``general.file_type`` against the tensor types present (warnings: the loader loads such files). For llama,
+qwen2/3 (MoE too), gemma 2/3/3n, phi3 and deepseek2 (mistral and mixtral are ``llama``), also each tensor's shape
+where the loader fixes it from ``embedding_length``, ``head_count``, ``head_count_kv``, ``feed_forward_length``,
 ``expert_count`` and their kin. A vocabulary-only file (no tensors) gets the tokenizer checks only.
 
-Sources (llama.cpp as vendored by llama-cpp-python 0.3.16): ``src/llama-model.cpp``
-``llama_model::load_hparams`` (head sizes default to ``n_embd / n_head``; ``head_count_kv`` to
-``head_count``; per-layer arrays) and ``load_tensors`` (each ``create_tensor(tn(...), {ne0, ne1, ...})``
-of the architectures above); ``src/llama-model-loader.cpp`` ``check_tensor_dims`` (a shape must match
-exactly, trailing axes 1); ``src/llama-vocab.cpp`` ``llama_vocab::impl::load`` ("bad special token"
-for an id ``>= n_tokens``; "cannot find tokenizer merges" for a ``gpt2`` vocabulary without merges).
+The loader's hyperparameter rules (rope dimensions, experts, per-layer arrays, context length, heads that do not
+divide the embedding) and required tensors are ``loader_rules``' tables; the merges against the vocabulary,
+``vocab_merges``. scripts/loader_lane.sh holds every rule against llama.cpp's own loader (tests/loader_cases.py).
+
+Sources (llama.cpp as vendored by llama-cpp-python 0.3.36, whose loader the lane builds): ``src/llama-model.cpp``
+``llama_model_base::load_hparams`` (head sizes default to ``n_embd / n_head``; ``head_count_kv`` to
+``head_count``; per-layer arrays) and ``src/models/<arch>.cpp`` ``load_arch_tensors`` (each
+``create_tensor(tn(...), {ne0, ne1, ...})``); ``src/llama-arch.cpp`` (tensor names: ``post_attention_norm``,
+``post_ffw_norm``); ``src/llama-model-loader.cpp`` ``check_tensor_dims`` (a shape must match exactly, trailing
+axes 1); ``src/llama-vocab.cpp`` ``llama_vocab::impl::load`` ("bad special token ... using default id" for an
+id ``>= n_tokens``: a warning; "cannot find tokenizer merges" for a ``gpt2`` vocabulary without merges).
 
 Only the header is read (the parser keeps each array's length, not its strings), so the checks cost
-microseconds whatever the vocabulary's size.
+microseconds whatever the vocabulary's size; only a BPE vocabulary's tokens and merges are read again.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .layout import ArrayValue, MetaValue, Model, Tensor
+from .loader_rules import HPARAM_RULES, required_tensors
+from .vocab_merges import unknown_merges
 
 __all__ = ["FILE_TYPE_MAIN", "METADATA", "SPECIAL_TOKEN_KEYS", "MetadataFinding", "check_metadata"]
 
@@ -196,7 +203,8 @@ _DENSE_FFN: Rules = {
     "ffn_down.weight": lambda d: (d.ff, d.embd),
 }
 _QK_NORM: Rules = {"attn_q_norm.weight": lambda d: (d.head_k,), "attn_k_norm.weight": lambda d: (d.head_k,)}
-_POST_NORM: Rules = {"attn_post_norm.weight": lambda d: (d.embd,), "ffn_post_norm.weight": lambda d: (d.embd,)}
+#: llama-arch.cpp's names: LLM_TENSOR_ATTN_POST_NORM "post_attention_norm", LLM_TENSOR_FFN_POST_NORM "post_ffw_norm".
+_POST_NORM: Rules = {"post_attention_norm.weight": lambda d: (d.embd,), "post_ffw_norm.weight": lambda d: (d.embd,)}
 
 
 def _experts(ff: Callable[[_Dims], _Dim | None]) -> Rules:
@@ -298,7 +306,8 @@ def _tokenizer(h: _Header) -> Iterator[MetadataFinding]:
             yield h.finding(key, f"one entry per token ({n_vocab})", f"{n} entries for {vocab}")
     size = h.hp("vocab_size")
     if size is not None and size != n_vocab:
-        yield h.finding(f"{h.arch}.vocab_size", f"{size} tokens", vocab)
+        # A warning: the loader sizes the model by the tokens; vocab_size only names the model's type.
+        yield h.finding(f"{h.arch}.vocab_size", f"{size} tokens", vocab, severity=WARNING)
     if h.entry("tokenizer.ggml.model") is not None and h.shown("tokenizer.ggml.model") == "gpt2" and \
             not _count(h, "tokenizer.ggml.merges"):
         yield h.finding("tokenizer.ggml.model", "tokenizer.ggml.merges for a gpt2 (BPE) vocabulary",
@@ -306,7 +315,8 @@ def _tokenizer(h: _Header) -> Iterator[MetadataFinding]:
     for key in SPECIAL_TOKEN_KEYS:
         token = h.integer(key)
         if token is not None and not 0 <= token < n_vocab:
-            yield h.finding(key, f"a token id in 0..{n_vocab - 1}", f"{token}, outside {vocab}")
+            # A warning: llama-vocab.cpp logs "bad special token" and keeps its default id; the model loads.
+            yield h.finding(key, f"a token id in 0..{n_vocab - 1}", f"{token}, outside {vocab}", severity=WARNING)
 
 
 def _layers(h: _Header, tensors: Sequence[Tensor]) -> Iterator[MetadataFinding]:
@@ -401,9 +411,11 @@ def check_metadata(model: Model) -> tuple[MetadataFinding, ...]:
     """Every metadata key of ``model`` that contradicts its tensors or its vocabulary, tokenizer first.
     A model without tensors (a vocabulary-only file) gets the tokenizer checks only."""
     h = _Header(model)
-    found = list(_tokenizer(h))
+    found = [*_tokenizer(h), *unknown_merges(h, h.path)]
     tensors = model.tensors
     if tensors:
-        for check in (_layers, _vocab_rows, _shapes, _file_type):
+        for rule in HPARAM_RULES:
+            found.extend(rule(h))
+        for check in (_layers, required_tensors, _vocab_rows, _shapes, _file_type):
             found.extend(check(h, tensors))
     return tuple(found)
