@@ -214,6 +214,7 @@ def test_cli_dask_refuses_a_bad_local_count_and_llama_hash() -> None:
 
 
 @needs_posix_signals
+@pytest.mark.scale
 def test_a_worker_killed_mid_run_leaves_the_report_complete(poisoned: str) -> None:
     models = [poisoned, *MODELS]
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",

@@ -202,6 +202,7 @@ def test_real_cli_reports_each_of_several_models(command: str, models: dict[str,
 
 # --- rows under load ----------------------------------------------------------------------------------
 
+@pytest.mark.scale
 def test_rows_many_workers_big_batches_bounded_and_repeatable(tmp_path: Path) -> None:
     from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 

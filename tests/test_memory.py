@@ -50,6 +50,7 @@ def big_sparse_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 
 @pytest.mark.skipif(WINDOWS, reason="peak memory from /proc and getrusage")
+@pytest.mark.scale
 @pytest.mark.parametrize("workers", [0, 2])
 def test_peak_memory_of_a_big_scan_stays_under_200_mb(big_sparse_model: Path, workers: int) -> None:
     out = subprocess.run([sys.executable, "-c", _PROBE, str(big_sparse_model), str(workers)],

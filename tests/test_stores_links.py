@@ -304,6 +304,7 @@ def test_sums_link_line_is_one_entry_among_the_others(tmp_path: Path, kind: str)
     assert f"line 2: {detail}" in result.stdout and SECRET not in result.stdout
 
 
+@pytest.mark.scale
 def test_one_file_named_65536_times_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "m.gguf").write_bytes(b"model bytes")
     (tmp_path / "other.gguf").write_bytes(b"other")
@@ -323,6 +324,7 @@ def test_one_file_named_65536_times_is_read_once(tmp_path: Path, monkeypatch: py
     assert {m.subject for m in report.mismatches} == {"other.gguf"}
 
 
+@pytest.mark.scale
 def test_200k_identical_ollama_layers_verify_in_proportion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data, other = b"blob bytes", b"config"
     layers = [{"mediaType": "m", "digest": f"sha256:{hashlib.sha256(data).hexdigest()}", "size": len(data)}] * 200_000
