@@ -36,8 +36,13 @@ build() {
     local llama_dir generator=()
     llama_dir="$(fetch_source)"
     command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+    # A build directory configured from another source folder (a cache from before the copy) is configured again.
+    local cache_file="$dir/build/CMakeCache.txt"
+    if [ -f "$cache_file" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$dir/lane" "$cache_file"; then
+        rm -rf "$dir/build/CMakeCache.txt" "$dir/build/CMakeFiles"
+    fi
     # -O1: the crafted models are tiny, so the loader's speed does not matter; its build time does (2 cores).
-    cmake -S scripts/loader_lane -B "$dir/build" "${generator[@]}" -DLLAMA_DIR="$llama_dir" \
+    cmake -S "$dir/lane" -B "$dir/build" "${generator[@]}" -DLLAMA_DIR="$llama_dir" \
         -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
         -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMON=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=OFF \
@@ -45,10 +50,19 @@ build() {
     cmake --build "$dir/build" --target ggaudit-load -j "${GGAUDIT_LOADER_JOBS:-2}"
 }
 
-mkdir -p "$dir"
+mkdir -p "$dir/lane"
 start=$SECONDS
-# The build directory is reused: ninja rebuilds only what changed (load.c), and nothing on a warm run.
-if [ ! -x "$bin" ] || [ scripts/loader_lane/load.c -nt "$bin" ] || [ scripts/loader_lane/CMakeLists.txt -nt "$bin" ]; then
+# The program's sources are copied into the cache and built from there, so any checkout (a CI clone, another
+# folder) shares one build: it is rebuilt only when their content differs from the copy's (ninja then rebuilds
+# what changed), never for a checkout's newer file times.
+changed=0
+for f in load.c CMakeLists.txt; do
+    if ! cmp -s "scripts/loader_lane/$f" "$dir/lane/$f"; then
+        cp "scripts/loader_lane/$f" "$dir/lane/$f"
+        changed=1
+    fi
+done
+if [ ! -x "$bin" ] || [ "$changed" = 1 ]; then
     build
     echo "loader lane: built $bin in $((SECONDS - start)) s"
 fi
