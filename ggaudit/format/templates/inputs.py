@@ -149,10 +149,14 @@ def _join_parts(join: Callable[..., str]) -> Callable[..., str]:
     return joined
 
 def patch_joins(namespace: dict[str, Any]) -> None:
-    """Replace the generated code's ``str_join``/``markup_join`` (imported names: no environment hook)."""
+    """Replace the generated code's ``str_join``/``markup_join`` (imported names: no environment hook) and its
+    ``concat``: jinja2 3.1 binds it to ``environment.concat``, but 3.0 imports jinja2's own, and a block doubling
+    itself 30 times would make 2 GB before the output's size is looked at."""
     for name in ("str_join", "markup_join"):
         if name in namespace:
             namespace[name] = _join_parts(namespace[name])
+    if "concat" in namespace:
+        namespace["concat"] = concat
 
 
 # ----- methods that make big values ------------------------------------------------------------------
