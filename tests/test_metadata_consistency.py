@@ -314,6 +314,15 @@ def test_merges_naming_tokens_not_in_the_vocabulary(tmp_path: Path) -> None:
         "'t2 zz', 'nospace'", severity="warning")]
 
 
+def test_scan_looks_merges_up_only_when_deep(tmp_path: Path) -> None:
+    # The one metadata check that costs milliseconds (a warning the loader accepts): scan --deep's.
+    key = "tokenizer.ggml.merges"
+    path = tmp_path / "m.gguf"
+    write_gguf(path, _tensors(), _meta(**{"tokenizer.ggml.model": "gpt2", key: ["t0 t1", "t2 zz"]}))
+    assert [m.key for m in scan(path).metadata] == []
+    assert [(m.key, m.severity) for m in scan(path, deep=True).metadata] == [(key, "warning")]
+
+
 def test_a_long_vocabulary_is_walked_at_once_and_one_by_one_alike(tmp_path: Path) -> None:
     # 5000 tokens (numpy's candidates form the chain), then one token of 300 bytes (its length field has a
     # nonzero byte 1: the sequential walk): the same unknown merge found either way.

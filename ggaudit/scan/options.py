@@ -24,7 +24,8 @@ class ScanOptions:
     """How :func:`ggaudit.scan` scans (its keyword arguments are these fields).
 
     *tensors*: glob patterns selecting tensors by name (each must match one; a str is one pattern; None:
-    all). *deep*: also decode block-quantized tensors with gguf.quants and check the decoded values.
+    all). *deep*: also decode block-quantized tensors with gguf.quants and check the decoded values, and
+    look a BPE vocabulary's merges up in its tokens.
     *max_abs*: report finite values or scales with ``|x| > max_abs`` as outliers. *as_fp8*: names of I8
     tensors holding FP8 E4M3 bytes (a str is one name). *limit*: findings listed per tensor (all are
     counted). *fail_fast*: stop at the first finding. *workers*: reader processes (0 reads in this

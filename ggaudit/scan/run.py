@@ -277,7 +277,7 @@ def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
     for f in model.files:
         f.check_unchanged("since it was opened")
     return ScanPlan(model=model, options=options, selected=tuple(selected), plans=tuple(plans),
-                    fp8=frozenset(fp8), warnings=tuple(warnings), metadata=check_metadata(model),
+                    fp8=frozenset(fp8), warnings=tuple(warnings), metadata=check_metadata(model, merges=options.deep),
                     templates=_templates(model), header_checked=header_checked(model))
 
 
