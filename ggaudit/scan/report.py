@@ -360,8 +360,13 @@ class ScanReport:
 
     @property
     def failing_templates(self) -> tuple[TemplateFinding, ...]:
-        """The template findings that fail a run as they are (errors); the others are advice."""
+        """The template findings that fail a run as they are (errors); the others are :attr:`advice`."""
         return tuple(t for t in self.templates if fails_by_default(t.kind, t.severity))
+
+    @property
+    def advice(self) -> tuple[TemplateFinding, ...]:
+        """The template findings that fail a run only when ``--fail-on`` selects them (warnings, notes)."""
+        return tuple(t for t in self.templates if not fails_by_default(t.kind, t.severity))
 
     def diagnostics(self) -> Iterator[Diagnostic]:
         """Each structure finding, metadata finding and template finding, then each tensor's listed findings

@@ -285,10 +285,10 @@ def header_checked(model: Model) -> tuple[str, ...]:
     """The header's keys whose values the metadata and template checks read, tensors or none: the
     vocabulary (``tokenizer.ggml.tokens``: its lengths, special tokens and merges are checked) and each chat
     template. A vocabulary-only file (llama.cpp ships 19) is checked by these alone."""
-    from ..format.templates import is_template_key   # the names only: jinja2 is not imported
+    from ..format.templates import template_keys     # the keys only: jinja2 is not imported
 
-    return tuple(k for k in model.metadata if k == VOCABULARY or (is_template_key(k) and
-                                                                 isinstance(model.metadata[k].value, str)))
+    templates = {key for key, _ in template_keys(model)}     # those check_templates checks
+    return tuple(k for k in model.metadata if k == VOCABULARY or k in templates)
 
 
 def _templates(model: Model) -> tuple[TemplateFinding, ...]:

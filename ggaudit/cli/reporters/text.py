@@ -152,8 +152,7 @@ def _clean_text(report: ScanReport) -> str:
 
 def _advice(report: ScanReport) -> list[str]:
     """``1 template warning, 2 template notes (advice: ...)``: the template findings that do not fail a run."""
-    failing = set(map(id, report.failing_templates))
-    by_severity = Counter(t.severity for t in report.templates if id(t) not in failing)
+    by_severity = Counter(t.severity for t in report.advice)
     if not by_severity:
         return []
     counted = ", ".join(plural(n, f"template {severity}") for severity, n in sorted(by_severity.items(), reverse=True))
