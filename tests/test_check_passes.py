@@ -11,7 +11,7 @@ import pytest
 
 from ggaudit.check.passes import beside
 from ggaudit.evidence.paths import CACHE_CHUNK_BYTES as CHUNK_BYTES
-from ggaudit.evidence.whole import PassStats, PassStopped, read_pass
+from ggaudit.evidence.read_pass import PassStats, PassStopped, read_pass
 from ggaudit.errors import ReadError
 from ggaudit.evidence.readers import open_reader
 

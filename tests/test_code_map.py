@@ -58,5 +58,5 @@ def test_the_map_has_a_row_per_layer_and_reads_its_names() -> None:
     rows = _rows()
     assert {f.relative_to(PACKAGE).as_posix() for f in rows} >= {
         ".", "format", "stores", "evidence", "scan", "verify", "rows", "fleet", "cli", "cli/reporters", "schema"}
-    assert {"readers.py", "whole.py"} <= rows[PACKAGE / "evidence"] and "replay.py" in rows[PACKAGE / "rows"]
+    assert {"readers.py", "read_pass.py"} <= rows[PACKAGE / "evidence"] and "replay.py" in rows[PACKAGE / "rows"]
     assert "`--format`" not in rows[PACKAGE / "cli"]

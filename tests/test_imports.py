@@ -23,7 +23,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ggaudit"
 #: the front door, ggaudit/__init__.py). A module imports from its own layer or the layers below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # base: no job, no format; each may use the others (no circle: see test_no_import_cycles)
-    ("_version", "errors", "text", "untrusted", "io", "arrays", "kinds", "diagnostic", "batch", "_callable"),
+    ("_version", "errors", "text", "untrusted", "io", "arrays", "kinds", "diagnostic", "json_shape", "batch",
+     "_callable"),
     ("format", "lines"),                    # what a GGUF is; the words every report's findings are told in
     ("stores",),                            # names to files and the expectations a store keeps
     ("evidence",),                          # the read paths, and which bytes are right: under rows and check

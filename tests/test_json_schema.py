@@ -29,7 +29,7 @@ from gguf import GGMLQuantizationType as GGMLType
 
 from ollama_support import ollama_store
 from stores_support import gpt4all_folder, hf_local_dir, lmstudio_models, ollama_everything
-from support import FIXTURES, run_cli
+from support import FIXTURES, load_script, run_cli
 
 SCHEMA = json.loads(resources.files("ggaudit").joinpath("schema/cli-output.schema.json").read_text("utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA)
@@ -307,3 +307,27 @@ def test_rows_that_compared_nothing_is_a_failed_target(monkeypatch: pytest.Monke
     assert doc["models"] == [{"target": str(PLE), "error": {
         "message": line.removeprefix("ggaudit: error: "), "path": str(PLE), "offset": None, "field": None,
         "kind": "NothingChecked"}}]
+
+
+def test_the_shipped_schema_is_what_the_report_records_give() -> None:
+    """The $defs of the records that describe themselves (ggaudit.json_shape) are derived, not written:
+    a field added to such a record and not to the shipped schema fails here (scripts/derive_schema.py)."""
+    derive = load_script("derive_schema")
+    assert derive.derived(SCHEMA) == SCHEMA
+    assert set(derive.schema_defs(derive.ROOTS)) == {"verify_report", "checked", "verify_mismatch"}
+
+
+def test_a_described_record_writes_each_field_as_its_schema_says() -> None:
+    """One description, two outputs: the JSON of a Checked from the cache validates against the derived
+    schema of checked; with the cache time dropped it is refused (its oneOf), as a key the record lacks is."""
+    from ggaudit.json_shape import schema_of
+    from ggaudit.verify.report import CACHE, Checked
+
+    found = Checked(path="m.gguf", subject="m", algorithm="sha256", digest="ab" * 32, size=7, ok=True,
+                    source=CACHE, cached_at="2026-12-03T18:00:00Z")
+    validator = Draft202012Validator(schema_of(Checked))
+    assert found.to_json() == {"path": "m.gguf", "subject": "m", "algorithm": "sha256", "digest": "ab" * 32,
+                               "size": 7, "ok": True, "source": "cache", "cached_at": "2026-12-03T18:00:00Z"}
+    assert validator.is_valid(found.to_json())
+    assert not validator.is_valid({**found.to_json(), "cached_at": None})
+    assert not validator.is_valid({**found.to_json(), "etag": "x"})

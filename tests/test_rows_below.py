@@ -20,7 +20,7 @@ from ggaudit.rows.classify import Classifier, Filled, RawRow
 from ggaudit.rows.gather import Sample
 from ggaudit.evidence.readers import POISON, SECTOR, BufferedReader, open_reader
 from ggaudit.rows.table import RowTable
-from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, decide_row
+from ggaudit.rows.row_decision import AGREEMENT, BUFFERED, MANIFEST, decide_row
 from ggaudit.verify.manifests.tensor import build_tensor_manifest, write_tensor_manifest
 from fault_support import faulted_env, hexed, picked, rows, run_python
 from gguf import GGMLQuantizationType as T
@@ -145,7 +145,8 @@ def test_past_the_bytes_kept_a_reference_read_that_differs_from_the_first_is_sai
     bad = bytearray(good)
     bad[k] ^= MASK
     env = faulted_env(table.path, "buffered", "flip", offset=table.offset(row) + k, mask=MASK, times=2)
-    child = ("import sys; import ggaudit.rows.first as first; first.KEPT_BYTES = 0; from ggaudit.cli import main; "
+    child = ("import sys; import ggaudit.rows.reference_reads as first; first.KEPT_BYTES = 0; "
+             "from ggaudit.cli import main; "
              "sys.argv = ['ggaudit'] + sys.argv[1:]; main()")
     done = run_python(["-c", child, "rows", table.path, "--json", "--ids", f"{row - 1}-{row + 1}",
                        "--modes", "buffered,mmap,direct"], env)

@@ -31,7 +31,7 @@ from ggaudit.format.blocks import GGMLQuantizationType as T
 from ggaudit.format.blocks import dequantize, layout_of
 from ggaudit.format.layout import Tensor, open_model
 from ggaudit.evidence.readers import POISON, SECTOR, open_reader
-from ggaudit.rows.truth import AGREEMENT, BUFFERED, MANIFEST, PUBLISHED
+from ggaudit.rows.row_decision import AGREEMENT, BUFFERED, MANIFEST, PUBLISHED
 from fault_support import faulted_env, hexed, picked, rows, run_ggaudit
 from platforms import needs_linux
 from rows_support import supports_direct

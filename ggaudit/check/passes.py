@@ -1,6 +1,6 @@
 """Check's passes side by side: :func:`beside` runs one pass (the direct one, which waits on the device) in a
 thread of its own while others run; :class:`PassBytes` counts every pass's bytes as one progress. A pass itself
-is :func:`ggaudit.evidence.whole.read_pass`. ``scripts/bench_check.py`` measures what this costs.
+is :func:`ggaudit.evidence.read_pass.read_pass`. ``scripts/bench_check.py`` measures what this costs.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from ..diagnostic import Diagnostic
 from ..scan.report import ScanReport
 from ..text import escape_message
 from .facts import CACHE_VERIFIED, INTACT, UNVERIFIED, Conclusion, Expectation, FileDecision
-from ..evidence.whole import PassStats
+from ..evidence.read_pass import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
 

@@ -50,7 +50,7 @@ from .facts import (CACHE_VERIFIED, INTACT, MANIFEST, PUBLISHED, READ_PATH, UNVE
 from .expect import expectations_for, file_key
 from .verdict import summarize
 from .options import CheckOptions
-from ..evidence.whole import read_pass
+from ..evidence.read_pass import read_pass
 from .passes import PassBytes, beside
 from .report import CheckReport, FileCheck, PathRead
 

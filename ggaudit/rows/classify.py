@@ -14,7 +14,7 @@ the search for the content's source and the RowMismatch built from the answers a
    whole sectors (zeros, 0xff): filled, by something below the read;
 5. the content of another row of the batch, or of the file around the row: misplaced (the bytes of the
    direct path's alignment probe at offset 0, a previous request's buffer: stale);
-6. anything else: garbage (until ggaudit.rows.far finds the bytes further away).
+6. anything else: garbage (until ggaudit.rows.far_search finds the bytes further away).
 """
 
 from __future__ import annotations

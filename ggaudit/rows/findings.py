@@ -12,7 +12,7 @@ from .gather import Shortfall
 from ..evidence.readers import ReadFailed, FailedRead
 from .report import ReadFailure, ShortRead
 from .select import MAX_SELECTED
-from .settle import Kept
+from .recompare import Kept
 
 __all__ = ["MAX_REPORTED", "Findings"]
 

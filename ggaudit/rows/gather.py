@@ -354,7 +354,7 @@ class Chunk(NamedTuple):
     #: chunk was not compared.
     failure: tuple[str, FailedRead] | None = None
     #: The xxh3-64 of the reference read of the chunk (None: it failed): every path's sweep reads the reference
-    #: again, and a chunk whose reference differs from the first path's is said (ggaudit.rows.first).
+    #: again, and a chunk whose reference differs from the first path's is said (ggaudit.rows.reference_reads).
     ref_digest: int | None = None
 
 

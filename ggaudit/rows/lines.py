@@ -11,8 +11,8 @@ from ..text import escape, escape_path
 
 if TYPE_CHECKING:
     from .classify import RowMismatch
-    from .first import Unstable
-    from .published import Proof
+    from .reference_reads import Unstable
+    from .published_digest import Proof
     from .report import Exercised, ReadFailure, RowsReport, ShortRead
 
 __all__ = ["ENGINE_DOCS", "describe_read_failure", "describe_row_mismatch", "describe_short_read", "describe_unstable",

@@ -37,12 +37,12 @@ from .gather import BufferPool, CacheLedger, Chunk, Gatherer, Held, RowCache, Sa
 from .classify import KINDS, UNCLASSIFIED, Classifier, Delivery, Filled, RowMismatch, captured
 from .finite import NonFiniteRows, NonFiniteValue, nonfinite_rows
 from .findings import Findings
-from .first import FirstReads
+from .reference_reads import FirstReads
 from .options import ReaderFactory, ReadPathProgress, RowsOptions, default_cache
 from .report import (CACHE_STAGES, CaptureResult, Exercised, Geometry, PathStats, ReadFailure, RowsReport,
                      ShortRead, geometry_of, rows_geometry, table_geometry)
-from .published import Proof, prove_rows
-from .settle import RowGroups, Settled, far_named, manifest_groups, settled
+from .published_digest import Proof, prove_rows
+from .recompare import RowGroups, Settled, name_far_sources, manifest_groups, settled
 from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
 from .select import (Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses, crossing_rows,
                      crossing_rows_of, load_capture, select_rows)
@@ -134,7 +134,7 @@ class _Replay:
     reference: BufferedReader
     findings: Findings
     options: RowsOptions
-    #: Each selected row's first reference read, which every path is compared with (ggaudit.rows.first).
+    #: Each selected row's first reference read, which every path is compared with (ggaudit.rows.reference_reads).
     first: FirstReads
     stats: list[PathStats] = field(default_factory=list)
     #: The stages each read path ran, in order (every selected row went through each).
@@ -446,7 +446,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
 
     A mismatched row's right bytes are decided by *manifest* (a tensor manifest: the row group's digest)
     when given, else by agreement of independent read paths, else by the file's published digest (whole-file
-    reads through each path until one gives it: ggaudit.rows.published), else the reference (buffered) read
+    reads through each path until one gives it: ggaudit.rows.published_digest), else the reference (buffered) read
     stands; each mismatch says which decided (``reference``) and which paths delivered which bytes
     (``delivered``). The published digest is *published* (a sha256 as 64 hex digits, or a PublishedDigest),
     else what the store *model* names publishes of the table's file, else the sha256 its blob name gives.
@@ -533,7 +533,7 @@ def _settle(replay: _Replay, digest: TensorDigest | None, prove: Callable[[Seque
         groups = None if digest is None else RowGroups(digest, replay.reference, f.failing("manifest"))
         done = settled(f.kept, replay.ran, replay.table, replay.reference, replay.probed, groups, prove,
                        f.failing("classify"))
-    f.replace(far_named(done.kept, replay.table, replay.reference, replay.probed, f.failing("far-search")))
+    f.replace(name_far_sources(done.kept, replay.table, replay.reference, replay.probed, f.failing("far-search")))
     return done
 
 

@@ -19,8 +19,8 @@ from .classify import KINDS, UNCLASSIFIED, RowMismatch
 from .finite import NonFiniteValue
 from .lines import (describe_read_failure, describe_row_mismatch, describe_short_read, describe_unstable,
                     exercised_text, nonfinite_text)
-from .first import Unstable
-from .published import Proof
+from .reference_reads import Unstable
+from .published_digest import Proof
 from ..evidence.readers import PAGE, SECTOR, WINDOW_64K, FailedRead
 from .select import RowChoice, crossing_mask, crossing_rows_of
 from .table import RowTable

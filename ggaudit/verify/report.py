@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from .._version import __version__
 from ..diagnostic import Diagnostic
+from ..json_shape import key, report_json, to_json
 from .lines import describe_mismatch
 
 #: The ``schema`` of :meth:`VerifyReport.to_json`.
@@ -24,6 +24,10 @@ ANOTHER_MODEL_MIN_TENSORS = 8
 MISMATCH_KINDS = ("missing", "not-a-file", "size", "sha256", "git-sha1", "md5", "link", "header", "orphan",
                   "file-extra", "tensor-data", "tensor-missing", "tensor-extra", "tensor-layout", "model-data",
                   "structure")
+#: What a verify report checked: a store's name (its prefix without the colon; ``ollama-store``: the whole
+#: Ollama store), a checksum file, one file against a sha256 or its blob name, or a manifest of either format.
+REPORT_KINDS = ("ollama", "ollama-store", "hf", "hf-local", "lmstudio", "gpt4all", "sums", "file", "blob", "manifest",
+                "llama-gguf-hash")
 #: Every kind of diagnostic a verify report yields (ggaudit.kinds ids).
 DIAGNOSTIC_KINDS = tuple(f"verify/{k}" for k in MISMATCH_KINDS)
 
@@ -41,25 +45,31 @@ class Mismatch:
     data, spanning its first to its last tensor.
     """
 
-    kind: str
+    JSON_DEF: ClassVar[str] = "verify_mismatch"
+
+    kind: str = key(enum=MISMATCH_KINDS)
     path: str
     subject: str
     expected: str | None = None
     actual: str | None = None
-    offset: int | None = None
-    length: int | None = None
+    offset: int | None = key(None, minimum=0)
+    length: int | None = key(None, minimum=0)
     tensor: str | None = None
-    rows: tuple[int, int] | None = None
+    rows: tuple[int, int] | None = key(None, minimum=0)
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "subject": self.subject, "expected": self.expected,
-                "actual": self.actual, "offset": self.offset, "length": self.length, "tensor": self.tensor,
-                "rows": None if self.rows is None else list(self.rows), "detail": self.detail}
+        return to_json(self)
 
 
 #: Where a Checked file's digest came from: its bytes, read now, or the digest cache (not read again).
 READ, CACHE = "read", "cache"
+#: What a Checked file's digest is of: its bytes (or the parts git and GPT4All hash), or its layout.
+ALGORITHMS = ("sha256", "git-sha1", "md5", "gguf-layout", "sha1", "xxh64", "xxh3", "uuid")
+#: A digest in lowercase hex (none: a layout check), or a UUID (a manifest's model id).
+DIGEST_PATTERN = "^([0-9a-f]*|[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$"
+#: The UTC time a cached digest was computed at.
+CACHED_AT_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,18 +78,23 @@ class Checked:
     or CACHE (the digest cache's digest, computed at ``cached_at``, UTC ISO 8601: the file was not read
     again, so damage below the filesystem since then is not seen)."""
 
+    JSON_DEF: ClassVar[str] = "checked"
+    #: A digest read now has no cache time; one from the cache has the time it was computed.
+    JSON_EXTRA: ClassVar[dict[str, Any]] = {"oneOf": [
+        {"properties": {"source": {"const": READ}, "cached_at": {"type": "null"}}},
+        {"properties": {"source": {"const": CACHE}, "cached_at": {"type": "string", "pattern": CACHED_AT_PATTERN}}}]}
+
     path: str
     subject: str
-    algorithm: str
-    digest: str
-    size: int
+    algorithm: str = key(enum=ALGORITHMS)
+    digest: str = key(pattern=DIGEST_PATTERN)
+    size: int = key(minimum=0)
     ok: bool
-    source: str = READ
+    source: str = key(READ, enum=(READ, CACHE))
     cached_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "subject": self.subject, "algorithm": self.algorithm, "digest": self.digest,
-                "size": self.size, "ok": self.ok, "source": self.source, "cached_at": self.cached_at}
+        return to_json(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,42 +105,44 @@ class VerifyStats:
     against a manifest of tensors, ``tensors`` it names that were checked (in the files that opened) and
     of these, ``tensors_differing``: missing, re-shaped or with other data."""
 
-    files: int
-    bytes_hashed: int
-    seconds: float
-    cached: int = 0
-    unchecked: int = 0
-    tensors: int = 0
-    tensors_differing: int = 0
+    files: int = key(minimum=0)
+    bytes_hashed: int = key(minimum=0)
+    seconds: float = key(minimum=0, digits=6)
+    cached: int = key(0, minimum=0)
+    unchecked: int = key(0, minimum=0)
+    tensors: int = key(0, minimum=0)
+    tensors_differing: int = key(0, minimum=0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": self.files, "bytes_hashed": self.bytes_hashed, "seconds": round(self.seconds, 6),
-                "cached": self.cached, "unchecked": self.unchecked, "tensors": self.tensors,
-                "tensors_differing": self.tensors_differing}
+        return to_json(self)
 
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyReport:
     """The result of a verify_* call; ``ok`` when nothing differs from what was expected."""
 
+    SCHEMA: ClassVar[str] = SCHEMA
+    JSON_DEF: ClassVar[str] = "verify_report"
+
     source: str
-    kind: str                               # ollama, hf, sums, blob, manifest
+    kind: str = key(enum=REPORT_KINDS)
+    stopped_early: bool = False
+    #: Nearly every tensor checked against the manifest differs: the manifest is another model's (or
+    #: another build's), not this model damaged.
+    another_model: bool = key(False, init=False)
     checked: tuple[Checked, ...]
     mismatches: tuple[Mismatch, ...]
     warnings: tuple[str, ...]
     stats: VerifyStats
-    stopped_early: bool = False
+
+    def __post_init__(self) -> None:
+        n, differing = self.stats.tensors, self.stats.tensors_differing
+        another = differing >= ANOTHER_MODEL_MIN_TENSORS and differing >= ANOTHER_MODEL_SHARE * n
+        object.__setattr__(self, "another_model", another)
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
-
-    @property
-    def another_model(self) -> bool:
-        """Nearly every tensor checked against the manifest differs: the manifest is another model's (or
-        another build's), not this model damaged."""
-        n, differing = self.stats.tensors, self.stats.tensors_differing
-        return differing >= ANOTHER_MODEL_MIN_TENSORS and differing >= ANOTHER_MODEL_SHARE * n
 
     def diagnostics(self) -> Iterator[Diagnostic]:
         """Each mismatch, in the order found."""
@@ -135,11 +152,7 @@ class VerifyReport:
                              row=None if m.rows is None else m.rows[0], extras=m.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "source": self.source,
-                "kind": self.kind, "stopped_early": self.stopped_early, "another_model": self.another_model,
-                "checked": [c.to_json() for c in self.checked],
-                "mismatches": [m.to_json() for m in self.mismatches], "warnings": list(self.warnings),
-                "stats": self.stats.to_json()}
+        return report_json(self)
 
 
 def not_read_again(cached_at: str) -> str:

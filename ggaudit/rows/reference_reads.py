@@ -71,7 +71,7 @@ class FirstReads:
         selected = self.order[pos] == rows          # a prefetched neighbour is not a selected row: nothing kept
         seen = selected & self.seen[pos]
         for i in np.flatnonzero(seen & (self.digests[pos] != digests)).tolist():
-            self._said(Unstable(row=int(rows[i]), first=int(self.digests[pos[i]]), later=int(digests[i])))
+            self._record_unstable(Unstable(row=int(rows[i]), first=int(self.digests[pos[i]]), later=int(digests[i])))
         for i in np.flatnonzero(selected & ~seen).tolist():
             self.seen[pos[i]], self.digests[pos[i]] = True, digests[i]
             if len(data[i]) <= self.room:
@@ -84,9 +84,9 @@ class FirstReads:
         later path's compared (a sweep keeps no bytes: a chunk read alike by both sides is not copied)."""
         known = self.chunks.setdefault((first_row, rows), digest)
         if known != digest:
-            self._said(Unstable(row=first_row, rows=rows, first=known, later=digest))
+            self._record_unstable(Unstable(row=first_row, rows=rows, first=known, later=digest))
 
-    def _said(self, found: Unstable) -> None:
+    def _record_unstable(self, found: Unstable) -> None:
         """Once per row (or chunk): every later read of it differs from the first alike."""
         if (found.row, found.rows) in self._said_of:
             return

@@ -2,7 +2,7 @@
 decides (no tensor manifest, no agreement of independent paths).
 
 A published digest covers the whole file, not a row: so the whole file is read through one read path at a
-time (:func:`ggaudit.evidence.whole.read_pass`), hashed with the published algorithm while the disputed rows'
+time (:func:`ggaudit.evidence.read_pass.read_pass`), hashed with the published algorithm while the disputed rows'
 bytes are kept as that same read delivered them. A path whose read gives the published digest delivered the
 published file, and with it those rows' right bytes: they are proven, whatever any other read delivered.
 Paths are tried in the order most likely to decide (the device's first, then the page cache's) and the
@@ -25,7 +25,7 @@ from ..evidence.paths import proof_order
 from .options import ReadPathProgress
 from ..evidence.readers import Reader
 from .table import RowTable
-from ..evidence.whole import read_pass
+from ..evidence.read_pass import read_pass
 
 __all__ = ["PathDigest", "Proof", "prove_rows"]
 

@@ -1,6 +1,6 @@
 """After the replay: each mismatched row's right bytes decided from what every read path delivered of it
-(ggaudit.rows.truth), the mismatches made again against them, and bytes found nowhere near their row looked
-for further away (ggaudit.rows.far).
+(ggaudit.rows.row_decision), the mismatches made again against them, and bytes found nowhere near their row looked
+for further away (ggaudit.rows.far_search).
 
 The replay compares every path with one buffered reference read, since the right bytes cannot be known
 before every path has delivered the row. When the evidence says the reference read was wrong, the paths
@@ -21,15 +21,15 @@ from ..errors import ManifestError
 from ..format.layout import Tensor
 from ..verify.manifests.tensor import TensorDigest, TensorManifest
 from .classify import Classifier, Delivery, RowMismatch, HEX_WINDOW
-from .far import far_sources
+from .far_search import far_sources
 from .gather import Sample, uniform
 from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
-from .published import Proof
-from .truth import REFERENCE_READ, RowTruth, decide_row, published_truth
+from .published_digest import Proof
+from .row_decision import REFERENCE_READ, RowTruth, decide_row, published_truth
 from ..evidence.paths import source_of
 
-__all__ = ["Kept", "RowGroups", "Settled", "far_named", "manifest_groups", "settled"]
+__all__ = ["Kept", "RowGroups", "Settled", "manifest_groups", "name_far_sources", "settled"]
 
 #: The stage of the reference read when it is the one that erred.
 REFERENCE_STAGE = "reference"
@@ -159,7 +159,7 @@ def _told(m: RowMismatch, truth: RowTruth) -> RowMismatch:
                                detail=f"{m.detail}; {why}" if why else m.detail)
 
 
-def far_named(kept: Sequence[Kept], table: RowTable, reference: BufferedReader, probed: Mapping[str, int],
+def name_far_sources(kept: Sequence[Kept], table: RowTable, reference: BufferedReader, probed: Mapping[str, int],
               failed: ReadFailed) -> list[Kept]:
     """Garbage rows whose bytes are a row of the table or a place in the file further away, named (a read of
     the search that fails goes to *failed*; a row found only there stays garbage)."""
