@@ -5,8 +5,8 @@ so the CLI can print ``str(err)`` and exit 2 without a traceback.
 
 Escaping, one rule: ``path``, ``field`` and ``message`` hold text as it is, and ``str(err)`` makes each part
 safe for a terminal once. The path and the field are untrusted names, escaped in full (backslashes
-doubled, see :func:`ggaudit.text.escape`); the message is prose that may already quote names with
-``repr()`` or ``escape()``, so it is escaped with :func:`ggaudit.text.escape_message`, which leaves
+doubled, see :func:`ggaudit.escaping.escape`); the message is prose that may already quote names with
+``repr()`` or ``escape()``, so it is escaped with :func:`ggaudit.escaping.escape_message`, which leaves
 backslashes alone and changes nothing twice, yet lets no control, invisible or bidi character through.
 """
 
@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, TypeVar, Union
 
-from .text import escape, escape_message, escape_path
+from .escaping import escape, escape_message, escape_path
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -51,7 +51,7 @@ from ggaudit.format.build import TensorSpec, Typed, write_gguf
 from ggaudit.format.consistency import check_metadata
 from ggaudit.format.layout import Model, open_model
 from ggaudit.format.templates import check_template, check_templates, checked_text, template_keys
-from ggaudit.io import evict
+from ggaudit.io.page_cache import evict
 from ggaudit.scan.run import scan
 
 ROOT = Path(__file__).resolve().parent.parent

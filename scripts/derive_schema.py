@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from ggaudit.json_shape import schema_defs
+from ggaudit.rows.classify import RowMismatch
+from ggaudit.rows.finite import NonFiniteValue
+from ggaudit.rows.select import RowChoice
+from ggaudit.scan.report import ScanReport
+from ggaudit.verify.diff import DiffReport
 from ggaudit.verify.report import VerifyReport
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "ggaudit" / "schema" / "cli-output.schema.json"
 #: The reports whose records give their part of the schema (with every record they hold).
-ROOTS = (VerifyReport,)
+ROOTS = (ScanReport, VerifyReport, DiffReport, RowMismatch, NonFiniteValue, RowChoice)
 
 
 def derived(shipped: dict[str, Any]) -> dict[str, Any]:

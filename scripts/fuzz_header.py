@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ggaudit.errors import FormatError
-from ggaudit.format.info import ModelInfo, model_to_json
+from ggaudit.format.info import model_to_json
+from ggaudit.model_info import ModelInfo
 from ggaudit.format.layout import Model, open_model
 
 #: Values that break naive count and length handling.
@@ -99,18 +100,15 @@ def _no_controls(lines: Sequence[str], where: str) -> None:
 
 
 def _exercise(path: str, deep: bool) -> None:
-    from ggaudit.cli.reporters.text import info_lines
-
     model = open_model(path)
-    _no_controls(info_lines(ModelInfo(model=model)), "info")
+    _no_controls(ModelInfo(model=model).summary().lines, "info")
     json.dumps(model_to_json(model), allow_nan=False)
     try:
-        from ggaudit.cli.reporters.text import scan_lines
         from ggaudit.scan.run import scan
     except ImportError:
         return
     report = scan(model, deep=deep, workers=0, limit=4)
-    _no_controls(list(scan_lines(report)), "scan")
+    _no_controls(report.summary().lines, "scan")
     json.dumps(report.to_json(), allow_nan=False)
     _round_trips(path, model)
 

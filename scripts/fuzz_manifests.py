@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from ggaudit.verify.manifests.tensor import (MANIFEST_FORMAT, MANIFEST_VERSION, read_tensor_manifest,
                                              tensor_manifest_to_json)
 from ggaudit.stores.ollama import MEDIA_MODEL, ollama_blob_path, parse_ollama_name, read_ollama_manifest
-from ggaudit.stores.hf_cache import parse_hf_spec
+from ggaudit.stores.hf import parse_hf_spec
 from ggaudit.stores.sums import read_sums
 from ggaudit.errors import ManifestError, UsageError
 from ggaudit.untrusted import confine

@@ -14,6 +14,11 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.format.build import TensorSpec, gguf_bytes
+from ggaudit.stores.registry import known_prefixes, store_module
+
+#: Every store's module by its prefix, as the registry finds them (each module named for its prefix): what a
+#: command on a plain path must not load.
+STORE_MODULES = {prefix: store_module(prefix) for prefix in known_prefixes()}
 
 MEDIA_MODEL = "application/vnd.ollama.image.model"
 MEDIA_PROJECTOR = "application/vnd.ollama.image.projector"

@@ -262,7 +262,7 @@ def test_one_string_is_one_pattern_or_name_never_its_letters(tmp_path: Path) -> 
 
 
 def test_run_models_takes_one_model_name_as_one_model() -> None:
-    from ggaudit.batch import run_models
+    from ggaudit.outcomes import run_models
 
     assert [(o.model, o.result) for o in run_models("a.gguf", len)] == [("a.gguf", 6)]
     with pytest.raises(ggaudit.UsageError) as caught:

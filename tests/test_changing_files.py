@@ -214,7 +214,7 @@ def test_a_same_size_rewrite_with_its_mtime_put_back_is_told_by_its_ctime(
 @needs_posix_ctime
 def test_the_identity_holds_the_ctime_and_its_message_names_only_what_changed(tmp_path: Path) -> None:
     from ggaudit.errors import ReadError
-    from ggaudit.io import FileIdentity
+    from ggaudit.io.identity import FileIdentity
 
     path = tmp_path / "f.bin"
     path.write_bytes(b"a" * 100)

@@ -11,7 +11,6 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 import ggaudit
-from ggaudit.cli.reporters.text import diff_lines, rows_lines, scan_lines, verify_lines
 from ggaudit.diagnostic import Diagnostic, Place
 from ggaudit.format.blocks import LAYOUTS
 from ggaudit.format.build import TensorSpec, write_gguf
@@ -45,7 +44,7 @@ def test_a_scan_nan_is_one_diagnostic_at_its_element() -> None:
         extras={"tensor": "types.f32.weight", "file": path, "kind": "nan", "row": 3, "column": 100, "block": 100,
                 "field": "value", "offset": 9744, "bits": "0x7fc00000", "width": 1, "size": 4, "value": None,
                 "cause": "field", "expert": None})
-    assert "  " + line in list(scan_lines(report))      # the text report's line, exactly
+    assert "  " + line in report.summary().lines      # the text report's line, exactly
 
 
 def test_a_verify_sha256_mismatch_spans_the_file(tmp_path: Path) -> None:
@@ -61,7 +60,7 @@ def test_a_verify_sha256_mismatch_spans_the_file(tmp_path: Path) -> None:
                 f"  expected: {'0' * 64}\n  actual:   {actual}",
         extras={"kind": "sha256", "path": path, "subject": "--sha256", "expected": "0" * 64, "actual": actual,
                 "offset": 0, "length": size, "tensor": None, "rows": None, "detail": "sha256 differs"})
-    assert found.lines == verify_lines(report)[1:4]
+    assert found.lines == list(report.summary().lines[1:4])
 
 
 def test_a_misplaced_row_is_one_diagnostic_at_the_row(tmp_path: Path) -> None:
@@ -82,7 +81,7 @@ def test_a_misplaced_row_is_one_diagnostic_at_the_row(tmp_path: Path) -> None:
     assert found.extras["expected"].startswith(table.row(3)[byte:byte + 4].hex(" "))
     assert found.extras["actual"].startswith(table.row(4)[byte:byte + 4].hex(" "))
     assert (found.extras["other_row"], found.extras["other_offset"]) == (4, table.offset(4))
-    assert found.message.split("\n") == rows_lines(report)[4:4 + len(found.lines)]
+    assert found.message.split("\n") == list(report.summary().lines[4:4 + len(found.lines)])
     assert found.lines[0] == "mismatch: buffered row 3 [misplaced (row 4)] (gather)"
 
 
@@ -111,7 +110,7 @@ def test_a_diff_data_difference_is_at_b_with_a_related(tmp_path: Path) -> None:
     first = found.extras["first"]
     assert (first["raw_b"][:4], first["offset_a"], first["offset_b"]) == ("003c", block_a, block_b)
     assert first["raw_a"][4:] == first["raw_b"][4:] and first["raw_a"][:4] != "003c"
-    assert found.lines == diff_lines(report)[2:2 + len(found.lines)]
+    assert found.lines == list(report.summary().lines[2:2 + len(found.lines)])
 
 
 def test_a_diff_structure_difference_is_at_the_bytes_only_b_has(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ggaudit.io import Sha256, Xxh3_128, read_through
+from ggaudit.io.fan_out import read_through
+from ggaudit.io.hashing import Sha256, Xxh3_128
 from ggaudit.verify.digests import GitBlobSha1, Segment, SegmentDigests, Tee, hash_file
 from ggaudit.errors import ReadError, UsageError
 

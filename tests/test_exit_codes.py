@@ -22,7 +22,7 @@ import pytest
 from click.testing import Result
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.batch import run_models
+from ggaudit.outcomes import run_models
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.errors import GGAuditError, ManifestError, ReadError, UsageError
 from ggaudit.format.layout import open_gguf, open_model
@@ -81,7 +81,7 @@ def test_internal_error_is_one_line_and_exit_3(monkeypatch: pytest.MonkeyPatch, 
 def test_internal_error_in_every_command_is_exit_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                    command: list[Any]) -> None:
     # Every command opens through these; a bug anywhere below a command ends the same way.
-    monkeypatch.setattr("ggaudit.io.open_fd", _raise(ZeroDivisionError("boom")))
+    monkeypatch.setattr("ggaudit.io.opening.open_fd", _raise(ZeroDivisionError("boom")))
     args = [*command, FIXTURE] + (["-o", tmp_path / "m.json"] if command == ["manifest"] else [])
     result = run_cli(args)
     assert (result.exit_code, _stderr_lines(result)) == (

@@ -19,7 +19,7 @@ from ggaudit.errors import UsageError
 from ggaudit.stores.expected import (STALE, Expected, FileExpectations, Problem, conflicts, file_key,
                                      given_expectation, merged, named_expectations, store_expectations,
                                      sums_expectations)
-from ggaudit.stores.published import published_digest
+from ggaudit.stores.published_digest import published_digest
 from ggaudit.stores.registry import Roots, Store, find_store
 from ggaudit.verify.report import VerifyReport
 

@@ -23,7 +23,8 @@ POISON = 0xA5
 
 #: The child: runs a plan of reads (JSON in argv[1]) and prints what each delivered. Buffers are poisoned
 #: with 0xa5 first, so bytes a read did not deliver show up; direct reads use a page-aligned mmap buffer.
-#: Two steps are not reads: "evict" (posix_fadvise DONTNEED of the range) and "cache" (ggaudit.io.cache_state).
+#: Two steps are not reads: "evict" (posix_fadvise DONTNEED of the range) and "cache"
+#: (ggaudit.io.page_cache.cache_state).
 CHILD = r"""
 import errno, json, mmap, os, sys, threading
 
@@ -35,7 +36,7 @@ def read(step):
             os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
             return {"evicted": [offset, length]}
         if how == "cache":
-            from ggaudit.io import cache_state
+            from ggaudit.io.page_cache import cache_state
             state = cache_state(fd, offset, length)
             return {"pages": state.pages, "cached": state.cached, "dirty": state.dirty}
         if how == "mmap":

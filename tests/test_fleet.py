@@ -17,7 +17,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from ggaudit.batch import Outcome, run_models  # noqa: E402
+from ggaudit.outcomes import Outcome, run_models  # noqa: E402
 from ggaudit.errors import ReadError  # noqa: E402
 from ggaudit.fleet import manifest_on, scan_on  # noqa: E402
 from ggaudit.fleet import run as fleet_run  # noqa: E402

@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 
 import ggaudit
-from ggaudit import io as fileio
+from ggaudit.io import positioned
 from ggaudit.errors import ManifestError
 from ggaudit.format.build import TensorSpec, encode_tensor_info, gguf_bytes, write_gguf
 from ggaudit.verify.manifests.llama_hash import (MAX_LINE_CHARS, UUID_NAMESPACE, build_llama_hash, manifest_format,
@@ -202,14 +202,14 @@ def test_each_byte_of_tensor_data_is_read_once(tmp_path: Path, make: Callable[[P
     """All five types from one read: one pass front to back, or one per run of a header out of order."""
     path = make(tmp_path)
     spans: list[tuple[int, int]] = []
-    real = fileio.pread_into
+    real = positioned.pread_into
 
     def counting(fd: int, view: memoryview, offset: int) -> int:
         n = real(fd, view, offset)
         spans.append((offset, n))
         return n
 
-    monkeypatch.setattr(fileio, "pread_into", counting)
+    monkeypatch.setattr(positioned, "pread_into", counting)
     built = build_llama_hash(path, "all")
     assert "".join(h.text() for h in built.lines) == llama_manifest(path, ALL)
     where = sorted(offsets(path).values())

@@ -1,6 +1,6 @@
 """Load (issue 6): several models at once, and `rows` with many workers and big batches.
 
-* ``ggaudit.batch.run_models`` audits several models (optionally ``jobs`` at a time): each model's
+* ``ggaudit.outcomes.run_models`` audits several models (optionally ``jobs`` at a time): each model's
   report or error comes back, in the order given, and one failure never loses the others; the exit
   status is 2 if any failed, else 1 if any has findings, else 0.
 * ``cli.reporters.emit_outcomes`` renders them: a test command wired exactly as scan/verify should be.
@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.batch import overall_status, run_models
+from ggaudit.outcomes import overall_status, run_models
 from ggaudit.format.build import encode_kv, encode_tensor_info
 from ggaudit.cli.common import handle_errors
 from ggaudit.cli.reporters import Rendering, emit_outcomes

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggaudit import io
+from ggaudit.io import direct_shares_cache as direct
+from ggaudit.io import page_cache as cache
 from loopdev_support import Ext4Loop, ext4_loop
 from platforms import needs_linux
 
@@ -64,16 +65,16 @@ def test_a_byte_changed_on_the_device_shows_through_the_cache_only_once_evicted(
     fd = os.open(path, os.O_RDONLY)
     try:
         assert os.pread(fd, SIZE, 0) == data                          # the whole file in the page cache
-        assert io.cache_state(fd, 0, 0) == io.CacheState(pages=256, cached=256, dirty=0)
+        assert cache.cache_state(fd, 0, 0) == cache.CacheState(pages=256, cached=256, dirty=0)
         loop.flip_on_device(path, AT, MASK)
         assert os.pread(fd, 1, AT) == data[AT:AT + 1]                 # the cache still has the old byte
-        assert io.cache_state(fd, 0, 0) == io.CacheState(pages=256, cached=256, dirty=0)
+        assert cache.cache_state(fd, 0, 0) == cache.CacheState(pages=256, cached=256, dirty=0)
         assert _direct_block(path, BLOCK_AT) == bytes(flipped[BLOCK_AT:BLOCK_AT + 4096])   # the device the new
-        assert io.direct_shares_page_cache(str(path), fd) is None
-        assert io.evict(fd, 0, 0) is None
-        assert io.cache_state(fd, 0, 0) == io.CacheState(pages=256, cached=0, dirty=0)
+        assert direct.direct_shares_page_cache(str(path), fd) is None
+        assert cache.evict(fd, 0, 0) is None
+        assert cache.cache_state(fd, 0, 0) == cache.CacheState(pages=256, cached=0, dirty=0)
         assert os.pread(fd, SIZE, 0) == bytes(flipped)               # re-read from the device
-        assert io.cache_state(fd, BLOCK_AT, 4096) == io.CacheState(pages=1, cached=1, dirty=0)
+        assert cache.cache_state(fd, BLOCK_AT, 4096) == cache.CacheState(pages=1, cached=1, dirty=0)
     finally:
         os.close(fd)
 
@@ -88,19 +89,20 @@ def test_data_journal_serves_direct_reads_from_the_page_cache(journaled: Ext4Loo
         journaled.flip_on_device(path, AT, MASK)
         # O_DIRECT is accepted and answered from the page cache: the old byte, not the device's.
         assert _direct_block(path, BLOCK_AT) == data[BLOCK_AT:BLOCK_AT + 4096]
-        assert io.direct_shares_page_cache(str(path), fd) == (
+        assert direct.direct_shares_page_cache(str(path), fd) == (
             "the filesystem reports no direct I/O for this file (statx STATX_DIOALIGN: 0) yet accepts O_DIRECT: "
             "ext4 and f2fs then serve direct reads through the page cache (data journaling, inline data, "
             "fs-verity, encryption, compression)")
-        options = io._mount_options(os.fstat(fd).st_dev)
-        assert io._mount_reason(io.EXT4_MAGIC, options) == (
+        options = direct._mount_options(os.fstat(fd).st_dev)
+        assert direct._mount_reason(direct.EXT4_MAGIC, options) == (
             "ext4 mounted with data=journal serves O_DIRECT reads through the page cache")
-        assert io.evict(fd, 0, 0) is None
-        assert io.cache_state(fd, 0, 0) == io.CacheState(pages=256, cached=0, dirty=0)
-        assert io.probe_direct_fills_cache(str(path), fd) == (
+        assert cache.evict(fd, 0, 0) is None
+        assert cache.cache_state(fd, 0, 0) == cache.CacheState(pages=256, cached=0, dirty=0)
+        assert direct.probe_direct_fills_cache(str(path), fd) == (
             "a direct read of uncached pages (file offsets 0, 16384) left them in the page cache: the filesystem "
             "serves O_DIRECT reads of this file through it")
-        assert [io.cache_state(fd, at, 4096) for at in (0, 16384)] == [io.CacheState(pages=1, cached=1, dirty=0)] * 2
+        assert [cache.cache_state(fd, at, 4096) for at in (0, 16384)] == [
+            cache.CacheState(pages=1, cached=1, dirty=0)] * 2
         assert _direct_block(path, BLOCK_AT)[AT - BLOCK_AT] == data[AT] ^ MASK     # now from the device
     finally:
         os.close(fd)
@@ -112,26 +114,26 @@ def test_file_flags_and_extents_that_make_ext4_fall_back_are_named(loop: Ext4Loo
     tiny, plain = loop.mount / "tiny.bin", loop.mount / "plain.bin"
     _write(plain)
     tiny.write_bytes(b"inline bytes")
-    options = io._mount_options(os.stat(plain).st_dev)
+    options = direct._mount_options(os.stat(plain).st_dev)
     fd_tiny, fd_plain = os.open(tiny, os.O_RDONLY), os.open(plain, os.O_RDONLY)
     try:
-        assert io._flags_reason(fd_tiny, io.EXT4_MAGIC, options) == (
+        assert direct._flags_reason(fd_tiny, direct.EXT4_MAGIC, options) == (
             "the file keeps its data inline: ext4 serves O_DIRECT reads of it through the page cache")
-        assert io._fiemap_reason(fd_tiny, options) == (
+        assert direct._fiemap_reason(fd_tiny, options) == (
             "the extent at file offset 0 is stored inline in the metadata (FIEMAP_EXTENT_DATA_INLINE): the "
             "filesystem reads it through the page cache even under O_DIRECT")
-        assert io.direct_shares_page_cache(str(tiny)) == io._statx_reason(str(tiny), fd_tiny) == (
+        assert direct.direct_shares_page_cache(str(tiny)) == direct._statx_reason(str(tiny), fd_tiny) == (
             "the filesystem reports no direct I/O for this file (statx STATX_DIOALIGN: 0) yet accepts O_DIRECT: "
             "ext4 and f2fs then serve direct reads through the page cache (data journaling, inline data, "
             "fs-verity, encryption, compression)")
-        assert [io._flags_reason(fd_plain, io.EXT4_MAGIC, options), io._fiemap_reason(fd_plain, options),
-                io._statx_reason(str(plain), fd_plain), io._mount_reason(io.EXT4_MAGIC, options),
-                io.direct_shares_page_cache(str(plain))] == [None] * 5
+        assert [direct._flags_reason(fd_plain, direct.EXT4_MAGIC, options), direct._fiemap_reason(fd_plain, options),
+                direct._statx_reason(str(plain), fd_plain), direct._mount_reason(direct.EXT4_MAGIC, options),
+                direct.direct_shares_page_cache(str(plain))] == [None] * 5
         # A plain file: direct reads of uncached pages leave them uncached.
-        assert io.evict(fd_plain, 0, 0) is None
-        assert io.cache_state(fd_plain, 0, 0) == io.CacheState(pages=256, cached=0, dirty=0)
-        assert io.probe_direct_fills_cache(str(plain)) is None
-        assert io.cache_state(fd_plain, 0, 0) == io.CacheState(pages=256, cached=0, dirty=0)
+        assert cache.evict(fd_plain, 0, 0) is None
+        assert cache.cache_state(fd_plain, 0, 0) == cache.CacheState(pages=256, cached=0, dirty=0)
+        assert direct.probe_direct_fills_cache(str(plain)) is None
+        assert cache.cache_state(fd_plain, 0, 0) == cache.CacheState(pages=256, cached=0, dirty=0)
     finally:
         os.close(fd_tiny)
         os.close(fd_plain)

@@ -21,7 +21,7 @@ from ggaudit.stores.ollama import (MEDIA_MODEL, MEDIA_PROJECTOR, OllamaName, def
                                           ollama_blob_path, parse_digest, parse_ollama_name, read_ollama_manifest)
 from ggaudit.verify.manifests.tensor import (build_tensor_manifest, read_tensor_manifest, rows_per_group,
                                              tensor_manifest_to_json, write_tensor_manifest)
-from ggaudit.stores.hf_cache import default_hf_cache, parse_hf_spec, read_hf_snapshot
+from ggaudit.stores.hf import default_hf_cache, parse_hf_spec, read_hf_snapshot
 from ggaudit.stores.sums import read_sums
 
 from platforms import needs_symlinks

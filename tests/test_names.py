@@ -1,6 +1,6 @@
 """Names that say what a thing is, once (issue 24, item 8): no two classes of the package share a name (two
 ``Mismatch`` classes, two ``Prepared``, were two things a reader had to tell apart by module), and a
-progress callback has one type, ``ggaudit.io.Progress``, which every ``progress`` parameter is."""
+progress callback has one type, ``ggaudit.io.fan_out.Progress``, which every ``progress`` parameter is."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import functools
 import typing
 from collections import defaultdict
 
-from ggaudit.io import Progress
+from ggaudit.io.fan_out import Progress
 from ggaudit.rows.replay import ReadPathProgress
 from support import REPO
 
@@ -62,9 +62,9 @@ def test_the_walk_finds_the_classes_it_is_about() -> None:
 
 def test_a_progress_callback_has_one_type_defined_in_io() -> None:
     aliases = _module_aliases()
-    assert aliases["Callable[[int, int], None]"] == [("ggaudit/io.py", "Progress")]
+    assert aliases["Callable[[int, int], None]"] == [("ggaudit/io/fan_out.py", "Progress")]
     named = sorted((module, name) for found in aliases.values() for module, name in found if "Progress" in name)
-    assert named == [("ggaudit/io.py", "Progress"), ("ggaudit/rows/options.py", "ReadPathProgress")]
+    assert named == [("ggaudit/io/fan_out.py", "Progress"), ("ggaudit/rows/options.py", "ReadPathProgress")]
     # rows' is io's with the read path put first: (mode, done, total).
     assert typing.get_args(ReadPathProgress)[0] == [str, *typing.get_args(Progress)[0]]
 

@@ -201,13 +201,12 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     import ggaudit.rows.replay
     import ggaudit.verify.diff
     import ggaudit.verify.dispatch
-    import ggaudit.verify.walk.ollama
 
     def started(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run started before -o FILE was refused")
 
-    for module, name in ((ggaudit.verify.dispatch, "verify"), (ggaudit.verify.walk.ollama, "verify_ollama"),
-                         (ggaudit.verify.walk.ollama, "verify_ollama_store"), (ggaudit.rows.replay, "check_rows"),
+    for module, name in ((ggaudit.verify.dispatch, "verify"), (ggaudit.verify.dispatch, "verify_listing"),
+                         (ggaudit.rows.replay, "check_rows"),
                          (ggaudit.verify.diff, "diff_paths"), (ggaudit.cli.info, "open_model")):
         monkeypatch.setattr(module, name, started)
 

@@ -1,4 +1,4 @@
-"""The platform module (ggaudit.io) and what Windows users see: positioned reads on every OS, folders
+"""The platform package (ggaudit.io) and what Windows users see: positioned reads on every OS, folders
 refused as folders, paths shown once-escaped, default stores from Windows-style environments.
 
 These run on both lanes; the ones marked ``windows`` hold only there (the Windows lane runs them under
@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ggaudit import io
+from ggaudit.io import opening, positioned
+from ggaudit.io import windows as win_api
 from ggaudit.cli import main
 from ggaudit.errors import ReadError
-from ggaudit.stores.hf_cache import default_hf_cache
+from ggaudit.stores.hf import default_hf_cache
 from ggaudit.stores.ollama import default_ollama_store
 from ggaudit.evidence.readers import MmapReader
-from ggaudit.text import escape_path
+from ggaudit.escaping import escape_path
 import contextlib
 
 WINDOWS = sys.platform == "win32"
@@ -41,20 +42,20 @@ def pattern(tmp_path: Path) -> tuple[Path, bytes]:
 
 def test_positioned_reads_deliver_the_bytes_at_the_offset(pattern: tuple[Path, bytes]) -> None:
     path, data = pattern
-    fd, st = io.open_readonly(path)
+    fd, st = opening.open_readonly(path)
     try:
         assert st.st_size == len(data)
-        assert io.pread(fd, 1000, 12345) == data[12345:13345]
-        assert io.pread(fd, 1000, len(data) - 10) == data[-10:]     # stops at the end of the file
-        assert io.pread(fd, 10, len(data)) == b""                   # at the end: nothing, no error
+        assert positioned.pread(fd, 1000, 12345) == data[12345:13345]
+        assert positioned.pread(fd, 1000, len(data) - 10) == data[-10:]     # stops at the end of the file
+        assert positioned.pread(fd, 10, len(data)) == b""                   # at the end: nothing, no error
         buf = bytearray(4096)
-        assert io.pread_into(fd, memoryview(buf), 65535) == 4096
+        assert positioned.pread_into(fd, memoryview(buf), 65535) == 4096
         assert bytes(buf) == data[65535:65535 + 4096]
-        assert io.pread_into(fd, memoryview(buf), len(data) + 5) == 0
-        io.pread_exact(fd, path, memoryview(buf)[:100], 7)
+        assert positioned.pread_into(fd, memoryview(buf), len(data) + 5) == 0
+        positioned.pread_exact(fd, path, memoryview(buf)[:100], 7)
         assert bytes(buf[:100]) == data[7:107]
         with pytest.raises(ReadError, match="file ended early") as err:
-            io.pread_exact(fd, path, memoryview(buf), len(data) - 100)
+            positioned.pread_exact(fd, path, memoryview(buf), len(data) - 100)
         assert err.value.offset == len(data)
     finally:
         os.close(fd)
@@ -63,14 +64,14 @@ def test_positioned_reads_deliver_the_bytes_at_the_offset(pattern: tuple[Path, b
 def test_threads_sharing_one_descriptor_never_race(pattern: tuple[Path, bytes]) -> None:
     # Positioned reads carry their own offset (pread; ReadFile with an OVERLAPPED): no shared file pointer.
     path, data = pattern
-    fd, _ = io.open_readonly(path)
+    fd, _ = opening.open_readonly(path)
     wrong: list[int] = []
 
     def worker(seed: int) -> None:
         buf = bytearray(333)
         for k in range(300):
             offset = (seed * 7919 + k * 104729) % (len(data) - 333)
-            if io.pread_into(fd, memoryview(buf), offset) != 333 or bytes(buf) != data[offset:offset + 333]:
+            if positioned.pread_into(fd, memoryview(buf), offset) != 333 or bytes(buf) != data[offset:offset + 333]:
                 wrong.append(offset)
 
     threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
@@ -91,19 +92,19 @@ def test_offsets_past_4_gib_reach_the_right_bytes(tmp_path: Path) -> None:
     with open(path, "wb") as f:
         f.seek(far)
         f.write(b"far bytes")
-    fd, _ = io.open_readonly(path)
+    fd, _ = opening.open_readonly(path)
     try:
-        assert io.pread(fd, 9, far) == b"far bytes"
+        assert positioned.pread(fd, 9, far) == b"far bytes"
         buf = bytearray(9)
-        assert io.pread_into(fd, memoryview(buf), far) == 9 and bytes(buf) == b"far bytes"
-        assert io.pread(fd, 3, 123) == b"\0\0\0"
+        assert positioned.pread_into(fd, memoryview(buf), far) == 9 and bytes(buf) == b"far bytes"
+        assert positioned.pread(fd, 3, 123) == b"\0\0\0"
     finally:
         os.close(fd)
 
 
 def test_a_folder_is_refused_as_a_folder(tmp_path: Path) -> None:
     with pytest.raises(ReadError, match=r": is a directory$"):
-        io.open_readonly(tmp_path)
+        opening.open_readonly(tmp_path)
 
 
 def test_cli_says_a_folder_is_a_directory(tmp_path: Path) -> None:
@@ -114,7 +115,7 @@ def test_cli_says_a_folder_is_a_directory(tmp_path: Path) -> None:
 
 def test_a_missing_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ReadError, match="cannot open: No such file or directory"):
-        io.open_readonly(tmp_path / "absent.gguf")
+        opening.open_readonly(tmp_path / "absent.gguf")
 
 
 @pytest.mark.parametrize(("path", "sep", "shown"), [
@@ -195,8 +196,8 @@ class _RecordingKernel32:
 @windows
 def test_rows_direct_reads_go_through_no_buffering(monkeypatch: pytest.MonkeyPatch) -> None:
     from ggaudit.evidence.readers import FILE_FLAG_NO_BUFFERING
-    recording = _RecordingKernel32(io.kernel32())
-    monkeypatch.setattr(io, "kernel32", lambda: recording)
+    recording = _RecordingKernel32(win_api.kernel32())
+    monkeypatch.setattr(win_api, "kernel32", lambda: recording)
     path = str(FIXTURES / "ple_iq4_nl.gguf")
     result = CliRunner().invoke(main, ["rows", path, "--modes", "buffered,mmap,direct", "--page-crossing"])
     assert result.exit_code == 0, (result.stdout, result.stderr)
@@ -227,7 +228,7 @@ def test_names_a_legacy_code_page_cannot_encode_do_not_crash(tmp_path: Path) -> 
 def test_hf_snapshot_names_are_slash_joined_on_every_os(tmp_path: Path) -> None:
     # Copies, not links: what huggingface_hub leaves on a Windows without symlinks. The names are the
     # repository's paths, so "gguf/sub/m.gguf" on every OS, never "gguf\\sub\\m.gguf".
-    from ggaudit.stores.hf_cache import read_hf_snapshot
+    from ggaudit.stores.hf import read_hf_snapshot
     commit = "2" * 40
     repo = tmp_path / "models--org--m"
     (repo / "refs").mkdir(parents=True)

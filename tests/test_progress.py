@@ -411,7 +411,7 @@ def test_json_on_stdout_holds_no_frame(big: Path) -> None:
 
 
 def test_rows_whole_file_passes_count_bytes_and_the_next_pass_rows_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The published digest's whole-file reads (ggaudit.rows.published_digest) are named "MODE whole file" and
+    """The published digest's whole-file reads (ggaudit.rows.digest_proof) are named "MODE whole file" and
     counted in bytes; the line says so, and the replay's next pass counts rows again."""
     from ggaudit.cli.rows import _by_read_path
 

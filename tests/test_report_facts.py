@@ -15,12 +15,12 @@ from jsonschema import Draft202012Validator
 from gguf import GGMLQuantizationType as T
 
 import ggaudit
-from ggaudit.batch import Outcome
-from ggaudit.cli.reporters import html as html_reporter, text as text_reporter
+from ggaudit.outcomes import Outcome
+from ggaudit.cli.reporters import html as html_reporter
 from ggaudit.cli.reporters._svg import MAP_WIDTH, STRIP_LABEL
 from ggaudit.format.blocks import FP8_E4M3_ELEMENTS
 from ggaudit.format.build import TensorSpec, write_gguf
-from ggaudit.lines import format_value
+from ggaudit.wording import format_value
 from ggaudit.rows import replay as R
 from ggaudit.evidence.readers import PAGE, SECTOR
 from ggaudit.scan.report import describe_finding
@@ -60,7 +60,7 @@ def test_a_finding_carries_its_fields_encoding(outlier_scan: ggaudit.ScanReport,
     assert tensor.findings and {f.encoding for f in tensor.findings} == {encoding}
     # The text line shows the value as the shortest text that reads back at that encoding's width.
     first = tensor.findings[0]
-    line = next(line for line in text_reporter.lines(outlier_scan) if f"offset {first.offset}," in line)
+    line = next(line for line in outlier_scan.summary().lines if f"offset {first.offset}," in line)
     assert f"got {first.bits} ({format_value(first.value, encoding)})" in line
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.batch import Outcome
+from ggaudit.outcomes import Outcome
 from ggaudit.cli.reporters import NAMES, html as html_reporter, junit as junit_reporter, sarif as sarif_reporter
 from ggaudit.cli.reporters._svg import MAP_WIDTH, STRIP_LABEL, map_x, strip_x
 from ggaudit.errors import ReadError

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.batch import Outcome
+from ggaudit.outcomes import Outcome
 from ggaudit.cli.reporters import Rendering, reporter
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.rows import replay as R
 from ggaudit.evidence.readers import Reader, open_reader
-from ggaudit.text import escape
+from ggaudit.escaping import escape
 from rows_support import make_table
 from scan_support import finite_tensor
 from test_report_sarif import _Shifted, run, two_findings_model

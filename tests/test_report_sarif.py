@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit.batch import Outcome
+from ggaudit.outcomes import Outcome
 from ggaudit.cli import main
 from ggaudit.cli.reporters import Rendering, reporter
 from ggaudit.cli.reporters.sarif import artifact_uri, rule_json
@@ -22,7 +22,7 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.kinds import KINDS
 from ggaudit.rows import replay as R
 from ggaudit.evidence.readers import BufferedReader, Reader, open_reader
-from ggaudit.text import escape
+from ggaudit.escaping import escape
 from rows_support import Wrapped, make_table
 from scan_support import finite_tensor, poke
 

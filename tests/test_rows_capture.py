@@ -14,9 +14,8 @@ from gguf import quants
 
 from ggaudit.rows import replay as R
 from ggaudit.errors import UsageError
-from ggaudit.cli.reporters.text import rows_lines
 from ggaudit.rows.classify import RowPlace
-from ggaudit.rows.lines import describe_row_mismatch
+from ggaudit.rows.wording import describe_row_mismatch
 from ggaudit.rows.select import MAX_NPZ_BYTES
 from rows_support import Table, make_table
 
@@ -92,7 +91,7 @@ def test_decoded_capture_with_a_nan(ple: Table, tmp_path: Path) -> None:
     assert (report.capture.max_abs_diff, m.max_abs_diff, m.actual_nonfinite) == (None, None, RowPlace(3, 97))
     assert describe_row_mismatch(m)[5] == ("  1 value differs; decoded row finite: expected yes, actual no "
                                            "(first NaN/Inf at block 3, column 97)")
-    capture_line = next(line for line in rows_lines(report) if line.startswith("capture "))
+    capture_line = next(line for line in report.summary().lines if line.startswith("capture "))
     assert capture_line.endswith(": 5 decoded rows (float16), 1 differs, max abs diff unbounded (a NaN or Inf differs)")
 
 

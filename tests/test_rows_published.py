@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ggaudit.errors import UsageError
-from ggaudit.stores.published import PublishedDigest
+from ggaudit.stores.published_digest import PublishedDigest
 from ggaudit.evidence.readers import Reader, open_reader
 from ggaudit.rows.replay import RowsOptions, check_rows
 from ggaudit.rows.row_decision import BUFFERED, PUBLISHED
@@ -189,7 +189,7 @@ def test_a_published_md5_or_git_blob_id_decides_too(tmp_path: Path, algorithm: s
 @pytest.mark.parametrize("chunk", [1, 7, 170, 171, 4096])
 def test_the_rows_kept_from_a_whole_file_pass_are_theirs_however_the_chunks_cut_them(chunk: int) -> None:
     from ggaudit.format.layout import open_model
-    from ggaudit.rows.published_digest import RowCopies
+    from ggaudit.rows.digest_proof import RowCopies
     from ggaudit.rows.table import RowTable
 
     table = RowTable(open_model(FIXTURE).tensor("per_layer_token_embd.weight"), FIXTURE.stat().st_size)

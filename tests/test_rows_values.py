@@ -12,7 +12,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
-from ggaudit.batch import Outcome
+from ggaudit.outcomes import Outcome
 from ggaudit.cli.reporters import html as html_reporter
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.format.layout import open_model

@@ -19,7 +19,8 @@ from ggaudit.scan import kernel as kernel
 from ggaudit.scan import workers as workers_module
 from ggaudit.format.blocks import LAYOUTS, BlockLayout, Encoding, FloatField
 from ggaudit.format.build import TensorSpec, write_gguf
-from ggaudit.io import Sha256, read_through
+from ggaudit.io.fan_out import read_through
+from ggaudit.io.hashing import Sha256
 from ggaudit.errors import UsageError
 from ggaudit.format.layout import open_model
 from ggaudit.scan.report import Finding

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
-from ggaudit import io
+from ggaudit.io import processes
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.scan import run as scan_module
 from ggaudit.scan import workers as workers_module
@@ -73,7 +73,7 @@ def test_without_a_reader_pool_a_scan_leaves_no_worker(tmp_path: Path) -> None:
 ])
 def test_workers_are_picked_from_the_size_and_the_cores_available(monkeypatch: pytest.MonkeyPatch, total: int,
                                                                   cores: int, expected: int) -> None:
-    monkeypatch.setattr(io, "available_cores", lambda: cores)
+    monkeypatch.setattr(processes, "available_cores", lambda: cores)
     assert scan_module._workers(None, total) == expected
     assert scan_module._workers(1, total) == 1       # asked for: as asked
 
@@ -81,7 +81,7 @@ def test_workers_are_picked_from_the_size_and_the_cores_available(monkeypatch: p
 def test_available_cores_is_this_process_affinity() -> None:
     affinity = getattr(os, "sched_getaffinity", None)
     expected = len(affinity(0)) if affinity is not None else os.cpu_count()
-    assert io.available_cores() == expected
+    assert processes.available_cores() == expected
 
 
 def test_cli_workers_scan_several_models_alike(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
 from ggaudit.scan import run as scan_module
-from ggaudit import io
+from ggaudit.io import positioned
 from ggaudit.format.blocks import LAYOUTS
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
@@ -57,7 +57,7 @@ def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[os.stat_result, int, int]]:
     """Every (file's stat, offset, bytes read) of ggaudit's positioned reads from the moment it is requested."""
     log: list[tuple[os.stat_result, int, int]] = []
-    real_pread_into, real_pread = io.pread_into, io.pread
+    real_pread_into, real_pread = positioned.pread_into, positioned.pread
 
     def pread_into(fd: int, view: memoryview, offset: int) -> int:
         n = real_pread_into(fd, view, offset)
@@ -69,8 +69,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[os.stat_result, int, in
         log.append((os.fstat(fd), offset, len(data)))
         return data
 
-    monkeypatch.setattr(io, "pread_into", pread_into)
-    monkeypatch.setattr(io, "pread", pread)
+    monkeypatch.setattr(positioned, "pread_into", pread_into)
+    monkeypatch.setattr(positioned, "pread", pread)
     return log
 
 

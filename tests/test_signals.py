@@ -38,8 +38,8 @@ PARENT_SECONDS, WORKERS_SECONDS, CTRL_C_SECONDS = 2.0, 2.0, 2.0
 _SITECUSTOMIZE = textwrap.dedent("""\
     import os
     if os.environ.get("GGAUDIT_TEST_NO_PDEATHSIG"):
-        import ggaudit.io
-        ggaudit.io.die_with_parent = lambda parent_pid: None
+        import ggaudit.io.processes
+        ggaudit.io.processes.die_with_parent = lambda parent_pid: None
     if os.environ.get("GGAUDIT_TEST_SPAWN"):
         import multiprocessing
         from ggaudit.scan import workers

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from ggaudit.cli import COMMANDS, main
 from ggaudit.format.blocks import GGML_QUANT_SIZES, LAYOUTS, GGMLQuantizationType, GGUFValueType
 from ggaudit.format.build import TensorSpec, write_gguf
-from ggaudit.stores.registry import STORE_MODULES
+from stores_support import STORE_MODULES
 
 #: What `--help` must not load: the libraries and the modules of the jobs.
 HEAVY = ("numpy", "gguf", "yaml", "jinja2", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.",

@@ -18,17 +18,17 @@ import pytest
 import ggaudit
 from ggaudit.errors import UsageError
 from ggaudit.stores.gpt4all import GPT4AllStore
-from ggaudit.stores.hf_cache import HFStore
+from ggaudit.stores.hf import HFStore
 from ggaudit.stores.hf_local import HFLocalStore
 from ggaudit.stores.lmstudio import LMStudioStore
 from ggaudit.stores.ollama import OllamaStore
 from ggaudit.stores.locate import resolve_model
-from ggaudit.stores.registry import STORE_MODULES, Store, known_prefixes
-from ggaudit.verify.dispatch import verify_store
+from ggaudit.stores.registry import Roots
+from ggaudit.stores.registry import Store, every_model_store, known_prefixes, store_class, store_module
 
 from platforms import WINDOWS, needs_symlinks
 from support import assert_one_line_error, run_cli
-from stores_support import gguf, gpt4all_folder, hf_local_dir, lmstudio_models
+from stores_support import STORE_MODULES, gguf, gpt4all_folder, hf_local_dir, lmstudio_models, sha256
 
 PACKAGE = Path(ggaudit.__file__).parent
 PREFIXES = ["gpt4all:", "hf-local:", "hf:", "lmstudio:", "ollama:"]
@@ -38,15 +38,26 @@ def test_every_prefix_is_one_registered_store_class() -> None:
     assert known_prefixes() == PREFIXES
     assert Store.registered == {"ollama:": OllamaStore, "hf:": HFStore, "hf-local:": HFLocalStore,
                                 "lmstudio:": LMStudioStore, "gpt4all:": GPT4AllStore}
-    # The table the registry imports a store's module from names the module each class is defined in.
+    # Each class is defined in the module named for its prefix, the one the registry imports for it.
     assert {prefix: cls.__module__ for prefix, cls in Store.registered.items()} == STORE_MODULES
+    assert STORE_MODULES["hf-local:"] == "ggaudit.stores.hf_local" and STORE_MODULES["hf:"] == "ggaudit.stores.hf"
 
 
-def test_a_store_class_must_be_listed_with_its_module() -> None:
-    with pytest.raises(TypeError, match=r"store prefix unlisted: of \S*test_store_registry is not in STORE_MODULES"):
+def test_a_store_class_must_be_in_the_module_named_for_its_prefix() -> None:
+    with pytest.raises(TypeError, match=r"store prefix unlisted: of \S*test_store_registry is not in the module "
+                                        r"named for it, ggaudit\.stores\.unlisted"):
         class Unlisted(Store, prefix="unlisted"):
             pass
     assert known_prefixes() == PREFIXES and "unlisted:" not in Store.registered
+
+
+def test_a_module_of_the_stores_that_defines_no_store_is_no_prefix() -> None:
+    """``sums:`` and ``registry:`` name modules of the package, not stores; an uppercase prefix is not the
+    store of its lowercase one."""
+    assert [store_class(p) for p in ("sums:", "registry:", "expected:", "small-files:", "nope:", "OLLAMA:")] == \
+        [None] * 6
+    assert store_class("ollama:") is OllamaStore
+    assert store_module("hf-local:") == "ggaudit.stores.hf_local"
 
 
 def test_a_store_module_is_imported_when_a_name_of_it_is_first_looked_up(tmp_path: Path) -> None:
@@ -71,9 +82,69 @@ def test_a_prefix_taken_or_a_drive_letter_cannot_be_registered() -> None:
     assert known_prefixes() == PREFIXES
 
 
-def test_every_store_has_a_verify_walker() -> None:
-    fallback = verify_store.dispatch(Store)
-    assert [cls for cls in Store.registered.values() if verify_store.dispatch(cls) is fallback] == []
+def test_every_store_lists_what_verify_checks() -> None:
+    """Each store gives verify its listing (one walker checks them all): no store without one, and no
+    module of verify names a store class."""
+    assert [cls for cls in Store.registered.values() if cls.listing is Store.listing] == []
+    named = re.compile("|".join(cls.__name__ for cls in Store.registered.values()))
+    found = [f"{path.relative_to(PACKAGE)}:{n}" for path in (PACKAGE / "verify").rglob("*.py")
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if named.search(line) and path.name not in ("ollama.py", "hf.py")]
+    assert found == []
+
+
+def test_every_model_of_a_store_is_a_notion_of_the_store() -> None:
+    assert every_model_store("ollama:*", Roots()) is not None
+    assert [every_model_store(t, Roots()) for t in ("ollama:tiny", "hf:*", "foo:*", "*", "model.gguf")] == [None] * 5
+    assert [p.label for p in HFStore("org/tiny", Roots()).each_model()] == ["hf:org/tiny"]
+
+
+_NEW_STORE = """
+import hashlib, os
+from ggaudit.stores.listing import Expected, StoreListing, StoreEntry
+from ggaudit.stores.registry import Store
+
+FOLDER = {folder!r}
+
+
+class JanStore(Store, prefix="jan"):
+    def entries(self):
+        path = os.path.join(FOLDER, self.name)
+        return [StoreEntry(path=path, subject=self.name, read=path, expected=Expected(
+            algorithm="sha256", digest={digest!r}, source="store", what="jan's digest"))]
+
+    def listing(self):
+        return StoreListing(subject=FOLDER, kind="jan", items=tuple(self.entries()), empty="no model")
+
+    def model_files(self):
+        return [os.path.join(FOLDER, self.name)]
+
+    def input_files(self):
+        return self.model_files()
+
+    def redownload(self, damaged):
+        return "download it again in Jan"
+"""
+
+
+def test_a_new_store_is_one_module(tmp_path: Path) -> None:
+    """A store is one module named for its prefix: once it is in the package's folder, every command takes its
+    names and verify checks what it lists, with no other file touched (the package's folder is extended here
+    for the test, as a new file in it would be)."""
+    (tmp_path / "jan").mkdir()
+    data = gguf(5)
+    (tmp_path / "jan" / "m.gguf").write_bytes(data)
+    (tmp_path / "stores").mkdir()
+    (tmp_path / "stores" / "jan.py").write_text(_NEW_STORE.format(folder=os.fspath(tmp_path / "jan"),
+                                                                  digest=sha256(data)))
+    code = ("import ggaudit, ggaudit.stores, sys\n"
+            f"ggaudit.stores.__path__.append({os.fspath(tmp_path / 'stores')!r})\n"
+            "from ggaudit.stores.registry import known_prefixes\n"
+            "report = ggaudit.verify('jan:m.gguf', cache=False)\n"
+            "print(known_prefixes(), report.kind, report.ok, [c.subject for c in report.checked])\n"
+            "print(len(ggaudit.open_model('jan:m.gguf').files))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [f"{[*PREFIXES[:3], 'jan:', *PREFIXES[3:]]!r} jan True ['m.gguf']", "1"]
 
 
 def test_no_prefix_is_dispatched_by_a_startswith_chain() -> None:

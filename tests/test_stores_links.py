@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ggaudit.io
+import ggaudit.io.opening
+import ggaudit.io.positioned
 from ggaudit.errors import FormatError, ManifestError, UsageError
 from ggaudit.format.layout import open_model
-from ggaudit.stores.hf_cache import default_hf_cache, read_hf_snapshot
+from ggaudit.stores.hf import default_hf_cache, read_hf_snapshot
 from ggaudit.stores.ollama import default_ollama_store
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
 from ggaudit.stores import ollama as ollama_mod
@@ -161,12 +162,12 @@ def test_tensor_manifest_file_linking_out_is_reported_not_opened(tmp_path: Path,
         shards[1].symlink_to(shards[1])
         detail = "is a symlink loop"
     opened: list[str] = []
-    real_open = ggaudit.io.open_fd
-    ggaudit.io.open_fd = lambda p, *a: opened.append(os.fspath(p)) or real_open(p, *a)  # type: ignore
+    real_open = ggaudit.io.opening.open_fd
+    ggaudit.io.opening.open_fd = lambda p, *a: opened.append(os.fspath(p)) or real_open(p, *a)  # type: ignore
     try:
         report = verify_tensor_manifest(shards[0], manifest)
     finally:
-        ggaudit.io.open_fd = real_open  # type: ignore[assignment]
+        ggaudit.io.opening.open_fd = real_open  # type: ignore[assignment]
     assert [(m.kind, m.path, m.detail) for m in report.mismatches] == [("link", str(shards[1]), detail)]
     assert str(shards[1]) not in opened
     text = run_cli(["verify", shards[0], "--manifest", manifest])
@@ -313,8 +314,9 @@ def test_one_file_named_65536_times_is_read_once(tmp_path: Path, monkeypatch: py
     sums = tmp_path / "SHA256SUMS"
     sums.write_text("\n".join(lines) + "\n")
     reads: list[int] = []
-    real = ggaudit.io.pread_into
-    monkeypatch.setattr(ggaudit.io, "pread_into", lambda fd, view, off: reads.append(fd) or real(fd, view, off))
+    real = ggaudit.io.positioned.pread_into
+    monkeypatch.setattr(ggaudit.io.positioned, "pread_into",
+                        lambda fd, view, off: reads.append(fd) or real(fd, view, off))
     started = time.monotonic()
     report = verify_sums(sums)
     assert time.monotonic() - started < 20
@@ -333,8 +335,9 @@ def test_200k_identical_ollama_layers_verify_in_proportion(tmp_path: Path, monke
     for content in (data, other):
         (store / "blobs" / f"sha256-{hashlib.sha256(content).hexdigest()}").write_bytes(content)
     reads: list[int] = []
-    real = ggaudit.io.pread_into
-    monkeypatch.setattr(ggaudit.io, "pread_into", lambda fd, view, off: reads.append(fd) or real(fd, view, off))
+    real = ggaudit.io.positioned.pread_into
+    monkeypatch.setattr(ggaudit.io.positioned, "pread_into",
+                        lambda fd, view, off: reads.append(fd) or real(fd, view, off))
     started = time.monotonic()
     report = verify_ollama("x", store)
     # A hang guard, not a speed target (about 1 s here): work quadratic in 200k layers would take hours.

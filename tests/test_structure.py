@@ -18,7 +18,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
 
-from ggaudit import io
+from ggaudit.io import positioned
 from ggaudit.format import structure as structure_module
 from ggaudit.format.build import TensorSpec, encode_kv, encode_string, encode_tensor_info, write_gguf
 from ggaudit.format.layout import open_gguf, open_model
@@ -122,13 +122,13 @@ def test_a_huge_tail_is_measured_not_read(tmp_path: Path, monkeypatch: pytest.Mo
         f.truncate(size + tail)              # a sparse tail of zeros (as far as the file system allows)
     f = open_gguf(path)                       # the header is read before the reads are counted
     read: list[int] = []
-    real = io.pread
+    real = positioned.pread
 
     def counting(fd: int, n: int, offset: int) -> bytes:
         read.append(n)
         return real(fd, n, offset)
 
-    monkeypatch.setattr(io, "pread", counting)
+    monkeypatch.setattr(positioned, "pread", counting)
     (found,) = check_structure(f)
     # The 16 bytes of padding are allowed; the rest is trailing data, of which only a prefix was read.
     assert (found.kind, found.offset, found.length, found.first_nonzero) == ("trailing", size + 16, tail - 16, None)
@@ -311,7 +311,7 @@ def test_sha256_scan_finds_the_same_structure_reading_each_byte_once(tmp_path: P
         ("padding", data_offset + 16, 16), ("gap", data_offset + 32, 64), ("trailing", data_offset + 112, 4)]
     model = open_model(path)
     spans: list[tuple[int, int]] = []
-    real = io.pread_into
+    real = positioned.pread_into
 
     def logged(fd: int, view: memoryview, offset: int) -> int:
         n = real(fd, view, offset)
@@ -319,8 +319,8 @@ def test_sha256_scan_finds_the_same_structure_reading_each_byte_once(tmp_path: P
             spans.append((offset, n))
         return n
 
-    monkeypatch.setattr(io, "pread_into", logged)
-    monkeypatch.setattr(io, "pread", lambda fd, n, offset: pytest.fail("a second read"))
+    monkeypatch.setattr(positioned, "pread_into", logged)
+    monkeypatch.setattr(positioned, "pread", lambda fd, n, offset: pytest.fail("a second read"))
     hashed = scan(model, hashes=("sha256",))
     assert hashed.structure == plain.structure
     pos = 0

@@ -24,7 +24,7 @@ from ggaudit.errors import ManifestError, UsageError
 from ggaudit.stores.ollama import parse_ollama_name
 from ggaudit.stores.sums import read_sums
 from ggaudit.verify.manifests.tensor import read_tensor_manifest
-from ggaudit.text import escape
+from ggaudit.escaping import escape
 
 from platforms import WINDOWS, needs_symlinks
 from support import assert_one_line_error, run_cli, tensor_payload
@@ -309,7 +309,7 @@ def test_hf_snapshot_link_out_of_the_cache_is_reported(tmp_path: Path) -> None:
 
 from ggaudit.errors import FormatError  # noqa: E402
 from ggaudit.format.layout import open_model  # noqa: E402
-from ggaudit.text import escape_message, escape_path  # noqa: E402
+from ggaudit.escaping import escape_message, escape_path  # noqa: E402
 
 #: Characters that show as nothing, as a space or reorder the line: each must be visible as an escape.
 INVISIBLE = [0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x180E, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F,

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType as T
 
-from ggaudit import io
+from ggaudit.io import positioned
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.cli import main
 from ggaudit.format.layout import open_model
@@ -189,14 +189,14 @@ def test_manifest_reads_each_byte_of_the_file_exactly_once(model: tuple[Path, Pa
     path, _, _ = model
     opened = open_model(path)
     spans: list[tuple[int, int]] = []
-    real = io.pread_into
+    real = positioned.pread_into
 
     def counting(fd: int, view: memoryview, offset: int) -> int:
         n = real(fd, view, offset)
         spans.append((offset, n))
         return n
 
-    monkeypatch.setattr(io, "pread_into", counting)
+    monkeypatch.setattr(positioned, "pread_into", counting)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert build_tensor_manifest(opened, group_bytes=GROUP).files[0].sha256 == digest
     assert sorted(spans) == [(0, path.stat().st_size)]      # one chunk: a small file, read once

@@ -14,7 +14,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from jsonschema import Draft202012Validator
 
-from ggaudit.lines import format_value
+from ggaudit.wording import format_value
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.verify.diff import diff_paths
 

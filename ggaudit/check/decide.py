@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..evidence.decide import Decision, Reading, ReadGroup, decide
 from ..evidence.paths import DEVICE
-from ..lines import joined
+from ..wording import joined
 from ..verify.manifests.tensor import TensorDigest
 from ..verify.walk.tensors import compare_tensors
 from . import words

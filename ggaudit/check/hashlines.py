@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..lines import joined
+from ..wording import joined
 from ..verify.report import Mismatch
 from .facts import Conclusion, Expectation, ManifestLines, Observed
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..io import Progress
+from ..io.fan_out import Progress
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._version import __version__
-from ..diagnostic import Diagnostic
+from ..diagnostic import Case, Diagnostic, Failure, Summary
+from ..page import Block, Cell, Heading, Paragraph, Table
 from ..scan.report import ScanReport
-from ..text import escape_message
-from .facts import CACHE_VERIFIED, INTACT, UNVERIFIED, Conclusion, Expectation, FileDecision
+from ..escaping import escape, escape_message, escape_path
+from ..wording import plural
+from .facts import (CACHE_VERIFIED, DAMAGED, INTACT, NONFINITE, READ_PATH, UNVERIFIED, Conclusion, Expectation,
+                    FileDecision)
 from ..evidence.read_pass import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
@@ -141,6 +144,17 @@ class CheckReport:
         for s in self.scans:
             yield from s.diagnostics()
 
+    # What every reporter reads (ggaudit.diagnostic.Report): the wording is below.
+    def summary(self, limit: int | None = None) -> Summary:
+        return Summary(headline=headline(self), lines=tuple(_lines(self)), seconds=self.seconds,
+                       warnings=self.warnings)
+
+    def cases(self) -> Iterator[Case]:
+        return _cases(self)
+
+    def page(self, limit: int | None = None) -> list[Block]:
+        return _page(self)
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "target": self.target,
                 "store": self.store, "verdict": self.verdict, "reference": self.reference, "modes": list(self.modes),
@@ -167,3 +181,99 @@ def _diagnostics(f: FileCheck, c: Conclusion) -> Iterator[Diagnostic]:
         yield Diagnostic(kind=kind, message=escape_message(c.text), file=f.path, offset=t.get("offset"),
                          length=t.get("length"), tensor=t.get("tensor"), row=rows[0] if rows else None,
                          extras=dict(c.evidence))
+
+
+# --- a check in words (CheckReport.summary): the verdict first, naming the model as the user typed it; then
+# the evidence (what was compared with what, bytes, paths); then what it rules out and the next step.
+
+def headline(r: CheckReport) -> str:
+    """The verdict in one sentence."""
+    paths = " and ".join(r.modes) if len(r.modes) < 3 else f"{', '.join(r.modes[:-1])} and {r.modes[-1]}"
+    codes = {c.code for c in r.conclusions}
+    if r.verdict == INTACT:
+        what = f"intact: {_matched(r)}, and {paths} reads deliver the same bytes"
+    elif r.verdict == CACHE_VERIFIED:
+        what = (f"verified as the page cache delivers it: {_matched(r)} as {paths} reads deliver them; the device was "
+                "not read past the page cache")
+    elif r.verdict == DAMAGED and "expectations-conflict" in codes:
+        what = "damaged or mislabelled: the digests published for it disagree, and its bytes are not what one says"
+    elif r.verdict == DAMAGED and "device-differs" in codes:
+        what = ("damaged on disk: the device holds other bytes than were published, while the page cache still held "
+                "the published ones")
+    elif r.verdict == DAMAGED and any(c.code.startswith("differs-from") and c.text.startswith("the bytes the page "
+                                                                                               "cache")
+                                      for c in r.conclusions):
+        what = "damaged: the bytes the page cache delivers are not the ones published (the device was not read)"
+    elif r.verdict == DAMAGED:
+        what = "damaged: the file on disk is not the one published"
+    elif r.verdict == NONFINITE:
+        what = "the file holds NaN or Inf values as stored (the bytes are read right)"
+    elif r.verdict == READ_PATH:
+        what = "this machine reads the file differently depending on the read path"
+    else:
+        agree = not any(c.code == "read-path-differs" for c in r.conclusions)
+        what = (f"unverified: no published reference, so the file can only be checked against itself; {paths} "
+                "reads agree" if agree else "unverified: no published reference")
+    return f"{escape_path(r.target)}: {what}{_scan_found(r)}"
+
+
+def _scan_found(r: CheckReport) -> str:
+    """Bytes read right can still say wrong things: the scan's findings (a chat template that runs code,
+    metadata that contradicts the tensors, padding) said on the first line too, where the verdict alone
+    would read as clean. A NONFINITE verdict already says what its scan found."""
+    if r.verdict == NONFINITE or all(s.ok for s in r.scans):
+        return ""
+    kinds = list(dict.fromkeys(d.kind for s in r.scans for d in s.diagnostics()))
+    return f"; but the scan found {', '.join(kinds)} findings (below)" if kinds else ""
+
+
+def _matched(r: CheckReport) -> str:
+    """What the intact bytes were found to match: a llama-gguf-hash manifest's lines cover the tensors' bytes
+    only (not the header or the padding), so that is all that is claimed when one decided."""
+    if any(c.code == "matches-manifest" and c.evidence.get("format") == "llama-gguf-hash" for c in r.conclusions):
+        return "every tensor's bytes match the manifest's lines (llama-gguf-hash gives no digest of the header)"
+    return "every byte matches what was published"
+
+
+def _lines(r: CheckReport) -> Iterator[str]:
+    yield headline(r)
+    for f in r.files:
+        reads = ", ".join(f"{p.stats.mode} {plural(p.stats.bytes, 'byte')} in {p.stats.seconds:.3f} s"
+                          f"{'' if p.stats.alignment == 1 else f' (alignment {p.stats.alignment})'}" for p in f.reads)
+        yield f"file {escape_path(f.path)}: {reads}"
+        for mode, why in f.skipped.items():
+            yield f"  {mode} reads skipped: {escape_message(why)}"
+    for c in r.conclusions:
+        yield f"- {escape_message(c.text)}"
+    for d in (d for s in r.scans for d in s.diagnostics()):
+        yield from ("  " + line for line in d.lines)
+    for step in r.next_steps:
+        yield f"next: {escape_message(step)}"
+    yield f"verdict: {r.verdict} (reference: {r.reference or 'none'}; paths compared: {', '.join(r.modes)})"
+
+
+def _cases(r: CheckReport) -> Iterator[Case]:
+    """A case per file and read path (failing when that path's bytes are wrong), then the verdict's case
+    (failing, with every finding's line, when something is wrong)."""
+    for f in r.files:
+        for p in f.reads:
+            wrong = Failure(message=f"{p.stats.mode} reads deliver other bytes", kinds="check/read-path-differs",
+                            lines=())
+            yield Case(group=escape_path(f.path), name=p.stats.mode,
+                       failure=wrong if p.stats.mode in f.decision.wrong else None)
+    lines = tuple(d.message for d in r.diagnostics() if d.severity != "note")
+    yield Case(name="verdict", failure=None if r.ok else Failure(message=r.verdict, kinds=r.verdict, lines=lines))
+
+
+def _page(r: CheckReport) -> list[Block]:
+    """The verdict first, in words; then each conclusion, each path's read and the next step."""
+    reads = [(f, p) for f in r.files for p in f.reads]
+    return [Paragraph(text=headline(r), css="verdict", strong=True), Heading(text="Conclusions"),
+            Table(head=("code", "conclusion"), total=len(r.conclusions), what="conclusions",
+                  rows=((Cell(text=c.code), Cell(text=escape(c.text))) for c in r.conclusions)),
+            Heading(text="Read paths"), Table(
+                head=("file", "path", "bytes", "seconds", "alignment", "xxh3-128"),
+                rows=((Cell(text=escape_path(f.path), css="mono"), Cell(text=p.stats.mode), Cell.number(p.stats.bytes),
+                       Cell(text=f"{p.stats.seconds:.3f}", css="num"), Cell.number(p.stats.alignment),
+                       Cell(text=p.fingerprint, css="mono")) for f, p in reads), total=len(reads), what="reads"),
+            *(Paragraph(text=f"next: {escape(step)}") for step in r.next_steps)]

@@ -23,9 +23,10 @@ from typing import Any
 from ..errors import FormatError, GGAuditError, NothingChecked, ReadError, options_from
 from ..format.layout import GGUFFile, HeaderRead, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding, regions
-from ..io import ChunkConsumer, Progress, Xxh3_128
+from ..io.fan_out import ChunkConsumer, Progress
+from ..io.hashing import Xxh3_128
 from ..evidence.active import evict_and_read, first_difference, read_range
-from .. import io
+from ..io import direct_shares_cache
 from ..evidence.paths import DEVICE, Source, digest_paths, proof_order, read_path, source_of
 from ..evidence.readers import DirectIOUnavailable, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
@@ -40,7 +41,7 @@ from ..verify.manifests.llama_hash import (FilePlan, HashEntry, LineDigests, in_
                                            plan_llama_check, read_llama_hash)
 from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorDigest, TensorManifest, read_tensor_manifest,
                                        rows_per_group)
-from ..lines import joined
+from ..wording import joined
 from ..stores.expected import WARNING, FileExpectations
 from ..verify.walk.tensor_match import BY_CONTENT, BY_NAME, IN_PLACE, ManifestMatch, match_manifest
 from ..verify.walk.tensors import compare_tensors
@@ -243,7 +244,7 @@ def _scan_consumers(plan: FileCheckPlan) -> tuple[ScanConsumer | None, Structure
 def _probed(path: str) -> str | None:
     """Why direct reads of ``path`` come from the page cache: what its filesystem says, else what a direct read
     of a page not cached shows (it lands in the page cache)."""
-    return io.direct_shares_page_cache(path) or io.probe_direct_fills_cache(path)
+    return direct_shares_cache.direct_shares_page_cache(path) or direct_shares_cache.probe_direct_fills_cache(path)
 
 
 def _open(target: Target, o: CheckOptions, planned: dict[str, Replanned]) -> tuple[str, Store | None, list[Model]]:

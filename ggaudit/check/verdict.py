@@ -25,19 +25,13 @@ Every command suggested is one its tool documents:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ..scan.report import KINDS, Finding, ScanReport, TensorScan
-from ..stores.gpt4all import GPT4AllStore
-from ..stores.ollama import OllamaStore
-from ..stores.hf_cache import HFStore
-from ..stores.hf_local import HFLocalStore
 from ..stores.registry import Store
 from .facts import (AGREEMENT, CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, UNVERIFIED,
                     VERDICTS, Conclusion)
-from .expect import file_key
 from .report import FINDING_KINDS, CheckReport, FileCheck
 
 #: Non-finite kinds of a scan (an outlier or an anomaly is a warning, not a stored NaN or Inf).
@@ -225,11 +219,6 @@ def next_steps(verdict: str, store: Store | None, files: Sequence[FileCheck], fo
             "model.manifest.json`), or give the published sha256 (`--sha256 HEX`, `--sums FILE`)"]
 
 
-def _repo_names(damaged: Sequence[FileCheck], names: dict[str, str]) -> str:
-    """The damaged files as the repository names them (``gguf/model.gguf``), for ``hf download``."""
-    return " ".join(names.get(file_key(f.path), os.path.basename(f.path)) for f in damaged)
-
-
 def _where_stored(found: Sequence[Conclusion]) -> str:
     """"NaN at tensor T row R column C (and N more)": where the scan found the first stored non-finite value."""
     stored = next(c for c in found if c.code == "stored-nonfinite")
@@ -244,28 +233,9 @@ def _where_stored(found: Sequence[Conclusion]) -> str:
 
 
 def _redownload(store: Store | None, damaged: Sequence[FileCheck]) -> list[str]:
-    if isinstance(store, OllamaStore):
-        blobs = ", ".join(os.path.basename(f.path) for f in damaged)
-        return [f"the download is damaged: `ollama pull` alone keeps a blob that is already there, so delete the "
-                f"damaged blob file ({blobs}, in the store's blobs folder) with Ollama stopped, or `ollama rm` every "
-                f"model that uses it, then `ollama pull {store.name}`"]
-    if isinstance(store, HFStore):
-        snapshot = store.expectations()
-        names = _repo_names(damaged, {file_key(f.link): f.name for f in snapshot.files})
-        revision = "" if snapshot.spec.revision == "main" else f" --revision {snapshot.spec.revision}"
-        return [f"the download is damaged: download it again, replacing the cached copy: `hf download "
-                f"{snapshot.spec.repo_id} {names}{revision} --force-download`"]
-    if isinstance(store, HFLocalStore):
-        download = store.expectations()
-        names = _repo_names(damaged, {file_key(f.path): f.name for f in download.files})
-        return [f"the download is damaged: download it again into its folder, replacing the copy: `hf download "
-                f"REPO {names} --force-download --local-dir {download.folder}` (REPO: the repository it came from)"]
-    if isinstance(store, GPT4AllStore):
-        names = ", ".join(os.path.basename(f.path) for f in damaged)
-        return [f"the download is damaged: with GPT4All closed, delete {names} from its download folder, then "
-                "download it again in GPT4All (Models, `+ Add Model`, search, `Download`)"]
-    return ["the file differs from what was published: download it again and check again; if a new download "
-            "differs the same way, tell the publisher"]
+    step = None if store is None else store.redownload([f.path for f in damaged])
+    return [step or "the file differs from what was published: download it again and check again; if a new "
+                    "download differs the same way, tell the publisher"]
 
 
 def _copy_now(held: Sequence[Conclusion]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..lines import joined
+from ..wording import joined
 from ..verify.report import Mismatch
 from ..verify.walk.tensors import compare_tensors
 from .facts import PUBLISHED, Conclusion, Eviction, Expectation, ManifestLines, Observed

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..batch import run_models
+from ..outcomes import run_models
 from ..evidence.paths import MODES
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
-    from ..batch import Outcome
+    from ..outcomes import Outcome
     from ..check.options import CheckOptions
     from ..check.report import CheckReport
 

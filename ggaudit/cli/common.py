@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from ..batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
+from ..outcomes import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
 from ..errors import GGAuditError, caused_by_ctrl_c
-from ..text import escape_message, escape_path
+from ..escaping import escape_message, escape_path
 from ..untrusted import shorten
 
 # The exit status is the library's overall status: one definition of what 0, 1 and 2 mean.
@@ -314,6 +314,3 @@ def split_set_files(path: str) -> list[str]:
 STORE_HELP = ("Root of the store MODEL names: Ollama's (default: $OLLAMA_MODELS or the platform default), "
               "LM Studio's or GPT4All's models folder.")
 
-
-#: ``-o -`` writes to stdout.
-STDOUT = "-"

@@ -6,7 +6,7 @@ import click
 
 from typing import TYPE_CHECKING
 
-from ..batch import run_models
+from ..outcomes import run_models
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options

@@ -9,7 +9,7 @@ from array import array
 
 import numpy as np
 
-from .. import io as fileio
+from ..io import opening
 from ..errors import ReadError, UsageError
 from ..rows.select import MAX_SELECTED
 from ..untrusted import quote, shorten
@@ -52,7 +52,7 @@ def read_ids_file(path: str) -> str:
     """The text of an --ids-file, opened as every input is (ggaudit.io): regular files only, so a FIFO
     cannot hang the run nor a device such as /dev/zero feed it without end."""
     try:
-        fd, st = fileio.open_readonly(path)
+        fd, st = opening.open_readonly(path)
     except ReadError as err:
         raise UsageError(path, f"cannot read ID file: {err.message}") from None
     with open(fd, "rb") as f:

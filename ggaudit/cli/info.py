@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..batch import run_models
-from ..format.info import ModelInfo
+from ..outcomes import run_models
+from ..model_info import ModelInfo
 from ..format.layout import open_model
 from ..stores.locate import resolve_model
 from .common import STORE_HELP, PathParam, expand_models, handle_errors, model_inputs

@@ -8,23 +8,23 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..batch import run_models
 from ..errors import UsageError
+from ..escaping import escape_path
 from ..format.layout import Model, open_model
+from ..io.fan_out import Progress
+from ..io.output_files import STDOUT, check_output
+from ..outcomes import run_models
 from ..stores.locate import description_files, resolve_model
-from ..io import Progress
 from ..verify.manifests.llama_hash import DEFAULT_TYPES, FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import HASH_TYPES, build_llama_hash, hash_types, write_llama_hash
 from ..verify.manifests.report import ManifestWritten
-from ..verify.manifests.tensor import (DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, check_output,
-                                       write_tensor_manifest)
+from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, TensorManifest, build_tensor_manifest, write_tensor_manifest
+from .common import STORE_HELP, PathParam, handle_errors, hint, model_inputs, writing_to
+from .progress import run_progress
+from .reporters import Rendering, check_report_file, emit_outcomes, format_of, format_options_also, same_file
 
 if TYPE_CHECKING:
     from ..scan.report import ScanReport
-from ..text import escape_path
-from .common import STDOUT, STORE_HELP, PathParam, handle_errors, hint, model_inputs, writing_to
-from .progress import run_progress
-from .reporters import Rendering, check_report_file, emit_outcomes, format_of, format_options_also, same_file
 
 #: ``--manifest-format`` of ggaudit's own JSON tensor manifest.
 GGAUDIT = "ggaudit"

@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from ..text import escape_path
+from ..escaping import escape_path
 from .common import stderr_is_tty
 from .reporters import Rendering
 
 if TYPE_CHECKING:
-    from ..io import Progress
+    from ..io.fan_out import Progress
 
 #: The time left is shown once the rate has been measured over this long ...
 MIN_SECONDS = 0.5

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..batch import run_models
+from ..outcomes import run_models
 from ..errors import NothingChecked, UsageError
 from ..rows import MODES, WHOLE_FILE
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
@@ -14,7 +14,7 @@ from .progress import BYTES, ROWS, RunProgress, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
 if TYPE_CHECKING:
-    from ..io import Progress
+    from ..io.fan_out import Progress
     from ..rows.replay import ReadPathProgress, RowsReport
 
 
@@ -94,7 +94,7 @@ def rows(model: str, tensor: str | None, ids: tuple[str, ...], ids_files: tuple[
     """Replay rows of an embedding table through each read path and byte-compare them with the file."""
     # Imported here, not above: `ggaudit rows --help` loads neither numpy nor the readers.
     from ..stores.locate import open_model
-    from ..stores.published import given_sha256, published_digest
+    from ..stores.published_digest import given_sha256, published_digest
     from ..stores.registry import Roots
     from ..rows.replay import RowSelection, RowsOptions, check_rows, pick_tensor
     from .ids import given_ids

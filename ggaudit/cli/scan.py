@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..batch import run_models
+from ..outcomes import run_models
 from ..errors import UsageError
 from ..scan.report import FP8_E4M3
 from .common import STORE_HELP, PathParam, expand_models, handle_errors, model_inputs
@@ -18,7 +18,7 @@ from .reporters import Rendering, check_report_file, emit_outcomes, format_optio
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from ..batch import Outcome
+    from ..outcomes import Outcome
     from ..scan.options import ScanOptions
     from ..scan.report import ScanReport
 

@@ -13,19 +13,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..batch import run_models
+from ..outcomes import run_models
 from ..errors import GGAuditError, UsageError
-from ..stores.ollama import OllamaStore
 from .common import PathParam, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
 
-#: ``ollama:*``: every model of the Ollama store.
-EVERY_OLLAMA_MODEL = OllamaStore.prefix + OllamaStore.EVERY_MODEL
-
 if TYPE_CHECKING:
-    from ..batch import Outcome
-    from ..io import Progress
+    from ..outcomes import Outcome
     from ..verify.options import VerifyOptions
     from ..verify.report import VerifyReport
 
@@ -106,7 +101,7 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
     options = VerifyOptions(manifest=manifest_file, sums=sums, store=store, fail_fast=fail_fast, sha256=sha256,
                             ignore_missing=ignore_missing, base=base, cache=not no_cache, trust_cache=trust_cache,
                             quick=quick)
-    items = list(targets) + ([OllamaStore.prefix + ollama_name] if ollama_name is not None else [])
+    items = list(targets) + ([f"ollama:{ollama_name}"] if ollama_name is not None else [])
     audits: dict[str, Callable[..., VerifyReport]]
     if sums is None and (ignore_missing or base is not None):
         raise UsageError(None, "--ignore-missing and --base are for --sums FILE")
@@ -123,7 +118,7 @@ def verify(targets: tuple[str, ...], ollama_name: str | None, store: str | None,
             raise UsageError(None, "--sha256 HEX checks one FILE and takes no --manifest")
         names, audits = items, {items[0]: functools.partial(check, items[0], options=options)}
     elif dask is not None:
-        if jobs > 1 or quick or EVERY_OLLAMA_MODEL in items:
+        if jobs > 1 or quick or any(_every_model(item, store) for item in items):
             raise UsageError(None, "--dask verifies each TARGET in a task: not with --jobs, --quick or ollama:*")
         names, audits = items, {}
     else:
@@ -192,37 +187,30 @@ def _on_dask(address: str, targets: list[str], options: VerifyOptions) -> list[O
         return verify_on(client, targets, options=options)
 
 
+def _every_model(target: str, store: str | None) -> bool:
+    """Whether ``target`` names every model of its store (``ollama:*``)."""
+    from ..stores.registry import Roots, every_model_store
+
+    return every_model_store(target, Roots(store)) is not None
+
+
 def _audits(items: list[str], options: VerifyOptions) -> tuple[list[str], dict[str, Callable[..., VerifyReport]]]:
-    """The targets, in order, and each one's check (called with ``progress=``); ``ollama:*`` (without
-    --manifest) becomes one target per model of the store, then the store itself (its orphan blobs and
-    stray partial downloads)."""
+    """The targets, in order, and each one's check (called with ``progress=``); a name standing for every
+    model of its store (``ollama:*``, without --manifest) becomes one target per model, then the store
+    itself (for Ollama's: its orphan blobs and stray partial downloads)."""
+    from ..stores.registry import Roots, every_model_store
     from ..verify.dispatch import verify as check
-    from ..verify.walk.ollama import verify_ollama_store
-    from ..stores.ollama import list_ollama_models
+    from ..verify.dispatch import verify_part
 
     targets: list[str] = []
     audits: dict[str, Callable[..., VerifyReport]] = {}
     for item in items:
-        if item == EVERY_OLLAMA_MODEL and options.manifest is None:
-            listing = list_ollama_models(options.store)
-            for name in listing.names:
-                targets.append(OllamaStore.prefix + str(name))
-                audits[targets[-1]] = functools.partial(_ollama_model, options, str(name))
-            targets.append(os.fspath(listing.store))
-            audits[targets[-1]] = functools.partial(verify_ollama_store, options.store, layers=False,
-                                                    fail_fast=options.fail_fast)
-        else:
+        every = None if options.manifest is not None else every_model_store(item, Roots(options.store))
+        if every is None:
             targets.append(item)
             audits[item] = functools.partial(check, item, options=options)
+            continue
+        for part in every.each_model():
+            targets.append(part.label)
+            audits[part.label] = functools.partial(verify_part, part, options=options)
     return targets, audits
-
-
-def _ollama_model(options: VerifyOptions, name: str, *, progress: Progress | None) -> VerifyReport:
-    """One model of ``ollama:*``; partials=False: the store's report says the stray partial downloads
-    once, not each model's."""
-    from ..verify.cache import open_cache
-    from ..verify.walk.ollama import verify_ollama
-
-    with open_cache(options.cache, trust=options.trust_cache, quick=options.quick) as digest_cache:
-        return verify_ollama(name, options.store, fail_fast=options.fail_fast, partials=False, progress=progress,
-                             digest_cache=digest_cache)

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import io
+from ..io import opening, page_cache
 from ..errors import ReadError
 from .readers import POISON, Reader, align_up
 
@@ -84,19 +84,19 @@ def evict_and_read(path: str, offset: int, length: int, open_path: Callable[[str
     """Evict the clean pages of [offset, offset + length) of ``path`` from the page cache (with the folio
     around them: :data:`EVICT_SPANS`), make sure they are gone, and read the range again through a reader
     ``open_path`` opens afterwards (a page-cache path): its bytes now come from the device."""
-    fd, st = io.open_readonly(path)
+    fd, st = opening.open_readonly(path)
     after = None
     try:
         for unit in EVICT_SPANS:
             start = offset - offset % unit
             span = min(align_up(offset + length, unit), align_up(st.st_size, PAGE)) - start
-            before = io.cache_state(fd, start, span)
+            before = page_cache.cache_state(fd, start, span)
             if before is not None and before.dirty:
                 return Evicted(None, f"{before.dirty} of its pages are not yet written to the disk: not evicted")
-            refused = io.evict(fd, start, span)
+            refused = page_cache.evict(fd, start, span)
             if refused is not None:
                 return Evicted(None, refused)
-            after = io.cache_state(fd, offset, length)
+            after = page_cache.cache_state(fd, offset, length)
             if after is None:
                 return Evicted(None, "this system cannot tell whether the pages left the page cache")
             if not after.cached:

@@ -74,12 +74,12 @@ class Source:
 def source_of(mode: str, file: str, probe: Callable[[str], str | None] | None = None) -> Source:
     """Where ``mode``'s reads of ``file`` come from: the path's own source, unless the filesystem serves a
     device path from the page cache (``probe``: why it does, or None; default
-    :func:`ggaudit.io.direct_shares_page_cache`)."""
+    :func:`ggaudit.io.direct_shares_cache.direct_shares_page_cache`)."""
     path = PATHS[mode]
     if path.reads == DEVICE:
         if probe is None:
-            from .. import io       # not to name a path: the command line's help names them
-            probe = io.direct_shares_page_cache
+            from ..io import direct_shares_cache    # not to name a path: the command line's help names them
+            probe = direct_shares_cache.direct_shares_page_cache
         why = probe(file)
         if why is not None:
             return Source(PAGE_CACHE, why)

@@ -1,6 +1,6 @@
 """One pass over every byte of a file through one read path (:mod:`ggaudit.evidence.readers`: buffered positioned
 reads, a read-only mapping copied out in chunks, direct I/O with its alignment rules), feeding consumers
-through :func:`ggaudit.io.feed`. Memory is the ring's few chunks, whatever the file's size: a mapping's pages
+through :func:`ggaudit.io.fan_out.feed`. Memory is the ring's few chunks, whatever the file's size: a mapping's pages
 are let go once copied out. ``check`` reads every file this way on every path; ``rows`` when a published
 digest decides which path delivered a row's right bytes."""
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import io
+from ..io import fan_out, positioned
 from ..errors import ReadError
 from .paths import CACHE_CHUNK_BYTES, read_path
 from .readers import POISON, Buffer, FailedRead, Reader, align_up
@@ -38,7 +38,7 @@ class PassStats:
 
 
 class ReaderChunks:
-    """A read path over ``[0, size)`` as a :class:`ggaudit.io.ChunkSource`: chunks of ``chunk`` bytes read
+    """A read path over ``[0, size)`` as a :class:`ggaudit.io.fan_out.ChunkSource`: chunks of ``chunk`` bytes read
     into the reader's own buffers (aligned as its path demands), each filled with poison first so bytes a
     read did not deliver cannot pass as the file's. ``stop``, once set, ends the pass at its next chunk."""
 
@@ -100,7 +100,7 @@ class ReaderChunks:
     def _poison(buf: memoryview, n: int) -> None:
         # memset, not a copy from a poison block: it only writes, and ctypes releases the GIL meanwhile.
         if n:
-            ctypes.memset(io.address_of(buf), POISON, n)
+            ctypes.memset(positioned.address_of(buf), POISON, n)
 
     def close(self) -> None:
         for b in self.buffers:
@@ -108,7 +108,7 @@ class ReaderChunks:
         self.buffers.clear()
 
 
-def read_pass(reader: Reader, consumers: Sequence[io.ChunkConsumer], *,
+def read_pass(reader: Reader, consumers: Sequence[fan_out.ChunkConsumer], *,
               stop: threading.Event | None = None) -> PassStats:
     """Read every byte of ``reader``'s file once, in order, feeding each chunk to every consumer; ``stop``, once
     set, ends it (PassStopped) at its next chunk."""
@@ -116,7 +116,7 @@ def read_pass(reader: Reader, consumers: Sequence[io.ChunkConsumer], *,
     chunks = ReaderChunks(reader, reader.size, chunk, stop)
     started = time.perf_counter()
     try:
-        io.feed(chunks, consumers)
+        fan_out.feed(chunks, consumers)
     finally:
         chunks.close()
     return PassStats(mode=reader.mode, bytes=reader.size, seconds=time.perf_counter() - started,

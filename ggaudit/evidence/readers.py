@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import io
+from ..io import opening, positioned, windows
 from ..errors import ReadError, UsageError
-from ..io import address_of
+from ..io.advice import advise
+from ..io.positioned import address_of
 from .paths import PATHS
 
 log = logging.getLogger(__name__)
@@ -187,13 +188,13 @@ def _poison_bytes(n: int) -> memoryview:
 
 def _open_fd(path: str, extra_flags: int = 0) -> tuple[int, int]:
     try:
-        fd = io.open_fd(path, extra_flags)
+        fd = opening.open_fd(path, extra_flags)
     except OSError as err:
         if extra_flags and err.errno == errno.EINVAL:
             raise DirectIOUnavailable(path, "the filesystem refuses direct I/O (open with O_DIRECT: "
                                             "EINVAL)") from None
-        raise io.open_error(path, err) from None
-    return fd, io.require_regular(fd, path).st_size
+        raise opening.open_error(path, err) from None
+    return fd, opening.require_regular(fd, path).st_size
 
 
 _R = TypeVar("_R", bound="Reader")
@@ -257,14 +258,14 @@ class BufferedReader(Reader):
 
     def read_into(self, view: memoryview, offset: int) -> int:
         try:
-            return io.pread_into(self.fd, view, offset)
+            return positioned.pread_into(self.fd, view, offset)
         except OSError as err:
             raise self._failed(err, offset, len(view)) from err
 
     def read_exact(self, offset: int, length: int) -> bytes:
         """The reference read: loop over short reads; a file that ends early is a ReadError."""
         try:
-            data = io.pread(self.fd, length, offset)
+            data = positioned.pread(self.fd, length, offset)
         except OSError as err:
             raise self._failed(err, offset, length) from err
         if len(data) == length:
@@ -290,7 +291,7 @@ class BufferedReader(Reader):
     def will_need(self, offset: int, length: int) -> None:
         """Ask the kernel to start reading [offset, offset + length) into the page cache in the background,
         where it can (Linux, BSD): a later read of the range then overlaps whatever ran meanwhile."""
-        io.advise(self.fd, offset, length, "willneed")
+        advise(self.fd, offset, length, "willneed")
 
     def read_exact_into(self, view: memoryview, offset: int) -> None:
         """read_exact into a caller's buffer (no allocation): loops over short reads, ReadError at EOF."""
@@ -298,7 +299,7 @@ class BufferedReader(Reader):
         while done < len(view):
             part = view[done:]
             try:
-                n = io.pread_into(self.fd, part, offset + done)
+                n = positioned.pread_into(self.fd, part, offset + done)
             except OSError as err:
                 raise self._failed(err, offset + done, len(part)) from err
             finally:
@@ -471,7 +472,7 @@ class LinuxDirectReader(BufferedReader):
         for align in dict.fromkeys((self.alignment.offset, FALLBACK_DIO_ALIGN)):
             buf = Buffer(align)
             try:
-                io.pread_into(self.fd, buf.view, 0)
+                positioned.pread_into(self.fd, buf.view, 0)
             except OSError as err:
                 if err.errno != errno.EINVAL:
                     raise self._failed(err, 0, align) from err
@@ -487,7 +488,7 @@ class LinuxDirectReader(BufferedReader):
 
     def read_into(self, view: memoryview, offset: int) -> int:
         try:
-            return io.pread_into(self.fd, view, offset)
+            return positioned.pread_into(self.fd, view, offset)
         except OSError as err:
             if err.errno == errno.EINVAL:
                 a = self.alignment
@@ -549,7 +550,7 @@ class WindowsDirectReader(Reader):
     mode = "direct"
 
     def __init__(self, path: str, kernel32: Any = None) -> None:
-        self.k = kernel32 if kernel32 is not None else io.kernel32()
+        self.k = kernel32 if kernel32 is not None else windows.kernel32()
         handle = self.k.CreateFileW(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, None,
                                     OPEN_EXISTING, FILE_FLAG_NO_BUFFERING, None)
         if handle is None or handle in (-1, INVALID_HANDLE_VALUE):
@@ -585,11 +586,11 @@ class WindowsDirectReader(Reader):
     def read_into(self, view: memoryview, offset: int) -> int:
         got = ctypes.c_uint32(0)
         ok = self.k.ReadFile(self.handle, address_of(view), len(view), ctypes.pointer(got),
-                             ctypes.pointer(io.overlapped_at(offset)))
+                             ctypes.pointer(windows.overlapped_at(offset)))
         if ok:
             return got.value  # TRUE with 0 bytes is the other documented end-of-file answer
         err = self.k.GetLastError()
-        if err == io.ERROR_HANDLE_EOF:
+        if err == windows.ERROR_HANDLE_EOF:
             return 0
         why = f"Windows error {err}"
         if err == ERROR_INVALID_PARAMETER:

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .. import io
+from ..io import processes
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def connect(spec: str) -> Iterator[Client]:
 def _local_workers(spec: str) -> int:
     _, _, count = spec.partition(":")
     if not count:
-        return io.available_cores()
+        return processes.available_cores()
     if not count.isdigit() or int(count) < 1:
         raise UsageError(None, f"local:N takes a number of workers >= 1, not {count!r}", field="--dask")
     return int(count)

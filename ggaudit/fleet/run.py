@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._version import __version__
-from ..batch import Outcome, as_error
+from ..outcomes import Outcome, as_error
 from ..errors import GGAuditError, ReadError, UsageError, one_or_many, options_from
 from ..scan.kernel import Acc
 from ..scan.report import ScanReport, ScanStats

@@ -15,7 +15,7 @@ from ..errors import GGAuditError, ReadError
 from ..format.layout import GGUFFile, Model, open_gguf, open_model as open_path
 from ..stores.locate import open_model, resolve_model
 from ..format.structure import StructureFinding, check_structure
-from ..io import FileIdentity
+from ..io.identity import FileIdentity
 from ..scan.kernel import Acc, Options
 from ..scan.report import ScanReport
 from ..scan.options import ScanOptions

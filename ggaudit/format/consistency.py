@@ -35,13 +35,10 @@ from typing import Any
 
 from .layout import ArrayValue, MetaValue, Model, Tensor
 from .loader_rules import HPARAM_RULES, required_tensors
+from .metadata_finding import ERROR, WARNING, MetadataFinding
 from .vocab_merges import unknown_merges
 
-__all__ = ["FILE_TYPE_MAIN", "METADATA", "SPECIAL_TOKEN_KEYS", "MetadataFinding", "check_metadata"]
-
-#: The kind (ggaudit.kinds) of every finding here.
-METADATA = "metadata"
-ERROR, WARNING = "error", "warning"
+__all__ = ["FILE_TYPE_MAIN", "SPECIAL_TOKEN_KEYS", "check_metadata"]
 
 #: llama-vocab.cpp's special-token keys (``seperator`` is llama.cpp's spelling).
 SPECIAL_TOKEN_KEYS = tuple(f"tokenizer.ggml.{name}_token_id" for name in (
@@ -59,29 +56,6 @@ FILE_TYPE_MAIN = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0"
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
 #: Architectures whose vocabulary is not the rows of token_embd/output (audio codes).
 _NO_VOCAB_ROWS = frozenset({"wavtokenizer-dec"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class MetadataFinding:
-    """A metadata key whose value contradicts the file: ``key`` and its ``value`` (an array by its length),
-    ``offset`` where that value is stored (None: the key is absent), ``tensor`` the tensor it contradicts
-    (None: another key, or the tensor list as a whole), and in words ``expected`` (what the key says) and
-    ``actual`` (what the file holds). ``severity``: ``error``, or ``warning`` for ``general.file_type``."""
-
-    path: str
-    key: str
-    value: Any
-    offset: int | None
-    tensor: str | None
-    expected: str
-    actual: str
-    severity: str = ERROR
-    kind: str = METADATA
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "severity": self.severity, "file": self.path, "key": self.key,
-                "value": self.value, "offset": self.offset, "tensor": self.tensor, "expected": self.expected,
-                "actual": self.actual}
 
 
 class _Header:

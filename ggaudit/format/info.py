@@ -1,17 +1,13 @@
-"""What ``ggaudit info`` reports: a model's layout as plain data (JSON-ready), with long arrays summarised."""
+"""A model's layout as plain data (JSON-ready), with long arrays summarised: ``ggaudit info``'s JSON
+(:mod:`ggaudit.model_info` is its report)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._version import __version__
 from .layout import ArrayValue, GGUFFile, MetaValue, Model, Tensor
-
-if TYPE_CHECKING:
-    from ..diagnostic import Diagnostic
 
 #: The ``schema`` of :func:`model_to_json`.
 SCHEMA = "ggaudit/info/1"
@@ -65,22 +61,3 @@ def model_to_json(model: Model) -> dict[str, Any]:
         "bytes_per_type": bytes_per_type(model.tensors),
         "tensors": [tensor_to_json(t) for t in model.tensors],
     }
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelInfo:
-    """A model's layout as a report, like the others: ``ok`` (always: describing finds nothing) and
-    ``to_json()`` (:func:`model_to_json`)."""
-
-    model: Model
-
-    @property
-    def ok(self) -> bool:
-        return True
-
-    def to_json(self) -> dict[str, Any]:
-        return model_to_json(self.model)
-
-    def diagnostics(self) -> Iterator[Diagnostic]:
-        """None: describing a model finds nothing."""
-        return iter(())

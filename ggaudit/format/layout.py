@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 import xxhash
 
 from .blocks import GGMLQuantizationType, GGUFValueType, known_type, layout_of
-from .. import io
+from ..io import opening, positioned
 from ..errors import FormatError, ReadError, UsageError
-from ..io import FileIdentity
+from ..io.identity import FileIdentity
 from ..untrusted import OUTSIDE, confine, sibling_roots
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class _Cursor:
 
     def __init__(self, fd: int, path: str, size: int, read: HeaderRead | None = None) -> None:
         self.fd, self.path, self.size = fd, path, size
-        self.read: HeaderRead = read or (lambda offset, n: io.pread(fd, n, offset))
+        self.read: HeaderRead = read or (lambda offset, n: positioned.pread(fd, n, offset))
         self.reads: list[tuple[int, int, str]] = []
         self.buf = b""
         self.base = 0
@@ -547,8 +547,8 @@ HeaderReads = Callable[[str], HeaderRead | None] | None
 def open_gguf(path: str | os.PathLike[str], header_read: HeaderReads = None) -> GGUFFile:
     """Open one GGUF file read-only and return its validated layout; FormatError if malformed.
     ``header_read(path)``: how its header is read, when not by positioned reads of the file."""
-    path = io.fs_path(path)     # UsageError, not AttributeError later, for bytes or a non-path
-    fd, st = io.open_readonly(path)
+    path = opening.fs_path(path)     # UsageError, not AttributeError later, for bytes or a non-path
+    fd, st = opening.open_readonly(path)
     try:
         cur = _Cursor(fd, path, st.st_size, None if header_read is None else header_read(path))
         version, alignment, header_end, data_offset, metadata, raw = _parse(cur)
@@ -563,7 +563,7 @@ def open_gguf(path: str | os.PathLike[str], header_read: HeaderReads = None) -> 
 def open_model(source: str | os.PathLike[str], header_read: HeaderReads = None) -> Model:
     """Open a GGUF file, or a whole split set given any of its shards, as one model (``header_read``: how
     each file's header is read, as :func:`open_gguf` takes it)."""
-    path = io.fs_path(source)
+    path = opening.fs_path(source)
     first = open_gguf(path, header_read)
     count = first.meta("split.count")
     if not isinstance(count, int) or count <= 1:

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from .layout import ArrayValue, MetaValue, Tensor
-
-if TYPE_CHECKING:
-    from .consistency import MetadataFinding
+from .metadata_finding import MetadataFinding
 
 
 class Header(Protocol):

@@ -21,10 +21,11 @@ import bisect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import io
+from ..io import opening, positioned
 from ..errors import ReadError
+from ..json_shape import json_key, json_record, to_json
 
 if TYPE_CHECKING:   # only named: scan's report types load without the header parser (`scan --help`)
     from .layout import GGUFFile
@@ -44,7 +45,7 @@ HEAD_BYTES = 16
 _CHUNK = 1 << 20
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class StructureFinding:
     """A region of a file no tensor owns that should not be there, or should be zeros and is not.
 
@@ -55,21 +56,21 @@ class StructureFinding:
     same in words, expected before actual (they hold no names, only numbers and hex).
     """
 
-    kind: str
-    path: str
-    offset: int
-    length: int
+    JSON_DEF: ClassVar[str] = "structure_finding"
+
+    kind: str = json_key(values=(PADDING, GAP, TRAILING))
+    path: str = json_key(name="file")
+    offset: int = json_key(minimum=0)
+    length: int = json_key(minimum=1)
     after: str | None
     before: str | None
-    first_nonzero: int | None
-    head: str
+    first_nonzero: int | None = json_key(minimum=0)
+    head: str = json_key(pattern=f"^([0-9a-f]{{2}}){{1,{HEAD_BYTES}}}$")
     expected: str
     actual: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "file": self.path, "offset": self.offset, "length": self.length,
-                "after": self.after, "before": self.before, "first_nonzero": self.first_nonzero,
-                "head": self.head, "expected": self.expected, "actual": self.actual}
+        return to_json(self)
 
 
 def _align(n: int, alignment: int) -> int:
@@ -194,7 +195,7 @@ def regions(f: GGUFFile) -> tuple[Region, ...]:
 class StructureConsumer:
     """Checks the structure of one file from its bytes, fed in order (``update(offset, data)``).
 
-    A chunk consumer for :func:`ggaudit.io.read_through`; chunks may be cut anywhere, and
+    A chunk consumer for :func:`ggaudit.io.fan_out.read_through`; chunks may be cut anywhere, and
     bytes no check needs are ignored. :meth:`findings` once every needed byte was fed.
     """
 
@@ -236,7 +237,7 @@ def check_structure(f: GGUFFile) -> tuple[StructureFinding, ...]:
     ReadError if the file was replaced or resized since it was opened, or cannot be read.
     """
     consumer = StructureConsumer(f)
-    fd, st = io.open_readonly(f.path)
+    fd, st = opening.open_readonly(f.path)
     try:
         if not f.identity.same_file(st) or st.st_size != f.size:
             raise ReadError(f.path, f"file changed since it was opened (size {f.size} -> {st.st_size})")
@@ -250,7 +251,7 @@ def check_structure(f: GGUFFile) -> tuple[StructureFinding, ...]:
 
 def _read(fd: int, path: str, offset: int, length: int) -> bytes:
     try:
-        data = io.pread(fd, length, offset)
+        data = positioned.pread(fd, length, offset)
     except OSError as err:
         raise ReadError(path, f"read failed: {err.strerror or err}", offset=offset) from None
     if len(data) < length:

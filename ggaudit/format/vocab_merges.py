@@ -19,14 +19,14 @@ import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import io
+from ..io import opening, positioned
 from ..errors import ReadError
 from .blocks import GGUFValueType
 from .layout import ArrayValue, MetaValue
+from .metadata_finding import MetadataFinding
 
 if TYPE_CHECKING:
     from .loader_rules import Header
-    from .consistency import MetadataFinding
 
 _U64 = struct.Struct("<Q")
 #: The array's element type (u32) and count (u64) before its strings.
@@ -41,9 +41,9 @@ def _string_array(entry: MetaValue | None) -> ArrayValue | None:
 
 
 def _read_region(path: str, entry: MetaValue) -> bytes:
-    fd, _ = io.open_readonly(path)
+    fd, _ = opening.open_readonly(path)
     try:
-        return io.pread(fd, entry.nbytes - _ARRAY_HEAD, entry.offset + _ARRAY_HEAD)
+        return positioned.pread(fd, entry.nbytes - _ARRAY_HEAD, entry.offset + _ARRAY_HEAD)
     finally:
         os.close(fd)
 

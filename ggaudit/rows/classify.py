@@ -20,12 +20,14 @@ the search for the content's source and the RowMismatch built from the answers a
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from ..errors import UsageError
+from ..evidence.decide import AGREEMENT, MANIFEST, PUBLISHED
+from ..evidence.paths import MODES
+from ..json_shape import json_key, json_record, to_json
 from .gather import Sample, uniform
 from ..evidence.readers import ReadFailed, POISON, SECTOR, WINDOW_64K, BufferedReader, align_down, align_up
 from .table import RowTable
@@ -46,6 +48,11 @@ __all__ = [
 ]
 
 KINDS = ("short-read", "filled", "stale", "misplaced", "cache-crosstalk", "garbage")
+#: Where a row was delivered wrong: a read path's gather (plain, through the row cache, prefetched), the
+#: whole-table sweep, an engine's capture, or the reference read itself (found wrong by the evidence).
+STAGES = ("gather", "cache-miss", "cache-hit", "cache-pressure", "prefetch", "sweep", "capture", "reference")
+#: What decided a row's right bytes; ``buffered``: nothing did, the reference read stands.
+REFERENCES = (MANIFEST, PUBLISHED, AGREEMENT, "buffered")
 #: The most differing bytes of a row a ``garbage`` mismatch spells out bit by bit.
 FLIPS_SHOWN = 4
 #: Mismatches beyond the reporting cap are counted under this name instead of being classified.
@@ -56,45 +63,46 @@ HEX_WINDOW = 16
 MAX_HITS = 64
 
 
-@dataclass(frozen=True)
+@json_record(kw_only=False)
 class Filled:
     """One byte repeated over whole sectors of a row: absolute [offset, offset + length), sectors
     first..last (offset // 512), inclusive."""
 
-    byte: int
-    offset: int
-    length: int
+    byte: int = json_key(minimum=0, maximum=255)
+    offset: int = json_key(minimum=0)
+    length: int = json_key(minimum=1)
+    #: The first and last sector (offset // 512) it covers.
+    sectors: tuple[int, int] = json_key(init=False, minimum=0, array={"maxItems": 2})
 
-    @property
-    def sectors(self) -> tuple[int, int]:
-        return self.offset // SECTOR, (self.offset + self.length - 1) // SECTOR
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sectors", (self.offset // SECTOR, (self.offset + self.length - 1) // SECTOR))
 
     def to_json(self) -> dict[str, Any]:
-        return {"byte": self.byte, "offset": self.offset, "length": self.length, "sectors": list(self.sectors)}
+        return to_json(self)
 
 
-@dataclass(frozen=True)
+@json_record(kw_only=False)
 class Delivery:
     """Which deliveries of the row (``reference``, the read paths) held the same bytes, shown from the
     mismatch's first differing byte, and whether they are the row's right bytes."""
 
-    paths: tuple[str, ...]
-    shown: str
+    paths: tuple[str, ...] = json_key(values=("reference", *MODES))
+    shown: str = json_key(name="bytes")
     right: bool | None      # None: nothing decided which bytes are right
 
     def to_json(self) -> dict[str, Any]:
-        return {"paths": list(self.paths), "bytes": self.shown, "right": self.right}
+        return to_json(self)
 
 
-@dataclass(frozen=True)
+@json_record(kw_only=False)
 class RowPlace:
     """Where in a row a value sits: its block and (decoded) column."""
 
-    block: int
-    column: int
+    block: int = json_key(minimum=0)
+    column: int = json_key(minimum=0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"block": self.block, "column": self.column}
+        return to_json(self)
 
 
 def first_nonfinite(table: RowTable, values: np.ndarray | None) -> RowPlace | None:
@@ -108,49 +116,44 @@ def first_nonfinite(table: RowTable, values: np.ndarray | None) -> RowPlace | No
     return RowPlace(column // table.tensor.block_size, column)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class RowMismatch:
     """One row whose content from a read path (or capture) differs from the file."""
 
-    kind: str            # one of KINDS
-    mode: str            # buffered | mmap | direct | capture
-    stage: str           # gather | cache-miss | cache-hit | cache-pressure | prefetch | sweep | capture
+    JSON_DEF: ClassVar[str] = "row_mismatch"
+
+    kind: str = json_key(values=KINDS)
+    mode: str = json_key(values=(*MODES, "capture"))
+    stage: str = json_key(values=STAGES)
     file: str
     tensor: str
-    row: int
-    row_offset: int      # absolute offset of the row
-    length: int          # row bytes
-    byte: int            # first differing byte within the row (for values: the first byte of its block)
-    offset: int          # its absolute file offset
-    block: int
-    column: int
+    row: int = json_key(minimum=0)
+    row_offset: int = json_key(minimum=0)        # absolute offset of the row
+    length: int = json_key(minimum=0)            # row bytes
+    byte: int = json_key(minimum=0)              # first differing byte within the row (values: its block's first)
+    offset: int = json_key(minimum=0)            # its absolute file offset
+    block: int = json_key(minimum=0)
+    column: int = json_key(minimum=0)
     expected: str        # hex, from the first differing byte (raw bits of the value for decoded captures)
     actual: str
-    differing: int       # bytes (or values) that differ
+    differing: int = json_key(minimum=0)         # bytes (or values) that differ
+    #: What ``differing`` counts: bytes, or decoded values for a float capture.
+    unit: str = json_key(default="bytes", values=("bytes", "values"))
     expected_finite: bool | None
     actual_finite: bool | None
     #: The first NaN or Inf of the row delivered (None: it is finite, or does not decode).
     actual_nonfinite: RowPlace | None = None
-    other_row: int | None = None
-    other_offset: int | None = None
-    max_abs_diff: float | None = None
+    other_row: int | None = json_key(default=None, minimum=0)
+    other_offset: int | None = json_key(default=None, minimum=0)
+    max_abs_diff: float | None = json_key(default=None, minimum=0)
     detail: str = ""
-    unit: str = "bytes"  # what `differing` counts: bytes, or decoded values for a float capture
     filled: Filled | None = None
     #: What decided the row's right bytes (``expected``): manifest, agreement, or buffered (the reference read).
-    reference: str = "buffered"
+    reference: str = json_key(default="buffered", values=REFERENCES)
     delivered: tuple[Delivery, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "mode": self.mode, "stage": self.stage, "file": self.file, "tensor": self.tensor,
-                "row": self.row, "row_offset": self.row_offset, "length": self.length, "byte": self.byte,
-                "offset": self.offset, "block": self.block, "column": self.column, "expected": self.expected,
-                "actual": self.actual, "differing": self.differing, "unit": self.unit,
-                "expected_finite": self.expected_finite, "actual_finite": self.actual_finite,
-                "actual_nonfinite": None if self.actual_nonfinite is None else self.actual_nonfinite.to_json(),
-                "other_row": self.other_row, "other_offset": self.other_offset, "max_abs_diff": self.max_abs_diff,
-                "detail": self.detail, "filled": None if self.filled is None else self.filled.to_json(),
-                "reference": self.reference, "delivered": [d.to_json() for d in self.delivered]}
+        return to_json(self)
 
 
 class _Verdict(NamedTuple):

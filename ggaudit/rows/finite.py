@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..format.blocks import FP8_E4M3_ELEMENTS, layout_of
+from ..json_shape import json_key, json_record, to_json
 from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
 from ..scan.report import Finding
@@ -27,22 +28,24 @@ from ..scan.kernel import Acc, Options, Plan, scan_units
 CHUNK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@json_record(kw_only=False)
 class NonFiniteValue:
     """The first non-finite value of the selected rows (lowest row, then lowest offset)."""
 
-    kind: str           # nan, +inf, -inf
-    row: int
-    block: int
-    column: int
+    JSON_DEF: ClassVar[str] = "nonfinite_value"
+
+    kind: str = json_key(values=("nan", "+inf", "-inf"))
+    row: int = json_key(minimum=0)
+    block: int = json_key(minimum=0)
+    column: int = json_key(minimum=0)
     field: str          # the block field (d, dmin, e, ...) or "value" for float elements
-    offset: int         # absolute file offset of the field or element
-    bits: str           # its stored bits, 0x-prefixed hex
-    cause: str          # field (the stored value is non-finite) or overflow (a finite scale that overflows)
+    offset: int = json_key(minimum=0)            # absolute file offset of the field or element
+    bits: str = json_key(pattern="^0x[0-9a-f]+$")      # its stored bits, 0x-prefixed hex
+    #: field (the stored value is non-finite) or overflow (a finite scale that overflows)
+    cause: str = json_key(values=("field", "overflow"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "row": self.row, "block": self.block, "column": self.column, "field": self.field,
-                "offset": self.offset, "bits": self.bits, "cause": self.cause}
+        return to_json(self)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from .table import RowTable
 __all__ = ["CacheFactory", "ReadPathProgress", "ReaderFactory", "RowsOptions", "default_cache"]
 
 ReaderFactory = Callable[[str, str], Reader]
-#: Called as (read path, rows done, rows in all) after each batch or sweep chunk: :data:`ggaudit.io.Progress`
+#: Called as (read path, rows done, rows in all) after each batch or sweep chunk: :data:`ggaudit.io.fan_out.Progress`
 #: with the read path first, since each path's pass over the rows is counted from 0. A whole-file pass made
 #: for the published digest is named "MODE whole file" (:data:`ggaudit.rows.WHOLE_FILE`) and counts bytes.
 ReadPathProgress = Callable[[str, int, int], None]

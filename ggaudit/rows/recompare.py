@@ -25,7 +25,7 @@ from .far_search import far_sources
 from .gather import Sample, uniform
 from ..evidence.readers import ReadFailed, BufferedReader
 from .table import RowTable
-from .published_digest import Proof
+from .digest_proof import Proof
 from .row_decision import REFERENCE_READ, RowTruth, decide_row, published_truth
 from ..evidence.paths import source_of
 

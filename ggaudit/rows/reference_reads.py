@@ -10,13 +10,13 @@ they fit in :data:`KEPT_BYTES`; past that, only their xxh3-64 is kept and a late
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import xxhash
 
 from ..arrays import distinct
+from ..json_shape import json_key, json_record, to_json
 
 __all__ = ["KEPT_BYTES", "FirstReads", "Unstable"]
 
@@ -26,18 +26,26 @@ KEPT_BYTES = 64 << 20
 MAX_KEPT = 1000
 
 
-@dataclass(frozen=True, kw_only=True)
+def _hex64(digest: int) -> str:
+    return f"{digest:016x}"
+
+
+#: An xxh3-64 in the JSON: 16 hex digits.
+_HEX64 = {"type": "string", "pattern": "^[0-9a-f]{16}$"}
+
+
+@json_record
 class Unstable:
     """A reference read of *rows* rows from *row* (one, or a sweep's chunk) whose first read is not kept
     delivered other bytes than that first read: their xxh3-64s."""
 
-    row: int
-    rows: int = 1
-    first: int
-    later: int
+    row: int = json_key(minimum=0)
+    rows: int = json_key(default=1, minimum=1)
+    first: int = json_key(convert=_hex64, schema=_HEX64)
+    later: int = json_key(convert=_hex64, schema=_HEX64)
 
     def to_json(self) -> dict[str, Any]:
-        return {"row": self.row, "rows": self.rows, "first": f"{self.first:016x}", "later": f"{self.later:016x}"}
+        return to_json(self)
 
 
 class FirstReads:

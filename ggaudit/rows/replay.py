@@ -28,7 +28,7 @@ from ..format.blocks import GGMLQuantizationType
 from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..format.layout import Model, Tensor
 from ..stores.locate import Target, open_model, target_text
-from ..stores.published import PublishedDigest, given_sha256, published_digest
+from ..stores.published_digest import PublishedDigest, given_sha256, published_digest
 from ..arrays import distinct
 from . import MODES
 from ..evidence.readers import BufferedReader, DirectIOUnavailable, FailedRead, Reader, open_reader
@@ -41,7 +41,7 @@ from .reference_reads import FirstReads
 from .options import ReaderFactory, ReadPathProgress, RowsOptions, default_cache
 from .report import (CACHE_STAGES, CaptureResult, Exercised, Geometry, PathStats, ReadFailure, RowsReport,
                      ShortRead, geometry_of, rows_geometry, table_geometry)
-from .published_digest import Proof, prove_rows
+from .digest_proof import Proof, prove_rows
 from .recompare import RowGroups, Settled, name_far_sources, manifest_groups, settled
 from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
 from .select import (Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses, crossing_rows,
@@ -446,7 +446,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
 
     A mismatched row's right bytes are decided by *manifest* (a tensor manifest: the row group's digest)
     when given, else by agreement of independent read paths, else by the file's published digest (whole-file
-    reads through each path until one gives it: ggaudit.rows.published_digest), else the reference (buffered) read
+    reads through each path until one gives it: ggaudit.rows.digest_proof), else the reference (buffered) read
     stands; each mismatch says which decided (``reference``) and which paths delivered which bytes
     (``delivered``). The published digest is *published* (a sha256 as 64 hex digits, or a PublishedDigest),
     else what the store *model* names publishes of the table's file, else the sha256 its blob name gives.

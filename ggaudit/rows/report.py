@@ -1,6 +1,6 @@
 """What a replay of rows found, as data: the rows report (:class:`RowsReport`), its findings other than
 mismatched rows (short and failed reads), how each path's stages read, and the boundary geometry of the rows
-checked. Made by :func:`ggaudit.rows.replay.check_rows`; told in words by :mod:`ggaudit.rows.lines`."""
+checked. Made by :func:`ggaudit.rows.replay.check_rows`; told in words here and by :mod:`ggaudit.rows.wording`."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..diagnostic import Diagnostic
-from ..lines import is_elements
+from ..diagnostic import Artifact, Case, Diagnostic, Failure, Summary
+from ..page import Block, Cell, FactTable, Heading, Legend, RowLane, RowStrip, Span, Table
+from ..scan.report import CAUSE_OVERFLOW
+from ..escaping import escape, escape_path
+from ..wording import is_elements, plural, verb
 from .classify import KINDS, UNCLASSIFIED, RowMismatch
 from .finite import NonFiniteValue
-from .lines import (describe_read_failure, describe_row_mismatch, describe_short_read, describe_unstable,
-                    exercised_text, nonfinite_text)
+from .wording import describe_row_mismatch, describe_unstable, published_text
 from .reference_reads import Unstable
-from .published_digest import Proof
+from .digest_proof import Proof
 from ..evidence.readers import PAGE, SECTOR, WINDOW_64K, FailedRead
 from .select import RowChoice, crossing_mask, crossing_rows_of
 from .table import RowTable
@@ -285,6 +287,16 @@ class RowsReport:
                                    column=first.column, block=None if first.field == "value" else first.block,
                                    field=first.field)
 
+    # What every reporter reads (ggaudit.diagnostic.Report): the wording is below.
+    def summary(self, limit: int | None = None) -> Summary:
+        return _summary(self)
+
+    def cases(self) -> Iterator[Case]:
+        return _cases(self)
+
+    def page(self, limit: int | None = None) -> list[Block]:
+        return _page(self)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "file": self.file, "tensor": self.tensor,
@@ -326,3 +338,238 @@ def rows_geometry(table: RowTable, rows: np.ndarray, chunk: int = 1 << 20) -> Ge
     for i in range(0, rows.size, chunk):
         total = total + geometry_of(table.tensor.offset + rows[i:i + chunk] * table.row_bytes, table.row_bytes)
     return total
+
+# --- rows in words (RowsReport.summary, the diagnostics' messages) and as test cases ----------------------
+
+#: Where the reader interface and the factories that run an engine's own reader, cache and pool are documented.
+ENGINE_DOCS = "docs/rows.md#for-engine-developers"
+
+
+def describe_short_read(s: ShortRead) -> str:
+    return (f"short read: {s.mode} ({s.stage}) file {escape_path(s.file)}, offset {s.offset} (0x{s.offset:x}), "
+            f"asked {plural(s.requested, 'byte')}, got {s.returned}, not at end of file")
+
+
+def describe_read_failure(f: ReadFailure) -> str:
+    why = f.error or "no errno"
+    return (f"read error: {f.mode} ({f.stage}) file {escape_path(f.file)}, offset {f.offset} (0x{f.offset:x}), "
+            f"{plural(f.length, 'byte')}: {why}; that read's rows were not compared, the other reads went on")
+
+
+def finite_text(r: RowsReport) -> str:
+    """What the finiteness test found: the rows holding NaN or Inf, or that the rows tested hold none
+    ("" when no row was tested: a table of integers, or a replay stopped early)."""
+    if r.nonfinite_rows:
+        return nonfinite_text(r) + _untested(r)
+    if not r.finite_tested:
+        return _untested(r).removeprefix("; ")
+    n = r.finite_tested
+    if r.finite_untested:
+        return f"{plural(n, 'row')} tested {'is' if n == 1 else 'are'} finite in the file" + _untested(r)
+    return "the selected row is finite in the file" if n == 1 else f"the {n} selected rows are finite in the file"
+
+
+def _untested(r: RowsReport) -> str:
+    n = r.finite_untested
+    return f"; {plural(n, 'selected row')} not tested for NaN/Inf (their reads failed)" if n else ""
+
+
+def nonfinite_text(r: RowsReport) -> str:
+    f = r.first_nonfinite
+    rows = f"{r.nonfinite_rows} selected row{'s hold' if r.nonfinite_rows != 1 else ' holds'} non-finite values"
+    if f is None:
+        return rows
+    where = f"column {f.column}" if f.field == "value" else \
+        f"block {f.block}, column {f.column}, field {escape(f.field)}"
+    how = f"{f.bits} {f.kind}" + (", which overflows when decoded" if f.cause == CAUSE_OVERFLOW else "")
+    return f"{rows} (first: row {f.row}, {where} = {how}, offset {f.offset})"
+
+
+def exercised_text(e: Exercised) -> str:
+    """Whose row cache and buffer ring the cache and prefetch stages ran, in one sentence: ggaudit's own
+    show what correct ones deliver over these read paths, not what the engine's cache does; the caller's
+    (RowsOptions' cache_factory, pool_factory) are said to be the caller's."""
+    stages = ("the cache and prefetch stages" if "prefetch" in e.stages else "the cache stages") if e.cache \
+        else "the prefetch stage"
+    parts = ([("row cache", e.cache)] if e.cache else []) + [("buffer ring", e.buffer_ring)]
+    theirs = [name for name, owner in parts if owner == "caller"]
+    ours = [name for name, owner in parts if owner == "ggaudit"]
+    whose = " and ".join(([f"the caller's {' and '.join(theirs)}"] if theirs else [])
+                         + ([f"ggaudit's own {' and '.join(ours)}"] if ours else []))
+    if not ours:
+        return f"{stages} ran {whose}"
+    if theirs:
+        return f"{stages} ran {whose} (ggaudit's: what a correct one delivers, not the engine's)"
+    correct = "what correct ones deliver" if len(ours) > 1 else "what a correct one delivers"
+    return f"{stages} ran {whose}: {correct} over these read paths on this machine, not the engine's (to run " \
+           f"its own: {ENGINE_DOCS})"
+
+
+def _summary(r: RowsReport) -> Summary:
+    extra = {} if r.exercised is None else {"exercised": r.exercised.to_json()}   # only when those stages ran
+    if r.published is not None:     # only when the published digest was asked to decide disputed rows
+        extra["published"] = r.published.to_json()
+    counted = {"tensor": r.tensor, "mismatches": r.mismatch_count, "listed": len(r.mismatches),
+               "not_listed": r.mismatch_count - len(r.mismatches), "short_reads": r.short_read_count,
+               "short_reads_listed": len(r.short_reads), "nonfinite_rows": r.nonfinite_rows, **extra}
+    verdict = _result(r).removeprefix("result: ")
+    return Summary(headline=f"rows {escape_path(r.file)}, tensor {escape(r.tensor)}: {verdict}",
+                   lines=tuple(_lines(r)), files=(Artifact(path=r.file),), counted=counted,
+                   seconds=sum(s.seconds for s in r.stats), warnings=r.warnings)
+
+
+def _geometry(g: Geometry) -> str:
+    return f"4096-byte page {g.page}, 512-byte sector {g.sector}, 64 KiB {g.window_64k}"
+
+
+def _lines(r: RowsReport) -> list[str]:
+    lines = [f"file {escape_path(r.file)}",
+             f"tensor {escape(r.tensor)}: {r.ggml_type}, {plural(r.n_cols, 'column')}, {r.row_bytes}-byte rows, "
+             f"{plural(r.n_rows, 'row')} at offset {r.table_offset}",
+             f"rows: {r.rows_checked} ({escape(r.selection)}); crossing: {_geometry(r.geometry)}"]
+    for s in r.stats:
+        cache = (f", cache {plural(s.cache_hits, 'hit')} / {plural(s.cache_misses, 'miss', 'misses')} / "
+                 f"{plural(s.cache_evictions, 'eviction')}" if s.cache_hits or s.cache_misses else "")
+        lines.append(f"{s.mode} ({s.stage}): {plural(s.rows, 'row')}, {plural(s.reads, 'read')}, "
+                     f"{plural(s.bytes, 'byte')}, alignment {s.alignment} ({s.alignment_source}), "
+                     f"{plural(s.buffers, 'buffer')}{cache}, {s.seconds:.3f} s")
+    if r.exercised is not None:
+        lines.append(f"note: {r.exercised.text}")
+    if r.published is not None:
+        lines.append(f"published: {published_text(r.published)}")
+    lines.extend(f"warning: {w}" for w in r.warnings)
+    if r.capture is not None:
+        lines.append(_capture_line(r.capture))
+    # The mismatches and short reads kept; the rows holding NaN or Inf are said in the result line.
+    lines.extend(line for d in r.diagnostics() if d.kind != "rows/nonfinite" for line in d.lines)
+    lines.extend(_not_shown(r))
+    lines.append(_result(r))
+    return lines
+
+
+def _capture_line(c: CaptureResult) -> str:
+    diff = f", max abs diff {c.max_abs_diff:g}" if c.max_abs_diff is not None else ""
+    if c.kind == "decoded" and c.max_abs_diff is None and c.mismatched_rows:
+        diff = ", max abs diff unbounded (a NaN or Inf differs)"
+    return (f"capture {escape_path(c.file)}: {c.rows} {c.kind} {'row' if c.rows == 1 else 'rows'} "
+            f"({c.dtype}), {c.mismatched_rows} {verb(c.mismatched_rows)}{diff}")
+
+
+def _not_shown(r: RowsReport) -> Iterator[str]:
+    """How many of each sort of finding were counted beyond those kept."""
+    if r.mismatch_count > len(r.mismatches):
+        more = r.mismatch_count - len(r.mismatches)
+        yield f"... {plural(more, 'more mismatch', 'more mismatches')} not shown"
+    if r.short_read_count > len(r.short_reads):
+        yield f"... {plural(r.short_read_count - len(r.short_reads), 'more short read')} not shown"
+    if r.read_error_count > len(r.read_errors):
+        yield f"... {plural(r.read_error_count - len(r.read_errors), 'more read error')} not shown"
+    if r.unstable_count > len(r.unstable):
+        yield f"... {plural(r.unstable_count - len(r.unstable), 'more unstable read')} not shown"
+
+
+def _result(r: RowsReport) -> str:
+    """The verdict: what delivered the file's bytes (or how many did not), then whether the rows
+    themselves hold non-finite values."""
+    if not r.compared:
+        verdict = "nothing compared: every read path was skipped"
+    elif r.delivered:
+        verdict = _delivered(r)
+    else:
+        kinds = ", ".join(f"{k} {n}" for k, n in r.by_kind) or "none"
+        failed = f", {plural(r.read_error_count, 'failed read')}" if r.read_error_count else ""
+        failed += f", {plural(r.unstable_count, 'unstable read')}" if r.unstable_count else ""
+        verdict = (f"{plural(r.mismatch_count, 'mismatch', 'mismatches')} ({kinds}), "
+                   f"{plural(r.short_read_count, 'short read')}{failed}; mismatched rows crossing: "
+                   f"{_geometry(r.mismatch_geometry)}")
+    finite = finite_text(r) if r.compared else ""
+    verdict += f"; {finite}" if finite else ""
+    return f"result: {'clean: ' if r.ok and r.compared else ''}{verdict}"
+
+
+def _delivered(r: RowsReport) -> str:
+    if r.capture is None:
+        return "every path delivered the file's bytes"
+    if not r.stats:
+        rows = "its 1 row" if r.capture.rows == 1 else f"all {r.capture.rows} rows"
+        return f"the capture matched the file in {rows} (no read path run)"
+    return "every path and the capture delivered the file's bytes"
+
+
+def _cases(r: RowsReport) -> Iterator[Case]:
+    """A case per read path and stage that ran (and the capture), then the table's values."""
+    seconds: dict[tuple[str, str], float] = {}
+    for s in r.stats:
+        seconds[(s.mode, s.stage)] = seconds.get((s.mode, s.stage), 0.0) + s.seconds
+    if r.capture is not None:
+        seconds.setdefault(("capture", "capture"), 0.0)
+    by_path: dict[tuple[str, str], list[Diagnostic]] = {}
+    nonfinite: list[Diagnostic] = []
+    for d in r.diagnostics():      # mismatches and short reads name their read path and stage
+        if d.kind == "rows/nonfinite":
+            nonfinite.append(d)
+        else:
+            by_path.setdefault((d.extras["mode"], d.extras["stage"]), []).append(d)
+    group = f"{escape_path(r.file)}: {escape(r.tensor)}"
+    for key in dict.fromkeys([*seconds, *by_path]):
+        mode, stage = key
+        yield Case(group=group, name=mode if mode == stage else f"{mode} ({stage})", seconds=seconds.get(key, 0.0),
+                   failure=Failure.of(by_path[key]) if key in by_path else None)
+    yield Case(group=group, name="finite values", failure=Failure.of(nonfinite) if nonfinite else None)
+
+
+# --- rows on a page (RowsReport.page) ---------------------------------------------------------------------
+
+def _page(r: RowsReport) -> list[Block]:
+    facts = [("file", escape_path(r.file)), ("tensor", f"{escape(r.tensor)} ({r.ggml_type})"),
+             ("table", f"{r.n_rows} rows of {r.row_bytes} bytes ({r.n_cols} columns) at offset {r.table_offset}"),
+             ("rows checked", f"{r.rows_checked} ({escape(r.selection)})"),
+             ("compared", ", ".join(r.compared) or "nothing"),
+             ("mismatches", f"{r.mismatch_count} in rows; short reads {r.short_read_count}"),
+             ("rows holding NaN/Inf", _nonfinite_count(r))]
+    if r.exercised is not None:
+        facts.append(("cache and buffer ring", r.exercised.text))
+    if r.published is not None:
+        facts.append(("published digest", published_text(r.published)))
+    out: list[Block] = [Heading(text="Summary"), FactTable(rows=tuple(facts)), Heading(text="Rows"), _strip(r)]
+    if r.stats:
+        out += [Heading(text="Read paths"), Table(
+            head=("path", "stage", "rows", "reads", "bytes", "alignment", "seconds"),
+            rows=((Cell(text=s.mode), Cell(text=s.stage), Cell.number(s.rows), Cell.number(s.reads),
+                   Cell.number(s.bytes), Cell(text=f"{s.alignment} ({s.alignment_source})"),
+                   Cell(text=f"{s.seconds:.3f}", css="num")) for s in r.stats), total=len(r.stats), what="read paths")]
+    if r.mismatches:
+        out += [Heading(text="Mismatches"), Table(
+            head=("path", "stage", "row", "kind", "offset", "block", "column", "expected", "actual"),
+            rows=((Cell(text=m.mode), Cell(text=m.stage), Cell.number(m.row), Cell(text=m.kind), Cell.number(m.offset),
+                   Cell.number(m.block), Cell.number(m.column), Cell(text=escape(m.expected[:64]), css="mono"),
+                   Cell(text=escape(m.actual[:64]), css="mono")) for m in r.mismatches),
+            total=r.mismatch_count, what="mismatches")]
+    return out
+
+
+def _nonfinite_count(r: RowsReport) -> str:
+    """Of the rows tested for NaN and Inf: a 0 alone would read as tested and finite."""
+    untested = f"; {r.finite_untested} not tested (their reads failed)" if r.finite_untested else ""
+    if not r.finite_tested:
+        return "not tested" + untested
+    return f"{r.nonfinite_rows} of {r.finite_tested} tested{untested}"
+
+
+def _strip(r: RowsReport) -> RowStrip:
+    """The table's rows: those checked, those crossing a page or a sector, and each mismatching row."""
+    checked = r.checked_ranges
+    lanes = [RowLane(name="checked" if checked is not None else "checked (not located)", css="checked",
+                     what="checked", ranges=checked or ())]
+    for name, css, boundary in (("4096-byte page", "page", PAGE), ("512-byte sector", "sector", SECTOR)):
+        lanes.append(RowLane(name=f"crosses a {name}", css=css, what=f"some cross a {name}",
+                             pieces=r.crossing_rows(boundary)))
+    lanes.append(RowLane(name="mismatch", css="mismatch", what="mismatch"))
+    by_row: dict[int, list[str]] = {}
+    for m in r.mismatches:
+        by_row.setdefault(m.row, []).extend(describe_row_mismatch(m))
+    marks = tuple(Span(row, 1, "mismatch", "\n".join(text)) for row, text in sorted(by_row.items()))
+    legend = Legend(items=(("checked", "checked"), ("page", "crosses a 4096-byte page"),
+                           ("sector", "crosses a 512-byte sector"), ("mismatch", "mismatch")))
+    return RowStrip(n_rows=r.n_rows, lanes=tuple(lanes), marks=marks, label=f"rows of {escape(r.tensor)}",
+                    legend=legend)

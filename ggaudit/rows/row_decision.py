@@ -8,7 +8,7 @@ digest decides when one is given and one delivery matches it; else
 agreement of independent paths (a page-cache read and a direct read delivering the same bytes), or of every
 replay path (two or more) against the reference read alone; else nothing decides and the reference
 (buffered) read stands, with both explanations of what disagrees with it, until the file's published digest
-decides it (:mod:`ggaudit.rows.published_digest`: :func:`published_truth`).
+decides it (:mod:`ggaudit.rows.digest_proof`: :func:`published_truth`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..evidence.decide import AGREEMENT, MANIFEST, PUBLISHED, Reading, decide
 from ..evidence.paths import DEVICE, PAGE_CACHE, read_path
-from ..lines import joined
+from ..wording import joined
 
 __all__ = ["AGREEMENT", "BUFFERED", "MANIFEST", "PUBLISHED", "REFERENCE_READ", "RowTruth", "decide_row",
            "published_truth"]

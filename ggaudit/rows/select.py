@@ -11,13 +11,14 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 
-from .. import io as fileio
+from ..io import opening
 from ..errors import NothingChecked, ReadError, UsageError, check_arg
 from ..arrays import distinct
+from ..json_shape import json_key, json_record, to_json
 from ..untrusted import quote, shorten
 from ..evidence.readers import PAGE
 from .table import RowTable
@@ -175,7 +176,7 @@ MAX_RUNS = 256
 IDS_WIDTH = 60
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class RowChoice:
     """How the rows checked were chosen, as data; :attr:`description` says it in words.
 
@@ -186,12 +187,16 @@ class RowChoice:
     the capture's IDs were checked.
     """
 
-    n_rows: int
+    JSON_DEF: ClassVar[str] = "row_choice"
+    JSON_EXTRA: ClassVar[dict[str, Any]] = {
+        "description": "How the rows of a rows report were chosen, as data (selection says it in words)."}
+
+    n_rows: int = json_key(in_json=False)
     all_rows: bool = False
-    listed: tuple[tuple[int, int], ...] | None = None
+    listed: tuple[tuple[int, int], ...] | None = json_key(default=None, minimum=0)
     listed_complete: bool = True
-    random: int | None = None
-    seed: int | None = None
+    random: int | None = json_key(default=None, minimum=1)
+    seed: int | None = json_key(default=None, minimum=0)
     page_crossing: bool = False
     capture_ids: bool = False
 
@@ -224,10 +229,7 @@ class RowChoice:
         return self.listed if only_listed and self.listed_complete else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"all_rows": self.all_rows,
-                "listed": None if self.listed is None else [list(run) for run in self.listed],
-                "listed_complete": self.listed_complete, "random": self.random, "seed": self.seed,
-                "page_crossing": self.page_crossing, "capture_ids": self.capture_ids}
+        return to_json(self)
 
 
 @dataclass(frozen=True)
@@ -384,7 +386,7 @@ def load_capture(path: str, table: RowTable, names: tuple[str, str] | None = Non
     capture holds.
     """
     try:
-        fd, st = fileio.open_readonly(path)
+        fd, st = opening.open_readonly(path)
     except ReadError as err:
         raise UsageError(path, f"cannot read the capture: {err.message}") from None
     with open(fd, "rb") as f:

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import UsageError, check_arg, check_count, one_or_many
-from ..io import ALGORITHMS
+from ..io.hashing import ALGORITHMS
 from .kernel import Options
 
 __all__ = ["ScanOptions"]

@@ -18,7 +18,7 @@ share it:
   mapping raises SIGBUS, which kills only the worker; the broken pool becomes
   ``ReadError("file changed during scan")``.
 * streamed (small models): :class:`ScanConsumer` is a chunk consumer for
-  :func:`ggaudit.io.read_through`, so a scan can share one read pass with digest consumers.
+  :func:`ggaudit.io.fan_out.read_through`, so a scan can share one read pass with digest consumers.
   ``scan(..., hashes=("sha256",))`` does that: each file is read once, from its first byte to its
   last, and every chunk goes both to the hashers and to the scan (each in its own thread).
 """
@@ -37,20 +37,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import io
+from ..io import processes
 from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
-from ..io import ALGORITHMS, Progress, read_through
+from ..io.fan_out import Progress, read_through
+from ..io.hashing import ALGORITHMS
 from ..errors import NothingChecked, ReadError, UsageError, options_from
 from ..format.layout import GGUFFile, Model, Tensor
 from ..stores.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
-from ..format.consistency import MetadataFinding, check_metadata
+from ..format.consistency import check_metadata
+from ..format.metadata_finding import MetadataFinding
 from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, ScaleHistogram, ScanReport,
                      ScanStats, TensorScan, WholeFileDigests)
 from .histogram import histogram_of
 from .kernel import Acc, Options, Plan, by_file, count_expert, deep_supported, scan_units, settle_anomalies
 from .options import ScanOptions
-from ..text import escape
+from ..escaping import escape
 
 if TYPE_CHECKING:   # jinja2 loads only for a model with a chat template
     from ..format.templates import TemplateFinding
@@ -84,7 +86,7 @@ class _Stopped(Exception):
 class ScanConsumer:
     """Scans the tensors of one file as its bytes stream past (``update(offset, data)``).
 
-    Usable with :func:`ggaudit.io.read_through` beside digest consumers, so one read pass can
+    Usable with :func:`ggaudit.io.fan_out.read_through` beside digest consumers, so one read pass can
     both hash a file and scan it. Chunks may cut blocks anywhere: a partial block is carried over.
     """
 
@@ -417,7 +419,7 @@ def _run_mapped(plans: Sequence[Plan], opts: Options, files: Sequence[GGUFFile],
 def _workers(workers: int | None, total: int) -> int:
     if workers is not None:
         return workers
-    cores = io.available_cores()
+    cores = processes.available_cores()
     # One worker on one core only adds a process between the file and the scan.
     return min(2, cores) if total >= AUTO_WORKERS_MIN_BYTES and cores > 1 else 0
 

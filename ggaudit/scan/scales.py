@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import io
+from ..io import opening, positioned
 from ..format.affine import block_values
 from ..format.blocks import Encoding, FloatField, decode_bits, field_bits
 from .anomalies import (CANDIDATE_THRESHOLD, CENTERING_THRESHOLD, COLLECT_MAX_BLOCKS, EXTREMES, GAP_DOWN,
@@ -55,7 +55,7 @@ def fit_plans(plans: Sequence[Plan]) -> list[Plan]:
             if plan.units > COLLECT_MAX_BLOCKS:
                 fd = fds.get(plan.path)
                 if fd is None:
-                    fd = fds[plan.path] = io.open_fd(plan.path)
+                    fd = fds[plan.path] = opening.open_fd(plan.path)
                 models = _fit(plan, models, fd)
             out.append(dataclasses.replace(plan, anomaly=models))
     finally:
@@ -87,7 +87,7 @@ def _fit(plan: Plan, models: tuple[GroupModel, ...], fd: int) -> tuple[GroupMode
     pieces: list[np.ndarray] = []
     for first, rows in _sample_rows(plan.units // per_row):
         buf = np.empty(rows * per_row * bb, np.uint8)
-        io.pread_exact(fd, plan.path, buf.data, plan.offset + first * per_row * bb)
+        positioned.pread_exact(fd, plan.path, buf.data, plan.offset + first * per_row * bb)
         pieces.append(buf)
     data = np.concatenate(pieces)
     n = len(data) // bb
@@ -152,11 +152,11 @@ def _read_blocks(plan: Plan, units: list[int]) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     if not units:
         return out
-    fd = io.open_fd(plan.path)
+    fd = opening.open_fd(plan.path)
     try:
         for unit in units:
             buf = np.empty(bb, np.uint8)
-            io.pread_exact(fd, plan.path, buf.data, plan.offset + unit * bb)
+            positioned.pread_exact(fd, plan.path, buf.data, plan.offset + unit * bb)
             out[unit] = buf
     finally:
         os.close(fd)

@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import io
+from ..io import advice, opening, processes
 from ..errors import ReadError
-from ..io import FileIdentity
+from ..io.identity import FileIdentity
 from ..format.layout import GGUFFile
 from .kernel import Acc, Options, Plan, by_file, scan_units, settle_anomalies
 
@@ -121,7 +121,7 @@ def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
     Float elements are mapped too: reading them into a buffer (a copy) measured dearer here than the
     mapping's page faults.
     """
-    fd = io.open_fd(task.path)
+    fd = opening.open_fd(task.path)
     try:
         st = os.fstat(fd)
         if not task.identity.same_file(st) or st.st_size < task.end:
@@ -135,7 +135,7 @@ def run_task(task: Task, opts: Options) -> list[tuple[int, Acc]]:
                             offset=task.start) from None
     finally:
         os.close(fd)
-    io.advise_mapping(mm)
+    advice.advise_mapping(mm)
     try:
         return scan_pieces(task, opts, mm, base)
     finally:
@@ -167,10 +167,10 @@ def _worker_init(parent_pid: int) -> None:
     # Ctrl-C goes to the whole process group: the parent decides, and kills the workers. A forked
     # worker also inherited the parent's handlers for SIGTERM and SIGHUP: back to the default.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    io.unblock_sigint()      # held back while the parent started this worker (see _drive)
+    processes.unblock_sigint()      # held back while the parent started this worker (see _drive)
     for signum in _TERMINATION_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
-    io.die_with_parent(parent_pid)
+    processes.die_with_parent(parent_pid)
     _watch_parent()
 
 
@@ -383,7 +383,7 @@ class _StopOnSignals:
         iteration", a traceback on stderr)."""
         self._deferring = True
         try:
-            with io.SigintBlocked():
+            with processes.SigintBlocked():
                 yield
         finally:
             self._deferring = False

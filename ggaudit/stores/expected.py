@@ -8,9 +8,9 @@ and expectations that disagree are all kept (:func:`conflicts` finds them; decid
 verify reports of a file before reading a byte of it (a link out, a blob name that is no digest, a shard
 missing) is a :class:`Problem` of the same kind and words.
 
-Each store lists its files as :class:`StoreEntry` objects in its own order, the order verify walks them;
-:func:`by_file` groups them by file for check. Reads descriptions (manifests, metadata, listings), never a
-model's bytes.
+Each store lists its files as :class:`~.listing.StoreEntry` objects in its own order, the order verify
+walks them (the types are :mod:`.listing`'s, here too); :func:`by_file` groups them by file for check.
+Reads descriptions (manifests, metadata, listings), never a model's bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import UsageError
 from ..untrusted import quote
+from .listing import WARNING, Expected, Problem, StoreEntry
 from .small_files import HEX64
 from .sums import SumsEntry, read_sums
 
@@ -40,39 +41,11 @@ __all__ = ["BLOB_NAME", "GIVEN", "NAMED", "SOURCES", "STALE", "STORE", "SUMS", "
 #: file (``--sums``), the user (``--sha256``).
 STORE, NAMED, SUMS, GIVEN = "store", "blob-name", "sums", "given"
 SOURCES = (STORE, NAMED, SUMS, GIVEN)
-#: A :class:`Problem` verify says as a warning, not a mismatch (a file without download metadata): no finding.
-WARNING = "warning"
 #: The note of an etag kept for a file modified after its download (verify's warning says it so).
 STALE = "modified after it was downloaded (mtime later than its download metadata)"
 #: A content-addressed blob's name (Ollama's ``sha256-<hex>``, the older ``sha256:<hex>``, Hugging Face's
 #: ``<hex>``): the sha256 it promises.
 BLOB_NAME = re.compile(r"(?:sha256[-:])?([0-9a-fA-F]{64})")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Expected:
-    """One digest a whole file should have, from one source: ``algorithm`` (sha256, md5, git-sha1),
-    ``digest`` (lowercase hex), ``source`` (one of :data:`SOURCES`), ``what`` it is in words (``the
-    checksum file's line 3``), ``note``: what qualifies it in words (:data:`STALE`), and ``size``: the
-    size the source gives (an Ollama layer's, GPT4All's list's), else None."""
-
-    algorithm: str
-    digest: str
-    source: str
-    what: str
-    note: str | None = None
-    size: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Problem:
-    """What a store says is wrong with a file before any byte is read, as verify says it: ``kind`` (verify's
-    Mismatch kind for it: "link", "missing", "orphan"; :data:`WARNING` for what verify only warns of),
-    ``subject`` (the file as the store names it: untrusted text) and ``detail`` in words."""
-
-    kind: str
-    subject: str
-    detail: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,20 +55,6 @@ class FileExpectations:
     path: str
     expected: tuple[Expected, ...]
     problems: tuple[Problem, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class StoreEntry:
-    """One file as a store lists it, in the store's order (verify reports each: a layer, a snapshot's link):
-    ``path`` as the store gives it, ``subject`` what verify names it by, ``read`` the file whose bytes are
-    checked (a snapshot link's blob, else ``path``), and what the store says of it (neither: only its
-    structure can be checked)."""
-
-    path: str
-    subject: str
-    read: str
-    expected: Expected | None = None
-    problem: Problem | None = None
 
 
 def file_key(path: str | os.PathLike[str]) -> str:

@@ -12,11 +12,12 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..errors import ManifestError
 from ..untrusted import confine, quote, real, shorten
-from .expected import STORE, Expected, StoreEntry
+from .expected import STORE
+from .listing import Expected, StoreEntry, StoreListing
 from .small_files import is_count, load_json
 from .lmstudio import GGUFFolder, folder_entries, folder_model_files, gguf_folder, model_of
 from .ollama import home_folder
@@ -130,6 +131,22 @@ class GPT4AllStore(Store, prefix="gpt4all"):
 
     def entries(self) -> list[StoreEntry]:
         return gpt4all_entries(self.expectations())
+
+    def listing(self) -> StoreListing:
+        """A file the model list describes against that size and md5; any other GGUF for structure, as LM
+        Studio's; and, without a list, a warning that no digest was checked."""
+        found = self.expectations()
+        unlisted = () if found.listing is not None else (
+            f"no model list ({', '.join(LIST_NAMES)}) in {os.fspath(found.folder.root)}: structure checked, "
+            "no digests",)
+        return StoreListing(subject=os.fspath(found.folder.root) + (f" {self.name}" if self.name else ""),
+                       kind="gpt4all", items=tuple(gpt4all_entries(found)), empty="the folder holds no GGUF file",
+                       warnings=unlisted)
+
+    def redownload(self, damaged: Sequence[str]) -> str:
+        names = ", ".join(os.path.basename(path) for path in damaged)
+        return (f"the download is damaged: with GPT4All closed, delete {names} from its download folder, then "
+                "download it again in GPT4All (Models, `+ Add Model`, search, `Download`)")
 
     def model_files(self) -> list[str]:
         return folder_model_files(self.expectations().folder, str(self), "name one as gpt4all:FILE")

@@ -12,12 +12,14 @@ import logging
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ManifestError
 from ..untrusted import OUTSIDE, confine, quote, real
-from .expected import STALE, STORE, WARNING, Expected, Problem, StoreEntry
+from .expected import STALE, STORE, file_key
+from .listing import WARNING, Expected, Problem, StoreEntry, StoreListing, leftovers
 from .registry import Store, is_projector, one_model, opens_a_model
 from .small_files import HEX64, read_text
 
@@ -153,6 +155,14 @@ def hf_local_entries(download: LocalDownload) -> list[StoreEntry]:
     return entries
 
 
+def _local_empty(download: LocalDownload) -> str:
+    """Why a ``--local-dir`` folder checked nothing, in words."""
+    if not download.files:
+        return "the folder holds no downloaded file"
+    count = len(download.files)
+    return f"none of its {count} file{'s' if count > 1 else ''} has download metadata giving a digest"
+
+
 class HFLocalStore(Store, prefix="hf-local"):
     """``hf-local:DIR``: a ``huggingface-cli download --local-dir DIR`` folder, its files checked by the
     digests its download metadata keeps."""
@@ -162,6 +172,20 @@ class HFLocalStore(Store, prefix="hf-local"):
 
     def entries(self) -> list[StoreEntry]:
         return hf_local_entries(self.expectations())
+
+    def listing(self) -> StoreListing:
+        """Each file against the etag of its download metadata (one without: a warning), then the leftovers
+        of interrupted downloads."""
+        download = self.expectations()
+        return StoreListing(subject=os.fspath(self.name), kind="hf-local", items=tuple(hf_local_entries(download)),
+                            empty=_local_empty(download), warnings=leftovers(download.incomplete))
+
+    def redownload(self, damaged: Sequence[str]) -> str:
+        download = self.expectations()
+        repo = {file_key(f.path): f.name for f in download.files}     # as the repository names them
+        names = " ".join(repo.get(file_key(path), os.path.basename(path)) for path in damaged)
+        return (f"the download is damaged: download it again into its folder, replacing the copy: `hf download "
+                f"REPO {names} --force-download --local-dir {download.folder}` (REPO: the repository it came from)")
 
     def model_files(self) -> list[str]:
         files = self.expectations().files

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real
-from .expected import Expected, Problem, StoreEntry
+from .listing import Expected, Problem, StoreEntry, StoreListing
 from .ollama import home_folder
 from .registry import Store, is_projector, one_model, opens_a_model
 
@@ -182,6 +182,13 @@ class LMStudioStore(Store, prefix="lmstudio"):
     def entries(self) -> list[StoreEntry]:
         """No digest: only what is wrong before a byte is read (a link out, a shard missing)."""
         return folder_entries(self.expectations())
+
+    def listing(self) -> StoreListing:
+        """Each GGUF checked for structure: the header parses and the file holds every tensor's data; and
+        each split set for its shards."""
+        folder = self.expectations()
+        return StoreListing(subject=os.fspath(folder.root) + (f" {self.name}" if self.name else ""), kind="lmstudio",
+                       items=tuple(folder_entries(folder)), empty="the folder holds no GGUF file")
 
     def model_files(self) -> list[str]:
         return folder_model_files(self.expectations(), str(self), "open one by its path")

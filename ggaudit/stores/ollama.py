@@ -9,14 +9,15 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 
-from ..errors import ManifestError, UsageError
+from ..errors import ManifestError, NothingChecked, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
-from .expected import STORE, Expected, Problem, StoreEntry
-from .registry import Roots, Store
+from .expected import BLOB_NAME, STORE
+from .listing import ORPHAN, Expected, Problem, Said, StoreEntry, StoreListing
+from .registry import Part, Roots, Store
 from .small_files import HEX64, is_count, load_json
 
 log = logging.getLogger(__name__)
@@ -314,29 +315,50 @@ def _layer_what(layer: OllamaLayer) -> str:
     return f"the Ollama manifest's digest of its {layer.subject} layer"
 
 
+#: An Ollama manifest whose ``layers`` is empty: what verify says of it.
+_NO_LAYERS = "model {name} lists no layers"
+
+
+def _partials(store: Path, ours: set[str], whose: str) -> tuple[str, ...]:
+    """A warning for each stray partial download of the store, saying so of one of ``ours`` (digests)."""
+    said = []
+    for partial in ollama_partial_files(store):
+        digest = BLOB_NAME.match(partial.name)     # sha256-<hex>-partial: the name starts as a blob's
+        mine = f" (a blob of {whose})" if digest and digest[1].lower() in ours else ""
+        said.append(f"stray partial download: {os.fspath(partial)}{mine}")
+    return tuple(said)
+
+
 def ollama_orphans(store: Path, referenced: set[str]) -> list[StoreEntry]:
     """Each blob of the store that no manifest names (*referenced*: the digests the manifests name)."""
-    said = Problem(kind="orphan", subject="blob", detail="no manifest of the store names this blob")
+    said = Problem(kind=ORPHAN, subject="blob", detail="no manifest of the store names this blob")
     return [StoreEntry(path=os.fspath(path), subject="blob", read=os.fspath(path), problem=said)
             for digest, path in ollama_blobs(store).items() if digest not in referenced]
 
 
 class OllamaStore(Store, prefix="ollama"):
     """``ollama:NAME`` (one model: its manifest's layers, each blob checked by its sha256 and size) or
-    ``ollama:*`` (every model of the store, and the blobs no manifest names); ``roots.store``: the store."""
+    ``ollama:*`` (every model of the store, and the blobs no manifest names); ``roots.store``: the store.
 
-    #: The name that stands for every model of the store.
+    ``partials``: a model's check warns of the store's stray partial downloads; ``layers``: ``ollama:*``
+    checks the layers of every model. Both are left off for the targets of ``ollama:*`` on a command line
+    (:meth:`each_model`): each model is its own target, and the store's own says the rest once."""
+
     EVERY_MODEL = "*"
+    #: The kind of the report of ``ollama:*``'s search of the whole store (its blobs no manifest names).
+    WHOLE_STORE = "ollama-store"
+    OTHER_REPORT_KINDS = (WHOLE_STORE,)
 
-    @property
-    def every_model(self) -> bool:
-        return self.name == self.EVERY_MODEL
+    def __init__(self, name: str, roots: Roots, *, partials: bool = True, layers: bool = True) -> None:
+        super().__init__(name, roots)
+        self.partials = partials
+        self.layers = layers
 
     def expectations(self) -> OllamaManifest:
-        """The model's manifest: its layers' digests and sizes (for ``ollama:*``, :meth:`listing`)."""
+        """The model's manifest: its layers' digests and sizes (for ``ollama:*``, :meth:`models`)."""
         return read_ollama_manifest(self.name, self.roots.store)
 
-    def listing(self) -> OllamaStoreListing:
+    def models(self) -> OllamaStoreListing:
         return list_ollama_models(self.roots.store)
 
     def entries(self) -> list[StoreEntry]:
@@ -344,18 +366,70 @@ class OllamaStore(Store, prefix="ollama"):
         layers (subjects after its name), then the orphans."""
         if not self.every_model:
             return ollama_entries(self.expectations())
-        listing = self.listing()
-        entries: list[StoreEntry] = []
+        return self.listing().entries()
+
+    def listing(self) -> StoreListing:
+        """Every layer (of any kind: model, projector, tensor, draft, ...) and the config of the model:
+        present, right size, right sha256; a model without an ``image.model`` layer is checked by the layers
+        it has, and one listing no layer is NothingChecked (its config alone is no model). For ``ollama:*``,
+        :meth:`_whole_store`."""
+        if self.every_model:
+            return self._whole_store()
+        manifest = self.expectations()
+        if not manifest.layers:
+            raise NothingChecked(manifest.path, f"{_NO_LAYERS.format(name=manifest.name)}; nothing was checked")
+        ours = {layer.digest for layer in manifest.blobs}
+        return StoreListing(subject=str(manifest.name), kind="ollama", items=tuple(ollama_entries(manifest)),
+                       empty="its manifest names no blob",
+                       warnings=_partials(manifest.store, ours, "this model") if self.partials else ())
+
+    def _whole_store(self) -> StoreListing:
+        """Every layer of every model (subjects begin with the model's name), and each blob no manifest names,
+        an orphan. A manifest that cannot be read is a warning (its blobs may then be listed as orphans);
+        stray partial downloads too; and a manifest listing no layer. A store in which no model lists
+        layers (and, without ``layers``, that holds no blob to search for orphans) checked nothing."""
+        listing = self.models()
+        items: list[StoreEntry | Said] = [Said(skipped) for skipped in listing.skipped]
         referenced: set[str] = set()
+        models = 0      # with layers: each is checked (here, or as its own target of ollama:*)
         for name in listing.names:
             try:
                 manifest = read_ollama_manifest(name, listing.store)
-            except ManifestError:       # verify warns of it; its blobs then show as orphans
+            except ManifestError as err:
+                items.append(Said(f"manifest of {name} unreadable, its blobs may show as orphans: {err}"))
                 continue
             referenced.update(layer.digest for layer in manifest.blobs)
-            if manifest.layers:
-                entries += ollama_entries(manifest, f"{name}: ")
-        return entries + ollama_orphans(listing.store, referenced)
+            if not manifest.layers:     # without layers, the model's own target says so
+                if self.layers:
+                    items.append(Said(f"{_NO_LAYERS.format(name=name)}: nothing of it checked"))
+                continue
+            models += 1
+            if self.layers:
+                items.extend(ollama_entries(manifest, prefix=f"{name}: "))
+        items.extend(ollama_orphans(listing.store, referenced))
+        # Without layers (ollama:* on the command line: each model is its own target) the store's own check
+        # is the search for orphans; with them, that search alone is no check of a model.
+        blobs = len(ollama_blobs(listing.store))
+        empty = "no model of the store lists layers" if listing.names or blobs else \
+            "the store holds no model and no blob"
+        return StoreListing(subject=os.fspath(listing.store), kind=self.WHOLE_STORE, items=tuple(items), empty=empty,
+                       warnings=_partials(listing.store, referenced, "a model"),
+                       looked_at=models + (0 if self.layers else blobs))
+
+    def each_model(self) -> list[Part]:
+        """For ``ollama:*``: each model, then the store's own search for orphans (which reads no blob)."""
+        if not self.every_model:
+            return super().each_model()
+        listing = self.models()
+        return [*(Part(self.prefix + str(name), OllamaStore(str(name), self.roots, partials=False))
+                  for name in listing.names),
+                Part(os.fspath(listing.store), OllamaStore(self.EVERY_MODEL, self.roots, layers=False), reads=False)]
+
+    def redownload(self, damaged: Sequence[str]) -> str:
+        blobs = ", ".join(os.path.basename(path) for path in damaged)
+        return (f"the download is damaged: `ollama pull` alone keeps a blob that is already there, so delete the "
+                f"damaged blob file ({blobs}, in the store's blobs folder) with Ollama stopped, or `ollama rm` every "
+                f"model that uses it, then `ollama pull {self.name}`")
 
     def model_files(self) -> list[str]:
         """The blob of the model layer, then the projector's if the model has one."""
@@ -382,7 +456,7 @@ class OllamaStore(Store, prefix="ollama"):
 
     def input_files(self) -> list[str]:
         if self.every_model:
-            listing = self.listing()
+            listing = self.models()
             return [os.fspath(n.manifest_path(listing.store)) for n in listing.names] + \
                 [os.fspath(blob) for blob in ollama_blobs(listing.store).values()]
         manifest = self.expectations()

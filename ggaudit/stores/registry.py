@@ -1,38 +1,29 @@
 """The stores, one class each, registered by the prefix that names them (``ollama:NAME``): a new store is
-one subclass of :class:`Store`, ``class X(Store, prefix="x")``, and one line in :data:`STORE_MODULES` (its
-module, imported when a name of it is first looked up), and every command takes its names.
+one module of this package named for its prefix (``hf-local:`` is ``hf_local.py``) defining one subclass of
+:class:`Store`, ``class X(Store, prefix="x")``; it is imported when a name of its prefix is first looked up
+(:func:`store_class`), and every command takes its names.
 
-A store offers (a) the GGUF files a name stands for, for the commands that open a model, and (b) what it
-keeps of them to check against (digests, sizes, the layout of its folders: :meth:`Store.entries`), for
-``verify``, whose walkers check that data, and ``check``, which looks it up by file. It reads descriptions
-(manifests, metadata, folder listings), never a model's bytes.
+A store offers (a) the GGUF files a name stands for, for the commands that open a model, (b) what it keeps
+of them to check against (digests, sizes, the layout of its folders: :meth:`Store.entries`), which ``check``
+looks up by file, and (c) what ``verify`` checks of the name, in order, as data (:meth:`Store.listing`, a
+:class:`~.listing.StoreListing` that verify's one walker checks). It reads descriptions (manifests, metadata,
+folder listings), never a model's bytes.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import pkgutil
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ..errors import UsageError
 from ..untrusted import quote
-
-if TYPE_CHECKING:
-    from .expected import StoreEntry
-
-#: Every store's prefix and the module that defines its class, imported when a name with that prefix is
-#: first looked up, so a plain path loads no store. A store class registers only a prefix listed here, by
-#: the module listed (tests/test_store_registry.py checks the table against the classes).
-STORE_MODULES: dict[str, str] = {
-    "gpt4all:": "ggaudit.stores.gpt4all",
-    "hf-local:": "ggaudit.stores.hf_local",
-    "hf:": "ggaudit.stores.hf_cache",
-    "lmstudio:": "ggaudit.stores.lmstudio",
-    "ollama:": "ggaudit.stores.ollama",
-}
+from .listing import StoreEntry, StoreListing
 
 
 @dataclass(frozen=True)
@@ -48,8 +39,14 @@ class Store:
     """What one name of a store (the text after its prefix) stands for; subclasses register by prefix."""
 
     prefix: ClassVar[str]
-    #: Every store class by its prefix, the colon included (``ollama:``).
+    #: Every store class imported so far, by its prefix, the colon included (``ollama:``).
     registered: ClassVar[dict[str, type[Store]]] = {}
+    #: The name that stands for every model of the store (Ollama's ``*``), if it has one: a command line
+    #: verifies each model as its own target (:meth:`each_model`).
+    EVERY_MODEL: ClassVar[str | None] = None
+    #: The kinds of the verify reports of this store's names (its listings' ``kind``), besides its prefix's
+    #: name (``ollama``): the JSON Schema's enum of verify kinds is every store's.
+    OTHER_REPORT_KINDS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, *, prefix: str, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -58,8 +55,9 @@ class Store:
             raise TypeError(f"store prefix {prefix!r} is not a name of two or more letters, digits or -")
         if key in Store.registered:
             raise TypeError(f"store prefix {key} is taken by {Store.registered[key].__qualname__}")
-        if STORE_MODULES.get(key) != cls.__module__:
-            raise TypeError(f"store prefix {key} of {cls.__module__} is not in STORE_MODULES: list it there")
+        if cls.__module__ != store_module(key):
+            raise TypeError(f"store prefix {key} of {cls.__module__} is not in the module named for it, "
+                            f"{store_module(key)}: define it there")
         cls.prefix = key
         Store.registered[key] = cls
 
@@ -84,15 +82,43 @@ class Store:
     def entries(self) -> list[StoreEntry]:
         """What the store keeps of each file of the name, in its own order (the order ``verify`` reports
         them): the digests and sizes to check it against, or what is wrong with it before a byte is read
-        (:class:`~ggaudit.stores.expected.StoreEntry`). ``check`` looks them up by file
-        (:func:`~ggaudit.stores.expected.store_expectations`): one listing, so the two cannot disagree. A
-        store that keeps nothing of its files lists none."""
+        (:class:`~.listing.StoreEntry`). ``check`` looks them up by file
+        (:func:`~ggaudit.stores.expected.store_expectations`); they are the files of :meth:`listing`, so the
+        two cannot disagree. A store that keeps nothing of its files lists none."""
         return []
+
+    def listing(self) -> StoreListing:
+        """What ``verify`` checks of the name, in the order it reports it: the entries, the warnings said
+        among and after them, the report's subject and kind, what an empty one held. ManifestError when
+        what describes the name is missing or malformed; NothingChecked when the store can tell already
+        that nothing would be checked (an Ollama manifest listing no layer)."""
+        raise NotImplementedError
+
+    @property
+    def every_model(self) -> bool:
+        """Whether the name stands for every model of the store (:data:`EVERY_MODEL`)."""
+        return self.EVERY_MODEL is not None and self.name == self.EVERY_MODEL
+
+    def each_model(self) -> list[Part]:
+        """The targets a command line verifies, one report each, for a name standing for every model: one
+        per model, then the store's own (what no model holds); just the name itself for any other."""
+        return [Part(str(self), self)]
+
+    def redownload(self, damaged: Sequence[str]) -> str | None:
+        """The next step, in words, for the files at ``damaged`` (of this name) that differ from what was
+        published: how this store downloads them again, replacing its copy; None where the store has no
+        way of its own (``check`` then says the general one)."""
+        return None
 
     def input_files(self) -> list[str]:
         """Every file a ``verify`` of the name reads, listed without reading any model: the expectations'
         files and the files they name."""
         raise NotImplementedError
+
+    @classmethod
+    def report_kinds(cls) -> tuple[str, ...]:
+        """The kinds its verify reports have: its prefix's name (``hf-local``), then :data:`OTHER_REPORT_KINDS`."""
+        return (cls.prefix.removesuffix(":"), *cls.OTHER_REPORT_KINDS)
 
     @classmethod
     def holds(cls, name: str, roots: Roots) -> bool:
@@ -101,21 +127,43 @@ class Store:
         return False
 
 
+@dataclass(frozen=True)
+class Part:
+    """One target of a name that stands for every model of its store (:meth:`Store.each_model`): ``label``,
+    what the run calls it; ``store``, what is verified; ``reads``: whether its check reads any file's bytes
+    (the store's own search for orphans reads none, so no digest cache is opened for it)."""
+
+    label: str
+    store: Store
+    reads: bool = True
+
+
 _PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]*:")
 _LEADING_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9-]+:")
 
 
+def store_module(prefix: str) -> str:
+    """The module a store of ``prefix`` is defined in, by its name: ``hf-local:`` is ``ggaudit.stores.hf_local``."""
+    return f"{__package__}.{prefix.removesuffix(':').replace('-', '_')}"
+
+
 def known_prefixes() -> list[str]:
-    return sorted(STORE_MODULES)
+    """Every store's prefix: each module of the package is imported, to find the classes (for the words of
+    an error, a name that is no file: never for a path that is one)."""
+    for module in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
+        importlib.import_module(f"{__package__}.{module.name}")
+    return sorted(Store.registered)
 
 
 def store_class(prefix: str) -> type[Store] | None:
-    """The store class of ``prefix`` (``ollama:``), its module imported on first use; None if none has it."""
-    module = STORE_MODULES.get(prefix)
-    if module is None:
-        return None
-    importlib.import_module(module)
-    return Store.registered[prefix]
+    """The store class of ``prefix`` (``ollama:``), the module named for it imported on first use; None if
+    there is no such module, or it registers no store of that prefix (``sums:``: a module, no store)."""
+    if prefix not in Store.registered:
+        module = store_module(prefix)
+        if not _LEADING_PREFIX.fullmatch(prefix) or importlib.util.find_spec(module) is None:
+            return None
+        importlib.import_module(module)
+    return Store.registered.get(prefix)
 
 
 def find_store(text: str, roots: Roots, field: str = "model") -> Store | None:
@@ -133,6 +181,18 @@ def find_store(text: str, roots: Roots, field: str = "model") -> Store | None:
     refuse_unknown_name(text, roots)
     raise UsageError(None, f"{quote(text)} is no file, and {quote(leading.group())} is no store prefix; the "
                            f"prefixes are {', '.join(known_prefixes())}", field=field)
+
+
+def every_model_store(text: str, roots: Roots) -> Store | None:
+    """The store ``text`` names when it names every model of it (``ollama:*``), else None; never an error
+    (what the name is otherwise is its check's to say)."""
+    leading = _LEADING_PREFIX.match(text)
+    if leading is None:
+        return None
+    store = store_class(leading.group())
+    if store is None or store.EVERY_MODEL is None or text[leading.end():] != store.EVERY_MODEL:
+        return None
+    return store(store.EVERY_MODEL, roots)
 
 
 def refuse_unknown_name(text: str, roots: Roots) -> None:

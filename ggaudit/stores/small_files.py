@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from .. import io
+from ..io import opening
 from ..errors import ManifestError
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,9 @@ def read_text(path: Path, what: str) -> str:
 
 def _open(path: Path, what: str) -> int:
     try:
-        return io.open_fd(path)
+        return opening.open_fd(path)
     except OSError as err:
-        reason = io.open_error(path, err).message   # Windows refuses a folder with EACCES: says so
+        reason = opening.open_error(path, err).message   # Windows refuses a folder with EACCES: says so
         raise ManifestError(path, f"{what} {reason}" if reason == "is a directory"
                             else f"cannot open {what}: {err.strerror or err}") from None
 

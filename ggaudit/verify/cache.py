@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..io import WINDOWS
+from ..io.system import WINDOWS
 
 #: The database's name inside the cache folder.
 FILE_NAME = "digests.sqlite3"

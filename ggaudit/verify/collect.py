@@ -19,7 +19,9 @@ from typing import Any
 from ..errors import NothingChecked, ReadError
 from ..format.layout import GGUFFile
 from ..format.structure import check_structure
-from ..io import FileIdentity, Progress, Sha256, read_through
+from ..io.fan_out import Progress, read_through
+from ..io.hashing import Sha256
+from ..io.identity import FileIdentity
 from ..stores.expected import StoreEntry
 from ..untrusted import shorten
 from .cache import DigestCache

@@ -11,19 +11,22 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import io
-from .._version import __version__
+from ..io import opening, positioned
 from ..errors import check_arg, options_from
-from ..diagnostic import Diagnostic, Place
-from .diff_lines import describe_data_diff, describe_layout_change, describe_metadata_change, describe_only
+from ..json_shape import json_key, json_record, report_json, to_json
+from ..diagnostic import Case, Diagnostic, Failure, Place, Summary
+from ..page import Block, Cell, FactTable, Heading, Table
+from ..escaping import escape, escape_path
+from ..wording import format_value, plural, shape_text, verb
+from .diff_wording import describe_metadata_change, describe_only, hex_window
 from .diff_meta import MetadataChange, diff_metadata
 from .diff_structure import DIAGNOSTIC_KINDS as _STRUCTURE_KINDS
-from .diff_structure import StructureDiff, diff_structures
-from ..io import Progress
+from .diff_structure import StructureDiff, describe_structure_diff, diff_structures
+from ..io.fan_out import Progress
 from .digests import Tally
 from ..format.blocks import BlockLayout, Encoding, decode_bits, dequantize, field_bits, layout_of
 from ..format.layout import Model, Tensor
@@ -53,7 +56,13 @@ def _json_float(value: float) -> float | str:
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
+#: What :func:`_json_float` gives, in the schema.
+_JSON_FLOAT = {"anyOf": [{"type": "number"}, {"enum": ["nan", "+inf", "-inf"]}]}
+#: Bytes as hex.
+_HEX = {"type": "string", "pattern": "^[0-9a-f]+$"}
+
+
+@json_record
 class ValueChange:
     """A value of the first differing block, decoded on both sides: ``what`` is ``element`` (a float
     tensor's element), ``field`` (a quantized block's float field, ``name`` d, dmin...: it scales
@@ -61,20 +70,24 @@ class ValueChange:
     ``gguf.quants`` dequantizes it). ``encoding`` is how the value is stored (``f32``, ``f16``, ``bf16``,
     ...; ``f32`` for a dequantized element): ``a`` and ``b`` are that value exactly, as float."""
 
-    what: str
+    JSON_DEF: ClassVar[str] = "value_change"
+    JSON_EXTRA: ClassVar[dict[str, Any]] = {"description": "A value of the first differing block decoded on both "
+                                                           "sides (a non-finite value as \"nan\", \"+inf\" or "
+                                                           "\"-inf\")."}
+
+    what: str = json_key(values=("element", "field", "decoded"))
     name: str
-    column: int
-    columns: int
+    column: int = json_key(minimum=0)
+    columns: int = json_key(minimum=1)
     encoding: str
-    a: float
-    b: float
+    a: float = json_key(convert=_json_float, schema=_JSON_FLOAT)
+    b: float = json_key(convert=_json_float, schema=_JSON_FLOAT)
 
     def to_json(self) -> dict[str, Any]:
-        return {"what": self.what, "name": self.name, "column": self.column, "columns": self.columns,
-                "encoding": self.encoding, "a": _json_float(self.a), "b": _json_float(self.b)}
+        return to_json(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class FirstDifference:
     """The first byte at which a tensor's data differs, and the whole block around it on both sides.
 
@@ -83,86 +96,86 @@ class FirstDifference:
     elements that differ, of ``decoded_differing``. Empty for integer types and types gguf cannot decode.
     """
 
-    row: int
-    block: int              # block index within the row
-    column: int             # first column (element index along ne0) the block covers
-    columns: int            # how many columns the block covers (1 for F32/F16/BF16/...)
-    byte_in_block: int
-    offset_a: int           # absolute file offset of the block in A
-    offset_b: int
-    block_bytes: int
-    raw_a: bytes
-    raw_b: bytes
+    row: int = json_key(minimum=0)
+    block: int = json_key(minimum=0)            # block index within the row
+    column: int = json_key(minimum=0)           # first column (element index along ne0) the block covers
+    columns: int = json_key(minimum=1)          # how many columns the block covers (1 for F32/F16/BF16/...)
+    byte_in_block: int = json_key(minimum=0)
+    offset_a: int = json_key(minimum=0)         # absolute file offset of the block in A
+    offset_b: int = json_key(minimum=0)
+    block_bytes: int = json_key(minimum=1)
+    raw_a: bytes = json_key(convert=bytes.hex, schema=_HEX)
+    raw_b: bytes = json_key(convert=bytes.hex, schema=_HEX)
     changes: tuple[ValueChange, ...] = ()
-    decoded_differing: int = 0
+    decoded_differing: int = json_key(default=0, minimum=0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"row": self.row, "block": self.block, "column": self.column, "columns": self.columns,
-                "byte_in_block": self.byte_in_block, "offset_a": self.offset_a, "offset_b": self.offset_b,
-                "block_bytes": self.block_bytes, "raw_a": self.raw_a.hex(), "raw_b": self.raw_b.hex(),
-                "changes": [c.to_json() for c in self.changes], "decoded_differing": self.decoded_differing}
+        return to_json(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class TensorDataDiff:
+    JSON_DEF: ClassVar[str] = "data_diff"
+
     name: str
     ggml_type: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] = json_key(minimum=0)
     path_a: str
     path_b: str
-    n_rows: int
-    rows_differing: int
+    n_rows: int = json_key(minimum=0)
+    rows_differing: int = json_key(minimum=0)
     first: FirstDifference
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ggml_type": self.ggml_type, "shape": list(self.shape), "path_a": self.path_a,
-                "path_b": self.path_b, "n_rows": self.n_rows, "rows_differing": self.rows_differing,
-                "first": self.first.to_json()}
+        return to_json(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class LayoutChange:
     """A tensor present in both whose type or shape changed (its data is then not compared)."""
 
+    JSON_DEF: ClassVar[str] = "layout_change"
+
     name: str
-    what: str               # "type" or "shape" or "type+shape"
+    what: str = json_key(values=("type", "shape", "type+shape"))
     type_a: str
     type_b: str
-    shape_a: tuple[int, ...]
-    shape_b: tuple[int, ...]
+    shape_a: tuple[int, ...] = json_key(minimum=0)
+    shape_b: tuple[int, ...] = json_key(minimum=0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "what": self.what, "type_a": self.type_a, "type_b": self.type_b,
-                "shape_a": list(self.shape_a), "shape_b": list(self.shape_b)}
+        return to_json(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class DiffStats:
-    tensors_compared: int
-    bytes_compared: int
-    seconds: float
+    tensors_compared: int = json_key(minimum=0)
+    bytes_compared: int = json_key(minimum=0)
+    seconds: float = json_key(minimum=0, digits=6)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tensors_compared": self.tensors_compared, "bytes_compared": self.bytes_compared,
-                "seconds": round(self.seconds, 6)}
+        return to_json(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class DiffReport:
     """The result of :func:`diff_models`; ``ok`` when the two models hold the same metadata and tensors,
     and each file the same bytes outside its tensors (``structure``: file by file)."""
 
+    SCHEMA: ClassVar[str] = SCHEMA
+    JSON_DEF: ClassVar[str] = "diff_report"
+
     a: str
     b: str
+    stopped_early: bool = False
+    metadata: tuple[MetadataChange, ...] = ()   # keys of the first file (of a split set) that differ
     only_in_a: tuple[str, ...]
     only_in_b: tuple[str, ...]
     layout_changes: tuple[LayoutChange, ...]
     data_diffs: tuple[TensorDataDiff, ...]
     identical: tuple[str, ...]
-    stats: DiffStats
-    stopped_early: bool = False
-    metadata: tuple[MetadataChange, ...] = ()   # keys of the first file (of a split set) that differ
     structure: tuple[StructureDiff, ...] = ()
+    stats: DiffStats
 
     @property
     def structure_differences(self) -> int:
@@ -192,13 +205,18 @@ class DiffReport:
         for s in self.structure:
             yield from s.diagnostics()
 
+    # What every reporter reads (ggaudit.diagnostic.Report): the wording is after the report.
+    def summary(self, limit: int | None = None) -> Summary:
+        return _summary(self)
+
+    def cases(self) -> Iterator[Case]:
+        return _cases(self)
+
+    def page(self, limit: int | None = None) -> list[Block]:
+        return _page(self)
+
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "a": self.a, "b": self.b,
-                "stopped_early": self.stopped_early, "metadata": [c.to_json() for c in self.metadata],
-                "only_in_a": list(self.only_in_a), "only_in_b": list(self.only_in_b),
-                "layout_changes": [c.to_json() for c in self.layout_changes],
-                "data_diffs": [d.to_json() for d in self.data_diffs], "identical": list(self.identical),
-                "structure": [s.to_json() for s in self.structure], "stats": self.stats.to_json()}
+        return report_json(self)
 
 
 def _data_diagnostic(d: TensorDataDiff) -> Diagnostic:
@@ -211,6 +229,141 @@ def _data_diagnostic(d: TensorDataDiff) -> Diagnostic:
                       block=None if f.columns == 1 else f.block,
                       field=next((c.name for c in f.changes if c.what == "field"), None),
                       related=(a_side,), extras={"tensor": d.name, **d.to_json()})
+
+
+# --- a diff in words (DiffReport.summary, the diagnostics' messages) and as test cases ------------------
+
+def describe_layout_change(c: LayoutChange) -> str:
+    return (f"CHANGED tensor {escape(c.name)}: {c.what}: {c.type_a} {shape_text(c.shape_a)} -> "
+            f"{c.type_b} {shape_text(c.shape_b)}")
+
+
+def describe_data_diff(d: TensorDataDiff) -> list[str]:
+    """fio style: where (files, offsets, length; tensor, row, then the element's column or the block and
+    its columns), then A before B: the bytes that differ within the block, marked, and the values they
+    change, decoded."""
+    f = d.first
+    element = f.columns == 1
+    where = f"column {f.column}" if element else f"block {f.block}, columns {f.column}..{f.column + f.columns - 1}"
+    return [
+        f"DIFFER tensor {escape(d.name)} ({d.ggml_type} {shape_text(d.shape)}): {d.rows_differing} of "
+        f"{plural(d.n_rows, 'row')} {verb(d.rows_differing)}",
+        f"  first at row {f.row}, {where}, byte {f.byte_in_block} of the {f.block_bytes}-byte "
+        f"{'element' if element else 'block'}",
+        f"  a: file {escape_path(d.path_a)}, offset {f.offset_a}, length {f.block_bytes}",
+        f"  b: file {escape_path(d.path_b)}, offset {f.offset_b}, length {f.block_bytes}",
+        *hex_window(f.raw_a, f.raw_b),
+        *describe_value_changes(f),
+    ]
+
+
+def describe_value_changes(f: FirstDifference) -> list[str]:
+    """The values the differing bytes change, A -> B: the element, the scale field, or else the block's
+    dequantized elements (the first few, with how many differ)."""
+    lines = [_value_change(c) for c in f.changes if c.what != "decoded"]
+    decoded = [c for c in f.changes if c.what == "decoded"]
+    if decoded:
+        lines.append(f"  dequantized: {f.decoded_differing} of {plural(f.columns, 'column')} "
+                     f"{verb(f.decoded_differing)}")
+        lines.extend(f"    column {c.column}: {_a_to_b(c)}" for c in decoded)
+        if f.decoded_differing > len(decoded):
+            lines.append(f"    ... and {f.decoded_differing - len(decoded)} more (--json lists the first "
+                         f"{len(decoded)} too; dequantize the block for all)")
+    return lines
+
+
+def _value_change(c: ValueChange) -> str:
+    if c.what == "element":
+        return f"  value at column {c.column} ({c.encoding}): {_a_to_b(c)}"
+    cols = f"column {c.column}" if c.columns == 1 else f"columns {c.column}..{c.column + c.columns - 1}"
+    return f"  field {escape(c.name)} (scales {cols}, {c.encoding}): {_a_to_b(c)}"
+
+
+def _a_to_b(c: ValueChange) -> str:
+    return f"{format_value(c.a, c.encoding)} -> {format_value(c.b, c.encoding)}"
+
+
+def _summary(r: DiffReport) -> Summary:
+    lines = [f"diff a: {escape_path(r.a)}", f"diff b: {escape_path(r.b)}"]
+    # Metadata, tensors in one model only, changed layouts, data, structure: the diagnostics' order.
+    lines.extend(line for d in r.diagnostics() for line in d.lines)
+    stop = " (stopped at the first difference)" if r.stopped_early else ""
+    lines.append(f"summary: {len(r.identical)} identical, {len(r.data_diffs)} "
+                 f"{verb(len(r.data_diffs))}, {len(r.layout_changes)} changed type or shape, "
+                 f"{len(r.only_in_a)} only in a, {len(r.only_in_b)} only in b, "
+                 f"{plural(len(r.metadata), 'metadata key')} {verb(len(r.metadata))}, "
+                 f"{plural(r.structure_differences, 'structure difference')}{stop}")
+    counted = {"identical": len(r.identical), "differ": len(r.data_diffs), "layout_changes": len(r.layout_changes),
+               "only_in_a": len(r.only_in_a), "only_in_b": len(r.only_in_b), "metadata": len(r.metadata),
+               "structure": r.structure_differences, "stopped_early": r.stopped_early}
+    return Summary(headline=_headline(r), lines=tuple(lines), counted=counted, seconds=r.stats.seconds)
+
+
+def _headline(r: DiffReport) -> str:
+    """``diff a.gguf b.gguf: 1 tensor with other data, 2 metadata keys differ``, or ``...: same``."""
+    found = [text for n, text in (
+        (len(r.data_diffs), f"{plural(len(r.data_diffs), 'tensor')} with other data"),
+        (len(r.layout_changes), f"{len(r.layout_changes)} changed type or shape"),
+        (len(r.only_in_a), f"{len(r.only_in_a)} only in a"),
+        (len(r.only_in_b), f"{len(r.only_in_b)} only in b"),
+        (len(r.metadata), f"{plural(len(r.metadata), 'metadata key')} {verb(len(r.metadata))}"),
+        (r.structure_differences, plural(r.structure_differences, "structure difference")),
+    ) if n]
+    stop = " (stopped at the first difference)" if r.stopped_early else ""
+    return f"diff {escape_path(r.a)} {escape_path(r.b)}: {', '.join(found) or 'same metadata and tensors'}{stop}"
+
+
+def _cases(r: DiffReport) -> Iterator[Case]:
+    """The metadata and the structure (a case each), then a case per tensor: failing with its diagnostic,
+    or passing (identical)."""
+    group = f"{escape_path(r.a)} vs {escape_path(r.b)}"
+    by_kind: dict[str, list[Diagnostic]] = {}
+    for d in r.diagnostics():
+        by_kind.setdefault(d.kind.rpartition("/")[2], []).append(d)
+    metadata, structure = by_kind.pop("metadata", []), by_kind.pop("structure", [])
+    yield Case(group=group, name="metadata", failure=Failure(
+        message=f"{plural(len(metadata), 'metadata key')} differ", kinds="metadata",
+        lines=tuple(d.message for d in metadata)) if metadata else None)
+    yield Case(group=group, name="structure", failure=Failure(
+        message=plural(r.structure_differences, "structure difference"), kinds="structure",
+        lines=tuple(line.strip() for d in structure for line in d.lines)) if structure else None)
+    for kind in ("only-in-a", "only-in-b", "layout", "data"):
+        for d in by_kind.get(kind, []):
+            failure = Failure.of([d], [line.strip() for line in d.lines])
+            yield Case(group=group, name=escape(str(d.tensor)), failure=failure)
+    for name in r.identical:
+        yield Case(group=group, name=escape(name))
+
+
+def _page(r: DiffReport) -> list[Block]:
+    facts = (("a", escape_path(r.a)), ("b", escape_path(r.b)), ("identical tensors", str(len(r.identical))),
+             ("tensors whose data differ", str(len(r.data_diffs))),
+             ("changed type or shape", str(len(r.layout_changes))), ("only in a", str(len(r.only_in_a))),
+             ("only in b", str(len(r.only_in_b))), ("metadata keys that differ", str(len(r.metadata))),
+             ("structure differences", str(r.structure_differences)))
+    out: list[Block] = [Heading(text="Summary"), FactTable(rows=facts)]
+    if r.data_diffs:
+        out += [Heading(text="Differences"), Table(
+            head=("tensor", "type", "shape", "rows differing", "first row", "block", "offset in a", "offset in b"),
+            rows=((Cell(text=escape(d.name), css="mono"), Cell(text=d.ggml_type), Cell(text=shape_text(d.shape)),
+                   Cell(text=f"{d.rows_differing} of {d.n_rows}", css="num"), Cell.number(d.first.row),
+                   Cell.number(d.first.block), Cell.number(d.first.offset_a), Cell.number(d.first.offset_b))
+                  for d in r.data_diffs), total=len(r.data_diffs), what="differences")]
+    if r.layout_changes:
+        out += [Heading(text="Changed type or shape"), Table(
+            head=("tensor", "what", "a", "b"),
+            rows=((Cell(text=escape(c.name), css="mono"), Cell(text=c.what),
+                   Cell(text=f"{c.type_a} {shape_text(c.shape_a)}"), Cell(text=f"{c.type_b} {shape_text(c.shape_b)}"))
+                  for c in r.layout_changes),
+            total=len(r.layout_changes), what="changes")]
+    # The text report's lines: each names both files' offsets and lengths.
+    found = [lines for s in r.structure for lines in describe_structure_diff(s)]
+    if found:
+        out += [Heading(text="Structure"), Table(
+            head=("bytes no tensor owns, and the file facts, that differ",),
+            rows=((Cell(text="\n".join(lines), css="mono"),) for lines in found), total=len(found),
+            what="structure differences")]
+    return out
 
 
 def diff_models(a: Model, b: Model, *, fail_fast: bool = False, chunk_bytes: int = CHUNK_BYTES,
@@ -299,8 +452,8 @@ class _Files:
     def read_into(self, path: str, buf: memoryview, offset: int) -> None:
         fd = self._fds.get(path)
         if fd is None:
-            fd = self._fds[path] = io.open_fd(path)
-        io.pread_exact(fd, path, buf, offset)
+            fd = self._fds[path] = opening.open_fd(path)
+        positioned.pread_exact(fd, path, buf, offset)
 
     def read(self, path: str, offset: int, length: int) -> bytes:
         buf = bytearray(length)

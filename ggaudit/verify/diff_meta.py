@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from collections.abc import Callable, Iterator
 
 from ..format.blocks import GGUFValueType as V
 from ..format.info import value_to_json
 from ..format.layout import SCALAR_FORMATS, ArrayValue, GGUFFile, MetaValue
+from ..json_shape import json_key, json_record, to_json
 
 #: Reads ``length`` bytes of ``path`` at ``offset`` (the caller owns the descriptors).
 ReadFn = Callable[[str, int, int], bytes]
@@ -27,30 +27,34 @@ CHUNK_BYTES = 1 << 20
 SHOWN_BYTES = 256
 _ARRAY_HEAD = 12  # element type (u32) and count (u64) before an array's elements
 _U64 = struct.Struct("<Q")
+#: A metadata value in the JSON (``info --json``'s), or null where absent.
+_VALUE = {"anyOf": [{"$ref": "#/$defs/meta_value"}, {"type": "null"}]}
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class MetadataChange:
     """One key that differs: present in one file only, stored as another type, or with another value."""
 
+    JSON_DEF: ClassVar[str] = "metadata_change"
+
     key: str
-    what: str                  # "only-in-a", "only-in-b", "type" or "value"
+    what: str = json_key(values=("only-in-a", "only-in-b", "type", "value"))
     type_a: str | None         # "uint32", "string", "array of string", ...; None where absent
     type_b: str | None
-    value_a: Any               # as the layout keeps it (an array: ArrayValue); None where absent
-    value_b: Any
-    offset_a: int | None       # file offset of the stored value
-    offset_b: int | None
-    element: int | None = None  # arrays: the first element that differs (or the shorter count)
-    element_a: Any = None       # that element on each side; None past the end (strings: at most
-    element_b: Any = None       # SHOWN_BYTES of them)
+    #: As the layout keeps it (an array: ArrayValue); None where absent. In the JSON as ``info --json``
+    #: shows values: arrays as {array_of, count, head}, NaN and Inf as text.
+    value_a: Any = json_key(convert=value_to_json, schema=_VALUE)
+    value_b: Any = json_key(convert=value_to_json, schema=_VALUE)
+    offset_a: int | None = json_key(minimum=0)      # file offset of the stored value
+    offset_b: int | None = json_key(minimum=0)
+    #: Arrays: the first element that differs (or the shorter count).
+    element: int | None = json_key(default=None, minimum=0)
+    #: That element on each side; None past the end (strings: at most SHOWN_BYTES of them).
+    element_a: Any = json_key(default=None, convert=value_to_json, schema=_VALUE)
+    element_b: Any = json_key(default=None, convert=value_to_json, schema=_VALUE)
 
     def to_json(self) -> dict[str, Any]:
-        """Values as ``info --json`` shows them: arrays as {array_of, count, head}, NaN and Inf as text."""
-        return {"key": self.key, "what": self.what, "type_a": self.type_a, "type_b": self.type_b,
-                "value_a": value_to_json(self.value_a), "value_b": value_to_json(self.value_b),
-                "offset_a": self.offset_a, "offset_b": self.offset_b, "element": self.element,
-                "element_a": value_to_json(self.element_a), "element_b": value_to_json(self.element_b)}
+        return to_json(self)
 
 
 def diff_metadata(a: GGUFFile, b: GGUFFile, read: ReadFn, chunk_bytes: int = CHUNK_BYTES

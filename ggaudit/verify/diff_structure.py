@@ -15,24 +15,28 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import Any
+from typing import Any, ClassVar
 
 from ..diagnostic import Diagnostic, Place
-from ..lines import between
-from ..text import escape_path
+from ..wording import between
+from ..escaping import escape_path
 from ..format.layout import GGUFFile
-from ..format.structure import HEAD_BYTES, Region, StructureFinding, check_structure, regions
+from ..format.structure import (GAP, HEAD_BYTES, PADDING, TRAILING, Region, StructureFinding, check_structure,
+                                regions)
+from ..json_shape import json_key, json_record, to_json
 from .diff_meta import CHUNK_BYTES, ReadFn, Span, first_difference
 
 #: A region's logical place in its file: kind, the tensor before it, the tensor after it.
 _Place = tuple[str, str | None, str | None]
 
 CHANGED, ONLY_IN_A, ONLY_IN_B = "changed", "only-in-a", "only-in-b"
+#: Bytes as hex: a region's head, none where a file's region ends before the difference.
+HEX = "^([0-9a-f]{2})*$"
 #: The kind of every diagnostic of a structure difference (ggaudit.kinds id).
 DIAGNOSTIC_KINDS = ("diff/structure",)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class RegionChange:
     """A region no tensor owns that differs between the two files at the same logical place.
 
@@ -45,43 +49,54 @@ class RegionChange:
     bytes from there.
     """
 
-    kind: str
-    what: str
+    JSON_DEF: ClassVar[str] = "region_change"
+    JSON_EXTRA: ClassVar[dict[str, Any]] = {
+        "description": "A region no tensor owns that differs between the two files at the same place (diff)."}
+
+    kind: str = json_key(values=(PADDING, GAP, TRAILING))
+    what: str = json_key(values=(CHANGED, ONLY_IN_A, ONLY_IN_B))
     after: str | None
     before: str | None
-    offset_a: int | None
-    length_a: int | None
-    offset_b: int | None
-    length_b: int | None
-    byte: int
-    first_a: int | None
-    first_b: int | None
-    head_a: str
-    head_b: str
+    offset_a: int | None = json_key(minimum=0)
+    length_a: int | None = json_key(minimum=0)
+    offset_b: int | None = json_key(minimum=0)
+    length_b: int | None = json_key(minimum=0)
+    byte: int = json_key(minimum=0)
+    first_a: int | None = json_key(minimum=0)
+    first_b: int | None = json_key(minimum=0)
+    head_a: str = json_key(pattern=HEX)
+    head_b: str = json_key(pattern=HEX)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "what": self.what, "after": self.after, "before": self.before,
-                "offset_a": self.offset_a, "length_a": self.length_a, "offset_b": self.offset_b,
-                "length_b": self.length_b, "byte": self.byte, "first_a": self.first_a, "first_b": self.first_b,
-                "head_a": self.head_a, "head_b": self.head_b}
+        return to_json(self)
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class StructureDiff:
     """The structure of a file of A against the file of B in the same place (a split set: shard by
     shard; a shard only one model has is compared with nothing, its side None)."""
 
+    JSON_DEF: ClassVar[str] = "structure_diff"
+    JSON_EXTRA: ClassVar[dict[str, Any]] = {
+        "description": "A file of A against the file of B in the same place (a split set: shard by shard; a shard "
+                       "only one has: the other side null)."}
+
+    #: No file fact and no region differs.
+    ok: bool = json_key(default=False, init=False)
     path_a: str | None
     path_b: str | None
-    alignment_a: int | None
-    alignment_b: int | None
-    data_offset_a: int | None
-    data_offset_b: int | None
-    size_a: int | None
-    size_b: int | None
-    regions_a: int              # regions no tensor owns in each file, all compared
-    regions_b: int
+    alignment_a: int | None = json_key(minimum=1)
+    alignment_b: int | None = json_key(minimum=1)
+    data_offset_a: int | None = json_key(minimum=0)
+    data_offset_b: int | None = json_key(minimum=0)
+    size_a: int | None = json_key(minimum=0)
+    size_b: int | None = json_key(minimum=0)
+    regions_a: int = json_key(minimum=0)             # regions no tensor owns in each file, all compared
+    regions_b: int = json_key(minimum=0)
     changes: tuple[RegionChange, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", not self.differences)
 
     @property
     def facts(self) -> tuple[tuple[str, int | None, int | None], ...]:
@@ -94,10 +109,6 @@ class StructureDiff:
     def differences(self) -> int:
         """What the text report counts: a line for the differing facts, and one for each region."""
         return (1 if self.facts else 0) + len(self.changes)
-
-    @property
-    def ok(self) -> bool:
-        return not self.differences
 
     def diagnostics(self) -> Iterator[Diagnostic]:
         """The differing file facts (or a file only one side has), at the file; then each region that
@@ -118,11 +129,7 @@ class StructureDiff:
                              extras={"path_a": self.path_a, "path_b": self.path_b, **c.to_json()})
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "path_a": self.path_a, "path_b": self.path_b, "alignment_a": self.alignment_a,
-                "alignment_b": self.alignment_b, "data_offset_a": self.data_offset_a,
-                "data_offset_b": self.data_offset_b, "size_a": self.size_a, "size_b": self.size_b,
-                "regions_a": self.regions_a, "regions_b": self.regions_b,
-                "changes": [c.to_json() for c in self.changes]}
+        return to_json(self)
 
 
 def diff_structures(files_a: tuple[GGUFFile, ...], files_b: tuple[GGUFFile, ...], read: ReadFn,

@@ -1,10 +1,10 @@
-"""Digests of byte ranges and of whole files, fed by one read (:func:`ggaudit.io.read_through`).
+"""Digests of byte ranges and of whole files, fed by one read (:func:`ggaudit.io.fan_out.read_through`).
 
 The read itself, the chunk-consumer protocol and the whole-file hashers (sha256, xxh3-128) live in
-:mod:`ggaudit.io`, below every job, so that a scan shares the read without importing verify. Here: what
-verify adds on top of it: per-range digests (a tensor manifest's), git's blob id, several light consumers
-in one thread, a whole file hashed by algorithm name, and :class:`Tally`, several reads told as one
-``progress(done, total)``.
+:mod:`ggaudit.io` (``fan_out``, ``hashing``), below every job, so that a scan shares the read without importing
+verify. Here: what verify adds on top of it: per-range digests (a tensor manifest's), git's blob id, several
+light consumers in one thread, a whole file hashed by algorithm name, and :class:`Tally`, several reads told
+as one ``progress(done, total)``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 import xxhash
 
 from ..errors import ReadError, UsageError, one_or_many
-from ..io import ALGORITHMS, DEFAULT_CHUNK_SIZE, ChunkConsumer, Hasher, Progress, Sha256, read_through
+from ..io.fan_out import DEFAULT_CHUNK_SIZE, ChunkConsumer, Progress, read_through
+from ..io.hashing import ALGORITHMS, Hasher, Sha256
 
 __all__ = ["PUBLISHED_HASHERS", "GitBlobSha1", "Segment", "SegmentDigest", "SegmentDigests", "Tally", "Tee",
            "hash_file", "published_hasher"]

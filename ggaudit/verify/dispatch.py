@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from functools import singledispatch
 from typing import Any
 
 from ..errors import UsageError, options_from
 from ..format.layout import Model
-from ..stores.gpt4all import GPT4AllStore
-from ..stores.hf_cache import HFStore
-from ..stores.hf_local import HFLocalStore
-from ..stores.lmstudio import LMStudioStore
+from ..io.fan_out import Progress
 from ..stores.locate import Target, resolve_model, target_text
-from ..stores.ollama import OllamaStore
-from ..stores.registry import Roots, Store, find_store
+from ..stores.registry import Part, Roots, Store, find_store
 from .cache import DigestCache, open_cache
 from .options import VerifyOptions
-from ..io import Progress
 from .report import VerifyReport
-from .walk.folders import verify_gpt4all, verify_lmstudio
-from .walk.hf import verify_hf, verify_hf_local
+from .walk.listing import verify_listing
 from .walk.manifest import verify_manifest
-from .walk.ollama import verify_ollama, verify_ollama_store
 from .walk.sums import verify_blob, verify_sha256, verify_sums
 
 
@@ -112,47 +105,18 @@ def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, s
     return verify_store(found, fail_fast=fail_fast, progress=progress, digest_cache=digest_cache)
 
 
-@singledispatch
 def verify_store(store: Store, *, fail_fast: bool, progress: Progress | None,
                  digest_cache: DigestCache | None = None) -> VerifyReport:
-    """Check what ``store``'s name stands for against the expectations the store keeps: one walker per
-    store class, registered below (tests/test_store_registry.py: every registered store has one);
-    ``digest_cache``: the run's digest cache, or None."""
-    raise TypeError(f"no verify walker for the store {type(store).__qualname__}")
+    """Check what ``store``'s name stands for against what the store lists of it (:meth:`Store.listing`),
+    through the one walker; ``digest_cache``: the run's digest cache, or None."""
+    return verify_listing(store.listing(), fail_fast=fail_fast, progress=progress, digest_cache=digest_cache)
 
 
-@verify_store.register
-def _(store: OllamaStore, *, fail_fast: bool, progress: Progress | None,
-      digest_cache: DigestCache | None = None) -> VerifyReport:
-    if store.every_model:
-        return verify_ollama_store(store.roots.store, fail_fast=fail_fast, progress=progress,
-                                   digest_cache=digest_cache)
-    return verify_ollama(store.name, store.roots.store, fail_fast=fail_fast, progress=progress,
-                         digest_cache=digest_cache)
-
-
-@verify_store.register
-def _(store: HFStore, *, fail_fast: bool, progress: Progress | None,
-      digest_cache: DigestCache | None = None) -> VerifyReport:
-    return verify_hf(store.name, store.roots.hf_cache, fail_fast=fail_fast, progress=progress,
-                     digest_cache=digest_cache)
-
-
-@verify_store.register
-def _(store: HFLocalStore, *, fail_fast: bool, progress: Progress | None,
-      digest_cache: DigestCache | None = None) -> VerifyReport:
-    return verify_hf_local(store.name, fail_fast=fail_fast, progress=progress, digest_cache=digest_cache)
-
-
-@verify_store.register
-def _(store: LMStudioStore, *, fail_fast: bool, progress: Progress | None,
-      digest_cache: DigestCache | None = None) -> VerifyReport:
-    return verify_lmstudio(store.name, store.roots.store, fail_fast=fail_fast, progress=progress,
-                           digest_cache=digest_cache)
-
-
-@verify_store.register
-def _(store: GPT4AllStore, *, fail_fast: bool, progress: Progress | None,
-      digest_cache: DigestCache | None = None) -> VerifyReport:
-    return verify_gpt4all(store.roots.store, name=store.name, fail_fast=fail_fast, progress=progress,
-                          digest_cache=digest_cache)
+def verify_part(part: Part, *, options: VerifyOptions, progress: Progress | None = None) -> VerifyReport:
+    """One target of a name standing for every model of its store (:meth:`Store.each_model`), with the run's
+    options; a part whose check reads no file's bytes opens no digest cache."""
+    cache: contextlib.AbstractContextManager[DigestCache | None] = contextlib.nullcontext(None)
+    if part.reads:
+        cache = open_cache(options.cache, trust=options.trust_cache, quick=options.quick)
+    with cache as digest_cache:
+        return verify_store(part.store, fail_fast=options.fail_fast, progress=progress, digest_cache=digest_cache)

@@ -21,9 +21,11 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from ...batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, Report, overall_status
-from ...text import escape_message
-from ..common import STDOUT, as_flags, hint, writing_to
+from ...diagnostic import Report
+from ...escaping import escape_message
+from ...io.output_files import STDOUT
+from ...outcomes import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overall_status
+from ..common import as_flags, hint, writing_to
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,9 +76,10 @@ DEFAULT = Rendering()
 Reporter = Callable[[Sequence[Outcome[Report]], Rendering], str]
 
 
-#: The format names: this package's modules, listed without importing them (the text reporter imports
-#: every report type, numpy with them, and `--help` should not). A module named with a leading underscore
-#: is a reporter's helper, not a format.
+#: The format names: this package's modules, listed without importing them (`--help` imports no reporter:
+#: what one loads is the run's to pay). A module named with a leading underscore is a reporter's helper, not a
+#: format. A reporter reads reports through ggaudit.diagnostic.Report only, so a new report type needs none of
+#: them changed.
 NAMES: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
 
 
@@ -152,7 +155,7 @@ def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering, *, 
     said = [o if o.error is None else dataclasses.replace(o, error=as_flags(o.error)) for o in outcomes]
     if not rendering.quiet:
         for o in said:
-            for warning in getattr(o.result, "warnings", ()):
+            for warning in o.result.summary().warnings if o.result is not None else ():
                 hint(f"ggaudit: warning: {escape_message(warning)}")
     read = [*inputs, *(o.model for o in said)]
     for destination in rendering.destinations:
@@ -171,11 +174,9 @@ def emit_outcomes(outcomes: Sequence[Outcome[Report]], rendering: Rendering, *, 
 
 
 def _summaries(outcomes: Sequence[Outcome[Report]]) -> None:
-    from .text import summary_line
-
     for o in outcomes:
         if o.result is not None:
-            hint(summary_line(o.result))
+            hint(o.result.summary().headline)
 
 
 def exit_status(outcomes: Sequence[Outcome[Report]], fail_on: frozenset[str] | None) -> int:
@@ -215,13 +216,13 @@ def _files(inputs: Iterable[str]) -> tuple[str, ...]:
 
 
 def _check_report_file(path: str, inputs: tuple[str, ...]) -> None:
-    from ... import io as fileio
     from ...errors import GGAuditError, UsageError
-    from ...verify.manifests.tensor import check_output
+    from ...io.opening import open_readonly
+    from ...io.output_files import check_output
 
     check_output(path, replace=True, inputs=inputs, what="the report")
     try:
-        fd, _ = fileio.open_readonly(path)     # a regular file only: a FIFO put there since never blocks this
+        fd, _ = open_readonly(path)     # a regular file only: a FIFO put there since never blocks this
     except (GGAuditError, OSError):
         return      # absent, or not readable: the writer says what is wrong with it
     with open(fd, "rb") as f:
@@ -232,7 +233,7 @@ def _check_report_file(path: str, inputs: tuple[str, ...]) -> None:
 def _write_report(text: str, path: str, inputs: Iterable[str]) -> None:
     """``-o FILE``: replaced atomically (a CI job writes the same report name every run), but never when it
     is one of the run's inputs (``inputs``: its targets, and every file it read), and never a GGUF file."""
-    from ...verify.manifests.tensor import write_output_file
+    from ...io.output_files import write_output_file
 
     files = _files(inputs)
     _check_report_file(path, files)

@@ -1,6 +1,6 @@
 """Inline SVG pictures for the HTML reporter: a file's byte range, a histogram, a strip of table rows.
 
-Every function takes text already made safe for a terminal (ggaudit.text: no control, invisible or bidi
+Every function takes text already made safe for a terminal (ggaudit.escaping: no control, invisible or bidi
 character) and XML-escapes it here, so the SVG parses as XML on its own. Colours come from the page's CSS
 classes; no picture refers to anything outside the document.
 """
@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape as xml
 
+from ...page import Bar, Span
+
 #: Width of a map and of a row strip, in SVG units (the picture is scaled to the page's width).
 MAP_WIDTH = 1000
 #: Left margin of a row strip, where its lanes are named.
@@ -22,16 +24,6 @@ _BAR_Y, _BAR_H = 22, 30
 _HIST_W, _HIST_H, _PLOT_H = 300, 92, 62
 #: Least distance between two labels under a histogram ("NaN/Inf" is the widest).
 _LABEL_GAP = 34
-
-
-@dataclass(frozen=True)
-class Span:
-    """A stretch of bytes (or rows) drawn as a segment: where, its CSS class and its tooltip."""
-
-    start: int
-    length: int
-    css: str
-    title: str
 
 
 def _n(x: float) -> str:
@@ -65,17 +57,6 @@ def file_map(extent: int, segments: Sequence[Span], marks: Sequence[Span], label
     out.append(f'<text x="0" y="66">0</text><text x="{MAP_WIDTH}" y="66" text-anchor="end">{extent} bytes</text>')
     out.append("</svg>")
     return "".join(out)
-
-
-@dataclass(frozen=True)
-class Bar:
-    """One bucket of a histogram: its label under the axis (or ""), its count, CSS class and tooltip."""
-
-    label: str
-    count: int
-    css: str
-    title: str
-    key: str
 
 
 def histogram(bars: Sequence[Bar], label: str) -> str:

@@ -13,7 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...batch import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, Report, overall_status
+from ...diagnostic import Report
+from ...outcomes import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS, Outcome, overall_status
 from ...errors import FormatError, GGAuditError, ManifestError, NothingChecked, ReadError, UsageError
 from . import DEFAULT, Rendering
 

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote_from_bytes
 
 from ..._version import __version__
-from ...batch import Outcome, Report, overall_status
-from ...diagnostic import Diagnostic, Place
+from ...diagnostic import Artifact, Diagnostic, Place, Report
+from ...outcomes import Outcome, overall_status
 from ...kinds import ERROR, WARNING, Kind, kind
-from ...text import escape, escape_message
+from ...escaping import escape, escape_message
 from . import DEFAULT, Rendering
-from . import text
 from .json import STATUS_WORDS, error_to_json
 
 NAME = "sarif"
@@ -80,15 +79,15 @@ class _Log:
             entry["length"] = length
         return {"uri": entry["location"]["uri"], "index": list(self.artifacts).index(path)}
 
-    def digest_source(self, c: Any) -> None:
-        """Say on the artifact of a file whose digest the cache gave (a verify ``Checked``) that it was not
-        read again: in words and as properties (``digestSource`` ``cache``, ``digestCachedAt``). A file
-        read says nothing more."""
-        source = text.digest_source(c)
-        if source is not None:
-            entry = self.artifacts[c.path]
-            entry["properties"] = {"digestSource": c.source, "digestCachedAt": c.cached_at}
-            entry["description"] = {"text": source}
+    def file(self, read: Artifact) -> None:
+        """A file a report read: listed with its length, and with what the report says of its digest (one a
+        cache gave: ``digestSource`` ``cache``, ``digestCachedAt``, and in words)."""
+        self.artifact(read.path, read.length)
+        entry = self.artifacts[read.path]
+        if read.properties is not None:
+            entry["properties"] = dict(read.properties)
+        if read.description is not None:
+            entry["description"] = {"text": read.description}
 
     def location(self, at: Diagnostic | Place) -> dict[str, Any]:
         physical: dict[str, Any] = {"artifactLocation": self.artifact(str(at.file))}
@@ -149,92 +148,14 @@ def _add(log: _Log, outcome: Outcome[Report]) -> None:
         return
     result = outcome.result
     assert result is not None     # an outcome holds a result or an error
-    for warning in getattr(result, "warnings", ()):
+    said = result.summary(log.limit)
+    for warning in said.warnings:
         log.notify(WARNING, escape_message(warning), {"target": outcome.model})
-    name = type(result).__name__
-    _FILES.get(name, _no_files)(log, result)
+    for read in said.files:     # listed before its results
+        log.file(read)
     found = list(result.diagnostics())
     listed = found if log.limit is None else found[:log.limit]
     for d in listed:
         log.result(outcome.model, d)
-    summary = _SUMMARIES.get(name, _no_summary)(result, len(listed))
-    log.targets.append({"target": outcome.model, "ok": result.ok, **summary})
-
-
-# --- the files each report read (artifacts, listed before its results), and what it counted --------------
-# By the report type's name: naming a type imports nothing of its job. A report type not named here has
-# its results, and the files they name, all the same.
-
-def _no_files(log: _Log, r: Any) -> None:
-    return None
-
-
-def _no_summary(r: Any, listed: int) -> dict[str, Any]:
-    return {}
-
-
-def _scan_files(log: _Log, r: Any) -> None:
-    for path in r.files:
-        log.artifact(path)
-    for d in r.digests:
-        log.artifact(d.path, d.size)
-
-
-def _scan_summary(r: Any, listed: int) -> dict[str, Any]:
-    # Counted, not all listed (--limit): what every tensor with findings holds, listed or not.
-    tensors = [{"name": t.name, "counts": dict(t.counts), "listed": len(t.findings),
-                "not_listed": t.total - len(t.findings)} for t in r.tensors if t.total]
-    return {"complete": r.complete, "counts": r.counts, "structure": len(r.structure), "tensors": tensors,
-            "not_listed": sum(t["not_listed"] for t in tensors)}
-
-
-def _verify_files(log: _Log, r: Any) -> None:
-    for c in r.checked:
-        if c.algorithm != "gguf-layout" and c.subject != "all tensor data":   # those sizes are not the file's
-            log.artifact(c.path, c.size)
-        else:
-            log.artifact(c.path)
-        log.digest_source(c)
-
-
-def _verify_summary(r: Any, listed: int) -> dict[str, Any]:
-    return {"kind": r.kind, "stopped_early": r.stopped_early, "mismatches": len(r.mismatches),
-            "listed": listed, "not_listed": len(r.mismatches) - listed}
-
-
-def _rows_files(log: _Log, r: Any) -> None:
-    log.artifact(r.file)
-
-
-def _rows_summary(r: Any, listed: int) -> dict[str, Any]:
-    extra = {} if r.exercised is None else {"exercised": r.exercised.to_json()}   # only when those stages ran
-    if r.published is not None:     # only when the published digest was asked to decide disputed rows
-        extra["published"] = r.published.to_json()
-    return {"tensor": r.tensor, "mismatches": r.mismatch_count, "listed": len(r.mismatches),
-            "not_listed": r.mismatch_count - len(r.mismatches), "short_reads": r.short_read_count,
-            "short_reads_listed": len(r.short_reads), "nonfinite_rows": r.nonfinite_rows, **extra}
-
-
-def _diff_summary(r: Any, listed: int) -> dict[str, Any]:
-    return {"identical": len(r.identical), "differ": len(r.data_diffs), "layout_changes": len(r.layout_changes),
-            "only_in_a": len(r.only_in_a), "only_in_b": len(r.only_in_b), "metadata": len(r.metadata),
-            "structure": r.structure_differences, "stopped_early": r.stopped_early}
-
-
-def _info_files(log: _Log, r: Any) -> None:
-    for f in r.model.files:
-        log.artifact(f.path, f.size)
-
-
-def _manifest_summary(r: Any, listed: int) -> dict[str, Any]:
-    return {"output": r.output}
-
-
-_FILES: dict[str, Callable[[_Log, Any], None]] = {
-    "ScanReport": _scan_files, "VerifyReport": _verify_files, "RowsReport": _rows_files, "ModelInfo": _info_files,
-}
-
-_SUMMARIES: dict[str, Callable[[Any, int], dict[str, Any]]] = {
-    "ScanReport": _scan_summary, "VerifyReport": _verify_summary, "RowsReport": _rows_summary,
-    "DiffReport": _diff_summary, "ManifestWritten": _manifest_summary,
-}
+    # Counted, not all listed (--limit): so nothing is lost unsaid.
+    log.targets.append({"target": outcome.model, "ok": result.ok, **said.counted})

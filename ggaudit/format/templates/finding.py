@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from ...json_shape import json_key, json_record, to_json
 from .text import Hit
 
 __all__ = ["TEMPLATE", "TemplateFinding", "TemplateText"]
 
 #: The kind (ggaudit.kinds) of every finding here.
 TEMPLATE = "template"
+#: Every rule a template finding names (see :class:`TemplateFinding`).
+RULES = ("underscore-attribute", "forbidden-name", "import", "huge-range", "unknown-filter", "unknown-test", "syntax",
+         "tag-characters", "bidi", "zero-width", "variation-selectors", "blob", "url", "instruction",
+         "format-attribute", "computed-name", "homoglyph", "conditional-injection", "render-blocked", "unbounded")
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class TemplateFinding:
     """One thing a chat template does or hides: ``key`` (the metadata key), ``rule`` (what kind of thing:
     ``underscore-attribute``, ``computed-name``, ``format-attribute``, ``forbidden-name``, ``import``,
@@ -27,21 +31,21 @@ class TemplateFinding:
     ``seen`` (the template's text there; for tag characters and variation selectors, the text they decode to;
     for a computed name, the name computed) and ``detail`` (what it is, in words)."""
 
-    path: str
+    JSON_DEF: ClassVar[str] = "template_finding"
+
+    kind: str = json_key(default=TEMPLATE, values=(TEMPLATE,))
+    severity: str = json_key(values=("error", "warning", "note"))
+    path: str = json_key(name="file")
     key: str
-    rule: str
-    severity: str
-    line: int
-    column: int
-    offset: int
+    rule: str = json_key(values=RULES)
+    line: int = json_key(minimum=1)
+    column: int = json_key(minimum=1)
+    offset: int = json_key(minimum=0)
     seen: str
     detail: str
-    kind: str = TEMPLATE
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "severity": self.severity, "file": self.path, "key": self.key,
-                "rule": self.rule, "line": self.line, "column": self.column, "offset": self.offset,
-                "seen": self.seen, "detail": self.detail}
+        return to_json(self)
 
 
 class TemplateText:

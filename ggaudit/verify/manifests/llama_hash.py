@@ -27,15 +27,15 @@ from typing import Any, Protocol
 
 import xxhash
 
-from ... import io as fileio
 from ...errors import ManifestError, UsageError
 from ...format.layout import GGUFFile, Model, Tensor, open_model
 from ...stores.locate import Target, resolve_model
 from ...untrusted import quote
-from ...io import Progress, read_through
+from ...io.fan_out import Progress, read_through
+from ...io.opening import fs_path
+from ...io.output_files import write_output_file
 from ..digests import Tally
 from ...stores.small_files import read_text
-from .tensor import write_output_file
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ def _models(model: Target | Sequence[Target], store: str | os.PathLike[str] | No
         if isinstance(target, Model):
             models.append(target)
         else:
-            paths = resolve_model(fileio.fs_path(target), store=store, hf_cache=hf_cache)
+            paths = resolve_model(fs_path(target), store=store, hf_cache=hf_cache)
             models.extend(open_model(path) for path in paths)
     return models
 

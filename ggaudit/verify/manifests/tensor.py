@@ -3,23 +3,22 @@ an xxh3-128, built in one read of each file; written and read back as versioned 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
-import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterable, Sequence
 
 from ..._version import __version__
-from ... import io as fileio
-from ...io import ChunkConsumer, Progress, Sha256, read_through
+from ...io.fan_out import ChunkConsumer, Progress, read_through
+from ...io.hashing import Sha256
+from ...io.opening import fs_path
+from ...io.output_files import write_output_file
 from ..digests import Segment, SegmentDigests, Tally
-from ...errors import ManifestError, UsageError, one_or_many
+from ...errors import ManifestError, UsageError
 from ...format.blocks import GGMLQuantizationType
 from ...format.layout import GGUFFile, Model, open_model
 from ...stores.locate import Target, resolve_model
@@ -148,7 +147,7 @@ def _open_all(target: Target, store: str | os.PathLike[str] | None,
     """Every model ``target`` names: an Ollama model is its weights and its projector."""
     if isinstance(target, Model):
         return [target]
-    return [open_model(path) for path in resolve_model(fileio.fs_path(target), store=store, hf_cache=hf_cache)]
+    return [open_model(path) for path in resolve_model(fs_path(target), store=store, hf_cache=hf_cache)]
 
 
 def tensor_manifest_to_json(manifest: TensorManifest) -> dict[str, Any]:
@@ -172,80 +171,12 @@ def tensor_manifest_text(manifest: TensorManifest) -> str:
     return json.dumps(tensor_manifest_to_json(manifest), indent=1) + "\n"
 
 
-#: Flags of the temporary file: created here or not at all (O_EXCL never follows a planted link),
-#: binary so Windows' C runtime writes the text exactly.
-_TMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
-              | getattr(os, "O_NOINHERIT", 0))
-
-
 def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str], *, replace: bool = False,
                           inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
     """Write the manifest as JSON, atomically: a temporary file in the same folder, flushed to disk, then
     renamed over ``path``. An existing ``path`` is refused unless ``replace``, and is never one of
     ``inputs`` (the files the manifest describes, however they are named) nor anything but a file."""
     write_output_file(tensor_manifest_text(manifest), path, replace=replace, inputs=inputs)
-
-
-def write_output_file(text: str, path: str | os.PathLike[str], *, replace: bool = False,
-                      inputs: Iterable[str | os.PathLike[str]] = (), what: str = "the manifest") -> None:
-    """Write an output's text (UTF-8, ``\\n`` line ends on every OS: a manifest of either format, or the
-    command line's report, ``-o FILE``) atomically, as :func:`write_tensor_manifest` says; ``what`` it is
-    names it in errors."""
-    target = os.fspath(path)
-    inputs = one_or_many("inputs", inputs, (str, os.PathLike), "a path")    # checked twice: not a used-up iterator
-    check_output(target, replace=replace, inputs=inputs, what=what)
-    tmp = _create_tmp(target, what)
-    try:
-        with open(tmp[0], "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        check_output(target, replace=replace, inputs=inputs, what=what)   # nothing took the name meanwhile
-        os.replace(tmp[1], target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp[1])
-        raise
-    fileio.sync_folder(os.path.dirname(os.path.abspath(target)))
-
-
-def check_output(path: str, *, replace: bool, inputs: Iterable[str | os.PathLike[str]] = (),
-                 replace_with: str = "replace=True", what: str = "the manifest") -> None:
-    """UsageError unless ``path`` may be written: absent, or (with ``replace``) a regular file that is
-    none of ``inputs``. Files are compared by identity (device and inode), not by name, so a second
-    path to the same file (a link, ``./``, another case on Windows) is caught too. ``replace_with`` is
-    how the caller asks for a replacement (the CLI's ``--force``), for the message."""
-    # One path is one input: compared letter by letter, the model itself would not be protected.
-    sources = one_or_many("inputs", inputs, (str, os.PathLike), "a path")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise UsageError(path, f"cannot write {what} here: {err.strerror or err}") from None
-    for source in sources:
-        with contextlib.suppress(OSError):
-            if os.path.samestat(st, os.stat(source)):
-                raise UsageError(path, f"is an input of this run ({os.path.basename(os.fspath(source))}); "
-                                 "an output never replaces an input")
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(path, "exists and is not a regular file; not replaced")
-    if not replace:
-        raise UsageError(path, f"exists; give {replace_with} to replace it")
-
-
-def _create_tmp(target: str, what: str) -> tuple[int, str]:
-    """A new, empty temporary file in the output's folder: (descriptor, path)."""
-    folder, name = os.path.split(target)
-    for _ in range(16):
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, _TMP_FLAGS, 0o666), tmp
-        except FileExistsError:
-            continue
-        except OSError as err:
-            raise UsageError(target, f"cannot write {what}: {err.strerror or err}") from None
-    raise UsageError(target, "cannot create a temporary file next to it")
 
 
 def read_tensor_manifest(path: str | os.PathLike[str]) -> TensorManifest:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ...errors import FormatError, NothingChecked
 from ...format.layout import GGUFFile, Model, open_model
-from ...io import Progress
+from ...io.fan_out import Progress
 from ..cache import DigestCache
 from ..collect import Collector, absent, finish, structure_mismatches
 from ..compare import Facts, compare_facts, compare_maps

@@ -6,12 +6,13 @@ import os
 from pathlib import Path
 
 from ...errors import NothingChecked, UsageError
-from ...io import Progress
+from ...io.fan_out import Progress
 from ...stores.expected import file_key, given_expectation, named_expectations, sums_entries
 from ...stores.sums import read_sums
 from ..cache import DigestCache
-from ..collect import Collector, check_digest, check_entry, finish, problem_mismatch
+from ..collect import Collector, check_digest, finish
 from ..report import VerifyReport
+from .listing import check_listed
 
 
 def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
@@ -30,12 +31,11 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
     for entry in entries:
         if out.full:
             break
-        if entry.problem is not None:    # a link out of the folder or a loop: one entry, never opened
-            out.mismatches.append(problem_mismatch(entry))
-        elif ignore_missing and not os.path.exists(entry.read):
+        # A link out of the folder or a loop is one entry, its mismatch: never opened.
+        if entry.problem is None and ignore_missing and not os.path.exists(entry.read):
             skipped += 1
         else:
-            check_entry(entry, out)
+            check_listed(entry, out)
     if skipped and skipped == len(entries):
         raise NothingChecked(sums, "no file it names is present (--ignore-missing): no file was verified",
                              field="ignore_missing")

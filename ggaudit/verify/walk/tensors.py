@@ -8,7 +8,9 @@ from collections.abc import Iterator, Sequence
 
 from ...errors import FormatError
 from ...format.layout import open_gguf
-from ...io import FileIdentity, Progress, Sha256
+from ...io.fan_out import Progress
+from ...io.hashing import Sha256
+from ...io.identity import FileIdentity
 from ...untrusted import OUTSIDE, confine, sibling_roots
 from ..cache import DigestCache
 from ..collect import Collector, absent, file_mismatch, finish, hash_unchanged, structure_mismatches

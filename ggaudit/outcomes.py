@@ -17,32 +17,19 @@ from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .errors import GGAuditError, ReadError, UsageError, check_arg, one_or_many
 
 if TYPE_CHECKING:
-    from .diagnostic import Diagnostic
+    from .diagnostic import Report
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 #: An Outcome of a ScanReport is an Outcome of a Report: outcomes are read, never written.
 R_co = TypeVar("R_co", covariant=True)
-
-
-class Report(Protocol):
-    """What every report is (ScanReport, VerifyReport, RowsReport, DiffReport, ModelInfo): ``ok`` when
-    nothing was found, its JSON, which begins with ``schema`` and ``tool_version``, and its findings in
-    one shape (:class:`~ggaudit.diagnostic.Diagnostic`; none for a report that finds nothing)."""
-
-    @property
-    def ok(self) -> bool: ...
-
-    def to_json(self) -> dict[str, Any]: ...
-
-    def diagnostics(self) -> Iterator[Diagnostic]: ...
 
 
 STATUS_CLEAN = 0

@@ -8,11 +8,12 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
-from .expected import STORE, Expected, Problem, StoreEntry
+from .expected import STORE, file_key
+from .listing import Expected, Problem, StoreEntry, StoreListing, leftovers
 from .small_files import HEX64, read_text
 from .ollama import home_folder
 from .registry import Roots, Store, is_projector, one_model, opens_a_model
@@ -212,6 +213,22 @@ class HFStore(Store, prefix="hf"):
     def entries(self) -> list[StoreEntry]:
         """Every file of the snapshot (``:FILE`` aside: the others are the repository's too)."""
         return hf_entries(read_hf_snapshot(self.name.partition(":")[0], self.roots.hf_cache))
+
+    def listing(self) -> StoreListing:
+        """Every file of the snapshot against its blob's name; a blob several links name is read once, said
+        once; then the leftovers of interrupted downloads."""
+        snapshot = self.expectations()
+        return StoreListing(subject=f"{snapshot.spec.repo_id}@{snapshot.commit}", kind="hf",
+                            items=tuple(hf_entries(snapshot)), empty="the snapshot holds no file", once=True,
+                            warnings=leftovers(snapshot.incomplete))
+
+    def redownload(self, damaged: Sequence[str]) -> str:
+        snapshot = self.expectations()
+        repo = {file_key(f.link): f.name for f in snapshot.files}      # as the repository names them
+        names = " ".join(repo.get(file_key(path), os.path.basename(path)) for path in damaged)
+        revision = "" if snapshot.spec.revision == "main" else f" --revision {snapshot.spec.revision}"
+        return (f"the download is damaged: download it again, replacing the cached copy: `hf download "
+                f"{snapshot.spec.repo_id} {names}{revision} --force-download`")
 
     def input_files(self) -> list[str]:
         return [os.fspath(path) for e in self.expectations().files for path in (e.link, e.blob) if path is not None]

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ReadError
-from ..io import ChunkConsumer
-from ..stores.published import PublishedDigest
+from ..io.fan_out import ChunkConsumer
+from ..stores.published_digest import PublishedDigest
 from ..verify.digests import published_hasher
 from . import WHOLE_FILE
-from ..evidence.paths import proof_order
+from ..evidence.paths import MODES, proof_order
+from ..json_shape import json_key, json_record, to_json
 from .options import ReadPathProgress
 from ..evidence.readers import Reader
 from .table import RowTable
@@ -30,17 +31,17 @@ from ..evidence.read_pass import read_pass
 __all__ = ["PathDigest", "Proof", "prove_rows"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@json_record
 class PathDigest:
     """One whole-file read made to compare with the published digest: its read path, the digest it gave
     (None: it could not read the file, ``error`` says why)."""
 
-    mode: str
+    mode: str = json_key(values=MODES)
     digest: str | None
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "digest": self.digest, "error": self.error}
+        return to_json(self)
 
 
 @dataclass(frozen=True, kw_only=True)

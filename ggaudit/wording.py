@@ -3,7 +3,7 @@ that reads back as the stored value, and where a finding is, fio style.
 
 Each job's report builds its findings' lines (its ``diagnostics()`` messages) from these; the text
 reporter prints the same lines, so a diagnostic's message is always the text report's line for it. The
-bottom layer, beside :mod:`ggaudit.text`: it imports no job.
+bottom layer, beside :mod:`ggaudit.escaping`: it imports no job.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .format.blocks import LAYOUTS, BlockLayout, GGMLQuantizationType
-from .text import escape, escape_path
+from .escaping import escape, escape_path
 
 __all__ = ["MAX_SHOWN", "between", "block_layout", "format_value", "is_elements", "location", "plural", "shape_text",
            "show_value", "verb"]
