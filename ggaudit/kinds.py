@@ -191,9 +191,11 @@ KINDS = _kinds(
                  "on that path, and the other reads and paths went on.",
          action="The device or a layer under the file failed the read: check the device (dmesg, SMART) and read "
                 "again; if it persists, do not load the model through this path."),
-    Kind(id="rows/nonfinite", severity=ERROR, title="Rows of the table hold NaN or Inf in the file itself",
-         meaning="The selected rows' bytes are delivered faithfully, but they decode to NaN or Inf.",
-         action="Every read path delivers them faithfully: the file is damaged. " + _REFETCH),
+    Kind(id="rows/nonfinite", severity=ERROR, title="Rows of the table decode to NaN or Inf",
+         meaning="The selected rows' bytes as tested (the bytes a published digest or manifest decided, else the "
+                 "reference read's) decode to NaN or Inf.",
+         action="Where the bytes were decided, the file is damaged: " + _REFETCH + " Where the report says "
+                "nothing decided, replay the rows with the file's published sha256 (rows --sha256) first."),
     Kind(id="diff/data", severity=WARNING, title="A tensor's data differs between the two models",
          meaning="A tensor of the same name, type and shape holds other bytes in B than in A.",
          action="Expected when one is a fine-tune or another quantization; otherwise the one that changed is "
@@ -230,6 +232,17 @@ KINDS = _kinds(
          meaning="Reading the same file through buffered reads, a memory mapping or direct I/O gave different bytes.",
          action="Avoid the path that deviates (an engine's mmap or direct-I/O option) and report it to the maker of "
                 "the storage, filesystem, filter driver or VM layer; test the RAM when the page cache deviates."),
+    Kind(id="check/nonfinite-delivered", severity=ERROR,
+         title="A read path delivered a NaN or Inf in bytes it reads differently from the other paths",
+         meaning="The scan of the bytes one read path delivered found a non-finite value in a tensor that path "
+                 "reads differently on this machine: it shows what that path delivered, not what the file holds "
+                 "(the file's bytes there, read through a right path, are finite; or, nothing deciding, which "
+                 "bytes are the file's is not known).",
+         action="Do not download the file again for it: an engine reading through that path computes NaN from "
+                "bytes the file does not hold. Replay the rows through each path (`ggaudit rows MODEL --tensor "
+                "NAME --ids ROWS`), load the model through a path that reads right (llama.cpp: `--load-mode`; "
+                "Ollama: the option `use_mmap`), and report the path's fault to the maker of the storage, "
+                "filesystem, filter driver or VM layer."),
     Kind(id="check/manifest-differs-from-published", severity=WARNING,
          title="The manifest was made from another file than the published one",
          meaning="The tensor manifest's sha256 of the file is not the published digest.",
@@ -279,14 +292,14 @@ KINDS = _kinds(
 
 #: ``--fail-on``'s families: the kinds that mean one thing to a CI, by id or by the id's first part (``rows``:
 #: every ``rows/...``). A kind is in the first family that names it (``rows/nonfinite`` is ``nonfinite``),
-#: and every kind is in one (tests/test_fail_on.py walks KINDS).
+#: and every kind is in one (tests/test_one_run_every_output.py walks KINDS).
 FAMILIES: dict[str, tuple[str, ...]] = {
     "nonfinite": ("nan", "+inf", "-inf", "rows/nonfinite"),
     "outlier": ("outlier",),
     "anomaly": ("anomaly",),
     "structure": ("padding", "gap", "trailing", "verify/structure", "verify/header", "diff/structure"),
-    "read-path": ("rows", "check/read-path-differs", "check/path-skipped", "check/not-compared",
-                  "check/plan-read-differs"),
+    "read-path": ("rows", "check/read-path-differs", "check/nonfinite-delivered", "check/path-skipped",
+                  "check/not-compared", "check/plan-read-differs"),
     "digest": ("verify", "check"),
     "metadata": ("metadata",),
     "template": ("template",),
@@ -300,15 +313,20 @@ def family(kind_id: str) -> str | None:
     return next((name for name, ids in FAMILIES.items() if kind_id in ids or head in ids), None)
 
 
-def selects(names: frozenset[str], kind_id: str, severity: str) -> bool:
-    """Whether ``--fail-on names`` (kinds' ids, families, severities) selects a finding of that kind."""
-    return kind_id in names or severity in names or family(kind_id) in names
-
-
 #: The families whose warnings and notes are advice: reported, but a run fails on them only when ``--fail-on``
 #: selects them (``template``: a URL or a hidden character may belong in a template; a person decides). Their
 #: errors fail a run as every error does.
 ADVISORY = frozenset(("template",))
+
+
+def selects(names: frozenset[str], kind_id: str, severity: str) -> bool:
+    """Whether ``--fail-on names`` (kinds' ids, families, severities) selects a finding of that kind. A note
+    is selected by its family only in an advisory family (a template's note is advice on the template): any
+    other note says what a report could not do (nothing published to compare with), no finding of its family,
+    so ``--fail-on digest`` does not fail a run whose only digest kind is the note that nothing was published;
+    its id or ``note`` selects it."""
+    by_family = family(kind_id) in names and (severity != NOTE or family(kind_id) in ADVISORY)
+    return kind_id in names or severity in names or by_family
 
 
 def fails_by_default(kind_id: str, severity: str) -> bool:

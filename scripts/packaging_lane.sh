@@ -2,7 +2,9 @@
 # The packaging lane: build the sdist and the wheel (`python -m build`, which builds the wheel from the sdist, so a
 # file the build needs but the sdist lacks fails here), check that both hold every file of ggaudit/, install the
 # wheel in a fresh venv and run `ggaudit --version` and README.md's quick start with it from a folder outside the
-# checkout, so a module or data file left out of the package fails here rather than on a user's machine.
+# checkout, so a module or data file left out of the package fails here rather than on a user's machine. Last,
+# README.md's Linux install exactly as written (its lines make their own venv), in a fresh copy of the checkout,
+# with Debian's own python3 when this machine has one that refuses `pip install` outside a venv (PEP 668).
 # Usage: scripts/packaging_lane.sh; exit status 0 when every check passed, non-zero at the first that failed.
 # The build runs in a temporary copy of the checkout's tracked and untracked, not ignored, files (a developer's
 # uncommitted work included), so no build/ or *.egg-info is left in the checkout. The build tools live in a cached
@@ -16,6 +18,7 @@ venv="${GGAUDIT_BUILD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/ggaudit-build-venv}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # The wheel's venv must import the installed package only: no path of the host's reaches it.
 unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE
+host_path="$PATH"     # README.md's install runs with the host's python3, not the wheel's venv's
 log() { printf 'packaging: %s\n' "$*" >&2; }
 fail() { printf 'packaging: FAILED: %s\n' "$*" >&2; exit 1; }
 
@@ -33,6 +36,7 @@ trap 'rm -rf "$work"' EXIT
 git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
     if [ -e "$f" ]; then printf '%s\0' "$f"; fi
 done | tar --null -T - -cf - | (mkdir "$work/src" && tar -x -C "$work/src")
+cp -a "$work/src" "$work/readme-install"     # README.md's install runs in a copy the build has not touched
 # No isolation: the build venv holds the backend already, so a warm run needs no network for the build.
 "$venv/bin/python" -m build -q --no-isolation --outdir "$work/dist" "$work/src" >&2
 wheel="$(ls "$work"/dist/ggaudit-*.whl)"
@@ -95,4 +99,37 @@ for step in steps:
 if ran == 0:
     sys.exit("packaging: FAILED: README.md's quick start has no command")
 EOF
+
+# README.md's Linux install, as written: the one block of its Install section that starts `python3 -m venv`.
+readme_install="$(python3 - "$repo/README.md" <<'EOF'
+import re, sys
+section = open(sys.argv[1], encoding="utf-8").read().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+blocks = [b for b in re.findall(r"^```\n(.*?)^```$", section, re.DOTALL | re.MULTILINE) if b.startswith("python3 -m venv ")]
+if len(blocks) != 1:
+    sys.exit(f"packaging: FAILED: README.md's Install has {len(blocks)} blocks starting `python3 -m venv`, not 1")
+print(blocks[0], end="")
+EOF
+)"
+shim="$work/python3-shim"
+mkdir "$shim"
+managed='import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "$managed"; then
+    ln -s /usr/bin/python3 "$shim/python3"
+    # What a Debian or Ubuntu user meets with the install line README.md no longer gives: the lane's python3 is theirs.
+    refused="$(cd "$work/readme-install" && PATH="$shim:$host_path" python3 -m pip install --dry-run . 2>&1)" \
+        && fail "/usr/bin/python3 -m pip install . was not refused: this python3 is not externally managed after all"
+    if grep -q 'No module named pip' <<< "$refused"; then
+        log "/usr/bin/python3 has no pip (Debian's python3-pip): its refusal of pip install is not shown"
+    else
+        grep -q 'externally-managed-environment' <<< "$refused" || fail "pip install . refused otherwise than by PEP 668: $refused"
+    fi
+    log "README.md's Linux install with /usr/bin/python3 ($(/usr/bin/python3 --version)), externally managed (PEP 668)"
+else
+    log "README.md's Linux install with $(PATH="$host_path" command -v python3) (this machine has no externally managed /usr/bin/python3)"
+fi
+got="$(cd "$work/readme-install" && PATH="$shim:$host_path" bash -e -c "$readme_install"$'\n''command -v ggaudit' 2>&1)" \
+    || fail "README.md's Linux install failed:"$'\n'"$got"
+[[ "$(tail -n 2 <<< "$got")" == "$want"$'\n'"$work/readme-install/.venv/bin/ggaudit" ]] \
+    || fail "README.md's Linux install ends with"$'\n'"$(tail -n 2 <<< "$got")"$'\n'"not '$want' from its .venv"
+log "README.md's Linux install, as written: $want, from its .venv"
 log "passed"

@@ -137,6 +137,14 @@ def write_small_model(path: Path, name: str = "token_embd.weight", rows: int = 6
     return path
 
 
+def write_trailing_model(path: Path) -> Path:
+    """A clean small model with 4 bytes appended after its last tensor: a ``trailing`` (structure) finding."""
+    write_small_model(path)
+    with path.open("ab") as f:
+        f.write(b"\x01\x02\x03\x04")
+    return path
+
+
 # --- the independent header walker ----------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ def test_c_mmap_differs_buffered_and_direct_match_published() -> None:
     assert codes(d) == ["matches-published", "read-path-differs"]
     assert conclusion(d, "read-path-differs") == {"paths": ["mmap"], "agree": ["buffered", "direct"],
                                                   "reference": PUBLISHED, "decided": True,
-                                                  "tensors": ["blk.0.ffn_down.weight"]}
+                                                  "tensors": ["blk.0.ffn_down.weight"],
+                                                  "where": [{"tensor": "blk.0.ffn_down.weight", "rows": [2, 3],
+                                                             "offset": 1056, "length": 32, "kind": "tensor-data"}]}
     text = d.conclusions[1].text
     assert "memory mapping" in text and "blk.0.ffn_down.weight" in text and "the file on disk is intact" in text
 

@@ -61,6 +61,11 @@ def codes(entry: dict[str, Any]) -> list[str]:
     return [c["code"] for c in entry["conclusions"]]
 
 
+def conclusion(entry: dict[str, Any], code: str) -> dict[str, Any]:
+    [found] = [c for c in entry["conclusions"] if c["code"] == code]
+    return dict(found)
+
+
 def text_of(entry: dict[str, Any], code: str) -> str:
     [found] = [c["text"] for c in entry["conclusions"] if c["code"] == code]
     return str(found)
@@ -114,8 +119,14 @@ def test_direct_reads_wrong_are_blamed_once_the_device_read_again_gives_the_publ
     assert entry["tested"]["eviction"]["after"] == hexed(data, at)
     assert text_of(entry, "read-path-differs").startswith(f"direct reads deliver wrong bytes on this machine for "
                                                           f"tensors {PLE}")
-    assert [step.split(":")[0] for step in report["next_steps"]] == ["engines reading with direct I/O get the wrong "
-                                                                     "bytes"]
+    # Where the paths first differ, exactly (issue 35): the flipped byte, and the command replaying its row.
+    assert {k: v for k, v in conclusion(entry, "read-path-differs")["evidence"]["first"].items()} == {
+        "offset": at, "tensor": PLE, "row": 100}
+    assert report["next_steps"][0] == ("replay the rows where the paths first differ through each read path, to see "
+                                       f"what each delivers: `ggaudit rows {model} --tensor {PLE} --ids 100 --modes "
+                                       "buffered,mmap,direct`")
+    assert [step.split(":")[0] for step in report["next_steps"][1:]] == ["engines reading with direct I/O get the "
+                                                                         "wrong bytes"]
 
 
 # --- a fault common to two paths: the one right path is proven, not blamed ---------------------------------

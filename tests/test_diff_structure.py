@@ -316,8 +316,8 @@ def test_sarif_locates_a_changed_region_in_b_with_a_related(tmp_path: Path) -> N
     (changed,) = the_run(valid_sarif(run_cli(["diff", a, b, "--format", "sarif"]).stdout))["results"]
     assert where(changed) == (b.as_uri(), size, 28) and changed["properties"]["first_b"] == size + 3
     related = changed["relatedLocations"][0]["physicalLocation"]
-    assert (related["artifactLocation"]["uri"], related["region"]) == (a.as_uri(),
-                                                                       {"byteOffset": size, "byteLength": 28})
+    assert (related["artifactLocation"]["uri"], related["region"]) == (
+        a.as_uri(), {"startLine": 1, "byteOffset": size, "byteLength": 28})
 
 
 def test_junit_has_a_structure_case(appended: tuple[Path, Path, int]) -> None:

@@ -81,7 +81,9 @@ def failed(kind: str, path: Path | str | None, text: str, *, offset: int | None 
 
 
 def magic(folder: Path) -> dict[str, Any]:
-    return failed("FormatError", folder / "bad.gguf", "bad magic b'XXXX' (expected b'GGUF')", offset=0, field="magic")
+    return failed("FormatError", folder / "bad.gguf", "not a GGUF file (its first bytes are "
+                  "b'XXXX\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'...; a GGUF starts with b'GGUF')",
+                  offset=0, field="magic")
 
 
 def gone(folder: Path) -> dict[str, Any]:

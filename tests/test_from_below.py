@@ -138,6 +138,13 @@ def conclusion(entry: dict[str, Any], code: str) -> dict[str, Any]:
     return dict(found)
 
 
+def whole_table_differs() -> dict[str, Any]:
+    """The PLE table's one row group (it is smaller than a group), as a read-path-differs conclusion lists it."""
+    table = open_model(FIXTURE).tensor(PLE)
+    return {"tensor": PLE, "rows": [0, table.n_rows - 1], "offset": table.offset, "length": table.nbytes,
+            "kind": "tensor-data"}
+
+
 def evidence_of(found: dict[str, Any]) -> dict[str, Any]:
     """A conclusion's evidence but the file it is about (the file entry it sits in names it already)."""
     return {k: v for k, v in found["evidence"].items() if k != "file"}
@@ -213,13 +220,18 @@ def test_check_c_d_e_the_published_digest_names_the_path_that_deviates(
     assert conclusion(entry, "matches-published")["evidence"]["paths"] == right
     differs = conclusion(entry, "read-path-differs")
     assert evidence_of(differs) == {"paths": wrong, "agree": right, "reference": "published", "decided": True,
-                                    "tensors": [PLE]}
+                                    "tensors": [PLE], "first": {"offset": at, "tensor": PLE, "row": ROW},
+                                    "where": [whole_table_differs()]}
     assert differs["text"].startswith(words)
     assert fingerprints(entry) == {m: xxhash.xxh3_128_hexdigest(flipped(data, at) if m in wrong else data)
                                    for m in ALL}
     first = run_ggaudit(["check", "ollama:clef-flash", "--store", str(root)],
                         faulted_env(blob, path_kind, "flip", offset=at, mask=MASK)).stdout.splitlines()[0]
     assert first.startswith("ollama:clef-flash: ")       # the model as the user named it, not the blob
+    # Ollama maps the file: whether that path read right is what Ollama got (issue 35).
+    assert first.endswith("; Ollama reads through mmap by default, " + (
+        "one of the paths that delivered the wrong bytes: Ollama gets them" if "mmap" in wrong else
+        "which delivered the right bytes: Ollama gets the file's bytes"))
 
 
 def test_check_f_nothing_published_page_cache_against_direct_gives_both_explanations_with_no_evict(
@@ -236,7 +248,8 @@ def test_check_f_nothing_published_page_cache_against_direct_gives_both_explanat
     assert [c["code"] for c in entry["conclusions"]] == ["no-published-reference", "read-path-differs"]
     differs = conclusion(entry, "read-path-differs")
     assert evidence_of(differs) == {"paths": ["direct"], "agree": ["buffered", "mmap"], "reference": None,
-                                    "decided": False, "tensors": [PLE]}
+                                    "decided": False, "tensors": [PLE], "where": [whole_table_differs()],
+                                    "first": {"offset": flip_offset(), "tensor": PLE, "row": ROW}}
     assert "either the page cache holds other bytes than the disk" in differs["text"]
     assert "or direct reads are wrong on this machine" in differs["text"]
     assert differs["text"].endswith("; the eviction test could not be made: not made (--no-evict): nothing was "

@@ -17,7 +17,7 @@ from ggaudit.format.blocks import GGMLQuantizationType as T
 from ggaudit.format.build import TensorSpec, write_gguf
 from ggaudit.kinds import FAMILIES, KINDS, family
 from ollama_support import ollama_store
-from support import assert_one_line_error, run_cli, write_small_model, write_split_set
+from support import assert_one_line_error, run_cli, write_small_model, write_split_set, write_trailing_model
 
 
 def _nan_model(path: Path) -> Path:
@@ -27,13 +27,6 @@ def _nan_model(path: Path) -> Path:
     write_gguf(path, [TensorSpec("a.weight", T.F32, (8,), values.tobytes())], {"general.architecture": "llama"})
     return path
 
-
-def _trailing_model(path: Path) -> Path:
-    """A clean model with 4 bytes appended after its last tensor: a ``trailing`` (structure) finding."""
-    write_small_model(path)
-    with path.open("ab") as f:
-        f.write(b"\x01\x02\x03\x04")
-    return path
 
 
 # --- 1. several -o FILE, each in the format its name ends with ---------------------------------------
@@ -141,7 +134,7 @@ def test_fail_on_selects_which_findings_fail_the_run(tmp_path: Path, fail_on: st
 
 
 def test_fail_on_a_structure_finding(tmp_path: Path) -> None:
-    model = _trailing_model(tmp_path / "t.gguf")
+    model = write_trailing_model(tmp_path / "t.gguf")
     assert run_cli(["scan", model, "--fail-on", "nonfinite"]).exit_code == 0
     assert run_cli(["scan", model, "--fail-on", "nonfinite", "--fail-on", "structure"]).exit_code == 1
     assert run_cli(["scan", model]).exit_code == 1        # the default: every finding fails
@@ -168,10 +161,12 @@ def test_require_clean_writes_no_manifest_for_a_damaged_file(tmp_path: Path) -> 
     nan = _nan_model(tmp_path / "nan.gguf")
     result = run_cli(["manifest", nan, "-o", tmp_path / "m.json", "--require-clean"])
     assert result.exit_code == 1
+    # The finding that blocked it, named (issue 35): where, what was expected and found.
     assert result.stderr == (f"ggaudit: {nan}: no manifest written (--require-clean): the scan found what a "
-                             "good file never holds\n")
+                             f"good file never holds: nan at file {nan} offset 140, length 4: tensor a.weight, row 0, "
+                             "column 3: expected finite, got 0x7fc00000 (nan)\n")
     assert "nan at file" in result.stdout and not (tmp_path / "m.json").exists()
-    trailing = _trailing_model(tmp_path / "t.gguf")
+    trailing = write_trailing_model(tmp_path / "t.gguf")
     assert run_cli(["manifest", trailing, "-o", tmp_path / "m.json", "--require-clean"]).exit_code == 1
     assert not (tmp_path / "m.json").exists()
     clean = write_small_model(tmp_path / "ok.gguf")

@@ -242,3 +242,16 @@ def test_hf_snapshot_names_are_slash_joined_on_every_os(tmp_path: Path) -> None:
     assert [(f.name, f.problem) for f in shot.files] == [
         ("README.md", "not a link to a blob (cannot check a copy)"),
         ("gguf/sub/m.gguf", "not a link to a blob (cannot check a copy)")]
+
+
+def test_a_next_steps_words_are_quoted_for_the_shell_of_this_system() -> None:
+    """A printed command's word is one word to the user's shell: POSIX quoting on Linux and macOS; on Windows a
+    path stays bare and anything cmd or PowerShell would split or redirect is double-quoted."""
+    from ggaudit.io import shell
+    from ggaudit.io.system import WINDOWS
+
+    assert shell.shell_word("jinja2>=3.0") == ('"jinja2>=3.0"' if WINDOWS else "'jinja2>=3.0'")
+    assert shell.shell_word("my models/m.gguf") == ('"my models/m.gguf"' if WINDOWS else "'my models/m.gguf'")
+    assert [shell._windows_word(w) for w in (r"C:\models\m.gguf", "blk.0.attn_q.weight", r"D:\my models\m.gguf",
+                                             "ggaudit[dask]", 'a"b', "x|y")] == \
+        [r"C:\models\m.gguf", "blk.0.attn_q.weight", r'"D:\my models\m.gguf"', '"ggaudit[dask]"', r'"a\"b"', '"x|y"']

@@ -322,3 +322,26 @@ def test_the_readmes_test_command_is_the_one_ci_runs() -> None:
     command = "pip install -e '.[test,dask]' && python -m pytest"
     assert _blocks_of(section)[0] == ("", command + "\n")
     assert command in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+
+#: README.md's install for Linux and macOS: a virtual environment first, since Debian's and Ubuntu's own python3
+#: refuse ``pip install`` outside one (PEP 668). scripts/packaging_lane.sh runs these lines as written.
+VENV_INSTALL = "python3 -m venv .venv\n. .venv/bin/activate\npython3 -m pip install .\nggaudit --version\n"
+
+
+def test_the_linux_install_is_in_a_venv_on_both_pages_and_the_packaging_lane_runs_the_readmes_as_written() -> None:
+    readme = README.read_text(encoding="utf-8").split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    linux = [text for _, text in _blocks_of(readme) if text.startswith("python3 -m venv ")]
+    assert linux == [VENV_INSTALL]
+    # No line of either page installs into the system's python3 outside that block.
+    page = (DOCS / "install.md").read_text(encoding="utf-8")
+    section = page.split("\n## Linux, macOS\n", 1)[1].split("\n## ", 1)[0]
+    assert _blocks_of(section)[0] == ("", VENV_INSTALL)
+    others = [text for text in (*(t for _, t in _blocks_of(readme)), *(t for _, t in _blocks_of(page)))
+              if text != VENV_INSTALL]
+    assert not any(line.startswith("python3 -m pip install") for text in others for line in text.splitlines())
+    assert "externally-managed-environment" in readme and "PEP 668" in section
+    lane = (REPO / "scripts" / "packaging_lane.sh").read_text(encoding="utf-8")
+    assert 'if b.startswith("python3 -m venv ")]' in lane and 'bash -e -c "$readme_install"' in lane
+    assert "externally-managed-environment" in lane
+    assert "scripts/packaging_lane.sh" in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()

@@ -1,8 +1,12 @@
 """``--format sarif``: SARIF 2.1.0 logs the official schema accepts, one result per listed finding at its exact
-file offset and length, for scan, verify, rows and diff; failed targets and untrusted names."""
+file offset and length, for scan, verify, rows and diff; failed targets and untrusted names. And what GitHub
+code scanning needs of them: a region with a startLine, fingerprints stable across runs, a run (and category)
+per target, and its upload limits kept, said when a log is cut to fit."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -16,6 +20,7 @@ from gguf import GGMLQuantizationType as T
 from ggaudit.outcomes import Outcome
 from ggaudit.cli import main
 from ggaudit.cli.reporters import Rendering, reporter
+from ggaudit.cli.reporters import sarif as S
 from ggaudit.cli.reporters.sarif import artifact_uri, rule_json
 from ggaudit.format.blocks import LAYOUTS
 from ggaudit.format.build import TensorSpec, write_gguf
@@ -25,6 +30,7 @@ from ggaudit.evidence.readers import BufferedReader, Reader, open_reader
 from ggaudit.escaping import escape
 from rows_support import Wrapped, make_table
 from scan_support import finite_tensor, poke
+from support import write_small_model
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 F32, Q8_0 = LAYOUTS[T.F32], LAYOUTS[T.Q8_0]
@@ -32,9 +38,13 @@ NAN_F32, NEG_INF_F16 = 0x7FC00000, 0xFC00
 
 
 def valid_sarif(text: str) -> dict[str, Any]:
-    """The log, after the official SARIF 2.1.0 schema (draft-04) accepted it."""
+    """The log, after the official SARIF 2.1.0 schema (draft-04) accepted it, and every region of it carries
+    the startLine GitHub code scanning requires (line 1: a GGUF is a binary file)."""
     log = json.loads(text)
     jsonschema.Draft4Validator(SCHEMA).validate(log)
+    places = [place for run in log["runs"] for result in run["results"]
+              for place in [*result["locations"], *result.get("relatedLocations", [])]]
+    assert [p["physicalLocation"]["region"]["startLine"] for p in places] == [1] * len(places)
     return log
 
 
@@ -96,6 +106,10 @@ def test_scan_with_two_findings_gives_two_results_at_their_offsets(tmp_path: Pat
     assert all(r["shortDescription"]["text"] and r["help"]["text"] for r in driver["rules"])
     assert sarif["artifacts"] == [{"location": {"uri": uri}}]
     assert sarif["invocations"] == [{"executionSuccessful": True, "exitCode": 1, "toolExecutionNotifications": []}]
+    assert nan["locations"][0]["physicalLocation"]["region"] == {"startLine": 1, "byteOffset": offsets["a.weight"] + 76,
+                                                                 "byteLength": 4}
+    assert sarif["automationDetails"] == {"id": f"ggaudit/scan/{path}/"}
+    assert [list(r["partialFingerprints"]) for r in (nan, inf)] == [["ggauditFinding/v1"]] * 2
 
 
 def test_findings_past_the_limit_are_counted_in_the_run_properties(tmp_path: Path) -> None:
@@ -246,7 +260,7 @@ def test_diff_gives_a_result_per_difference(tmp_path: Path) -> None:
     assert where(data) == (b.as_uri(), offsets_b["data"] + 8 * 4 + 4, 4)
     related = data["relatedLocations"][0]["physicalLocation"]
     assert (related["artifactLocation"]["uri"], related["region"]) == (
-        a.as_uri(), {"byteOffset": offsets_a["data"] + 8 * 4 + 4, "byteLength": 4})
+        a.as_uri(), {"startLine": 1, "byteOffset": offsets_a["data"] + 8 * 4 + 4, "byteLength": 4})
     assert (data["properties"]["first"]["row"], data["properties"]["first"]["column"]) == (1, 1)
     assert data["message"]["text"].startswith("DIFFER tensor data (F32 [8, 2]): 1 of 2 rows ")
 
@@ -254,16 +268,22 @@ def test_diff_gives_a_result_per_difference(tmp_path: Path) -> None:
 def test_a_failed_target_is_an_error_notification_and_the_others_still_report(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     two_findings_model(path)
-    code, out, err = run("scan", tmp_path / "missing.gguf", path, "--format", "sarif")
-    sarif = the_run(valid_sarif(out))
+    missing = tmp_path / "missing.gguf"
+    code, out, err = run("scan", missing, path, "--format", "sarif")
+    failed, read = valid_sarif(out)["runs"]
     assert code == 2 and err.startswith("ggaudit: error: ")
-    (invocation,) = sarif["invocations"]
+    assert [r["automationDetails"]["id"] for r in (failed, read)] == [f"ggaudit/scan/{missing}/",
+                                                                        f"ggaudit/scan/{path}/"]
+    (invocation,) = failed["invocations"]
     (note,) = invocation["toolExecutionNotifications"]
     assert (invocation["executionSuccessful"], invocation["exitCode"], note["level"]) == (False, 2, "error")
     assert note["message"]["text"] == err.removeprefix("ggaudit: error: ").rstrip("\n")
-    assert (note["properties"]["target"], note["properties"]["kind"]) == (str(tmp_path / "missing.gguf"), "ReadError")
-    assert len(sarif["results"]) == 2 and sarif["properties"]["status"] == "error"
-    assert sarif["properties"]["targets"][0]["error"]["kind"] == "ReadError"
+    assert (note["properties"]["target"], note["properties"]["kind"]) == (str(missing), "ReadError")
+    assert (failed["results"], failed["properties"]["status"]) == ([], "error")
+    assert failed["properties"]["targets"][0]["error"]["kind"] == "ReadError"
+    # The other target's run: its two results, and the run's own status; the exit code is the process's.
+    assert (len(read["results"]), read["properties"]["status"]) == (2, "findings")
+    assert read["invocations"] == [{"executionSuccessful": True, "exitCode": 2, "toolExecutionNotifications": []}]
 
 
 def test_untrusted_names_are_escaped_in_messages_and_exact_in_properties(tmp_path: Path) -> None:
@@ -323,3 +343,110 @@ def test_every_rule_says_what_to_do() -> None:
         rule = rule_json(kind)
         assert rule["defaultConfiguration"]["level"] in ("error", "warning", "note"), rule
         assert rule["shortDescription"]["text"] and len(rule["help"]["text"]) > 40, rule
+
+
+# --- GitHub code scanning: fingerprints, a run per target, the upload limits ----------------------------------
+
+def _fingerprints(out: str) -> list[str]:
+    return [r["partialFingerprints"]["ggauditFinding/v1"] for r in the_run(valid_sarif(out))["results"]]
+
+
+def test_fingerprints_are_the_same_for_the_same_finding_in_another_folder_and_differ_between_findings(
+        tmp_path: Path) -> None:
+    first, second, moved = tmp_path / "run-1" / "m.gguf", tmp_path / "run-2" / "m.gguf", tmp_path / "run-3" / "m.gguf"
+    for path in (first, second, moved):
+        path.parent.mkdir()
+    offsets = two_findings_model(first)
+    two_findings_model(second)
+    two_findings_model(moved, first="c.weight")          # the NaN in another tensor
+    once, again, elsewhere = (_fingerprints(run("scan", p, "--format", "sarif")[1]) for p in (first, second, moved))
+    assert once == again and len(set(once)) == 2
+    assert elsewhere[0] != once[0] and elsewhere[1] == once[1]
+    # Derived from the kind, the file's name and the finding's place, nothing else (a count tells alike ones apart).
+    key = ["nan", ["m.gguf", offsets["a.weight"] + 76, 4, "a.weight", 2, 3, None, "value", None], []]
+    assert once[0] == hashlib.sha256(json.dumps(key).encode()).hexdigest() + ":1"
+
+
+def test_each_target_is_a_run_of_its_own_and_the_targets_past_twenty_share_the_last(tmp_path: Path) -> None:
+    models = [write_small_model(tmp_path / f"m{i:02}.gguf") for i in range(21)]
+    code, out, err = run("scan", *models, "--format", "sarif")
+    runs = valid_sarif(out)["runs"]
+    assert code == 0 and len(runs) == 20
+    assert [r["automationDetails"]["id"] for r in runs] == [
+        *(f"ggaudit/scan/{m}/" for m in models[:19]), "ggaudit/scan/more-targets/"]
+    assert [t["target"] for t in runs[-1]["properties"]["targets"]] == [str(m) for m in models[19:]]
+    said = "2 targets share this run: code scanning takes at most 20 runs a file"
+    assert [(n["level"], n["message"]["text"]) for n in runs[-1]["invocations"][0]["toolExecutionNotifications"]] == [
+        ("warning", said)]
+    assert err == f"ggaudit: warning: SARIF run ggaudit/scan/more-targets/: {said}\n"
+
+
+def _nan_model(path: Path, nans: int) -> Path:
+    """An F32 [8, 4] tensor whose first ``nans`` elements are NaN: that many findings, columns 0.. of row 0 on."""
+    data = finite_tensor(T.F32, (8, 4), 1)
+    for element in range(nans):
+        poke(data, F32, element, F32.fields[0], NAN_F32)
+    write_gguf(path, [TensorSpec("t", T.F32, (8, 4), bytes(data))])
+    return path
+
+
+def test_results_past_code_scannings_limit_per_run_are_cut_and_said(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(S, "MAX_RESULTS", 20)            # 25,000 in use: the same code, with a smaller model
+    path = _nan_model(tmp_path / "m.gguf", 32)
+    code, out, err = run("scan", path, "--format", "sarif", "--limit", "32")
+    sarif = the_run(valid_sarif(out))
+    assert code == 1 and [(r["properties"]["row"], r["properties"]["column"]) for r in sarif["results"]] == [
+        (element // 8, element % 8) for element in range(20)]
+    why = "code scanning takes at most 20 results a run"
+    assert sarif["properties"]["cut"] == [{"why": why, "listed": 20, "not_listed": 12}]
+    said = f"12 of 32 results not listed ({why}): counted in run.properties.cut"
+    assert [(n["level"], n["message"]["text"]) for n in sarif["invocations"][0]["toolExecutionNotifications"]] == [
+        ("warning", said)]
+    assert err == f"ggaudit: warning: SARIF run ggaudit/scan/{path}/: {said}\n"
+
+
+def test_a_log_over_the_upload_size_once_compressed_is_cut_to_fit_and_said(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _nan_model(tmp_path / "m.gguf", 32)
+    whole = len(gzip.compress(run("scan", path, "--format", "sarif", "--limit", "32")[1].encode(), 6))
+    monkeypatch.setattr(S, "MAX_GZIP_BYTES", whole - 1)  # 10 MB in use: one byte less than this log needs
+    code, out, err = run("scan", path, "--format", "sarif", "--limit", "32")
+    sarif = the_run(valid_sarif(out))
+    assert code == 1 and len(gzip.compress(out.encode(), 6)) <= whole - 1
+    why = f"code scanning takes at most {whole - 1} bytes a file, gzip-compressed"
+    assert (len(sarif["results"]), sarif["properties"]["cut"]) == (16, [{"why": why, "listed": 16, "not_listed": 16}])
+    assert err == f"ggaudit: warning: SARIF run ggaudit/scan/{path}/: 16 of 32 results not listed ({why}): " \
+                  "counted in run.properties.cut\n"
+
+
+def test_related_locations_past_code_scannings_limit_are_cut_and_said(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(S, "MAX_LOCATIONS", 1)           # 1,000 in use; a diff result has one related location
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    same = bytes(finite_tensor(T.F32, (8, 2), 1))
+    changed = bytearray(same)
+    changed[5] ^= 0x01
+    write_gguf(a, [TensorSpec("data", T.F32, (8, 2), same)])
+    write_gguf(b, [TensorSpec("data", T.F32, (8, 2), bytes(changed))])
+    code, out, err = run("diff", a, b, "--format", "sarif")
+    (result,) = the_run(valid_sarif(out))["results"]
+    assert code == 1 and "relatedLocations" not in result and result["properties"]["related_not_listed"] == 1
+    assert err == (f"ggaudit: warning: SARIF run ggaudit/diff/{a}/: 1 of 1 related locations of a diff/data result "
+                   "not listed (code scanning takes at most 1 locations a result)\n")
+
+
+def test_the_limits_are_the_ones_code_scanning_documents() -> None:
+    """docs.github.com, "SARIF support for code scanning": runs per file, results per run, locations per
+    result; "SARIF results file is too large": 10 MB gzip-compressed."""
+    assert (S.MAX_RUNS, S.MAX_RESULTS, S.MAX_LOCATIONS, S.MAX_GZIP_BYTES) == (20, 25_000, 1_000, 10_000_000)
+
+
+def test_a_targets_category_is_escaped_as_on_a_terminal_and_exact_in_the_properties(tmp_path: Path) -> None:
+    path = tmp_path / "evil\u202e.gguf"          # a right-to-left override: a name that reads otherwise
+    two_findings_model(path)
+    code, out, _ = run("scan", path, "--format", "sarif")
+    sarif = the_run(valid_sarif(out))
+    shown = str(path).replace("\u202e", "\\u202e")
+    assert code == 1 and sarif["automationDetails"]["id"] == f"ggaudit/scan/{shown}/" and "\u202e" not in shown
+    assert sarif["properties"]["targets"][0]["target"] == str(path)

@@ -149,7 +149,8 @@ def test_unreadable_input_exits_2(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"NOPE" + bytes(60))
     code, _, err = _run(str(garbage))
-    assert code == 2 and err == f"ggaudit: error: {garbage}: offset 0: magic: bad magic b'NOPE' (expected b'GGUF')\n"
+    assert code == 2 and err == (f"ggaudit: error: {garbage}: offset 0: magic: not a GGUF file (its first bytes are "
+                                 "b'NOPE" + "\\x00" * 12 + "'...; a GGUF starts with b'GGUF')\n")
 
 
 def test_fp8_override_on_the_command_line(tmp_path: Path) -> None:

@@ -119,9 +119,6 @@ class JanStore(Store, prefix="jan"):
     def model_files(self):
         return [os.path.join(FOLDER, self.name)]
 
-    def input_files(self):
-        return self.model_files()
-
     def redownload(self, damaged):
         return "download it again in Jan"
 """

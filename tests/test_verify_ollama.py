@@ -243,7 +243,7 @@ def test_several_targets_are_reported_in_order(store: Store) -> None:
     assert result.exit_code == 2                    # one target unreadable: its error, the others' reports
     assert result.stderr.splitlines() == [
         f"ggaudit: error: {store.root / 'manifests/registry.ollama.ai/library/nope/latest'}: model "
-        f"registry.ollama.ai/library/nope:latest is not in the Ollama store {store.root}"]
+        f"registry.ollama.ai/library/nope:latest is not in the Ollama store {store.root} (given by --store)"]
     alone = [runner.invoke(main, ["verify", name, "--store", str(store.root), "--no-cache"]).stdout
              for name in ("ollama:tiny", "ollama:acme/vis:q4")]
     assert result.stdout == "".join(alone) + "3 models: 1 with findings, 1 clean, 1 error\n"

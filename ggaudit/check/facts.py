@@ -15,14 +15,15 @@ from ..verify.manifests.tensor import TensorDigest
 from ..verify.report import Mismatch
 
 __all__ = ["AGREEMENT", "CACHE_VERIFIED", "DAMAGED", "INTACT", "MANIFEST", "NONFINITE", "PUBLISHED", "READ_PATH",
-           "UNVERIFIED", "VERDICTS", "Conclusion", "Eviction", "Expectation", "FileDecision", "LineDigest",
+           "STRUCTURE", "UNVERIFIED", "VERDICTS", "Conclusion", "Eviction", "Expectation", "FileDecision", "LineDigest",
            "ManifestLines", "Needs", "Observed", "Probes"]
 
 #: What each verdict is, worst first: a file verdict and a report's verdict are one of these. CACHE_VERIFIED:
 #: what was published matched, but only as the page cache delivers it (the device was not read past it).
-DAMAGED, READ_PATH, NONFINITE, UNVERIFIED = "damaged", "read-path", "nonfinite", "unverified"
-CACHE_VERIFIED, INTACT = "cache-verified", "intact"
-VERDICTS = (DAMAGED, READ_PATH, NONFINITE, UNVERIFIED, CACHE_VERIFIED, INTACT)
+#: STRUCTURE: the bytes are read right (or agree) and hold bytes no tensor owns that should not be there.
+DAMAGED, READ_PATH, NONFINITE, STRUCTURE = "damaged", "read-path", "nonfinite", "structure"
+UNVERIFIED, CACHE_VERIFIED, INTACT = "unverified", "cache-verified", "intact"
+VERDICTS = (DAMAGED, READ_PATH, NONFINITE, STRUCTURE, UNVERIFIED, CACHE_VERIFIED, INTACT)
 
 
 @dataclass(frozen=True, kw_only=True)

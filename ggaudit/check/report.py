@@ -4,18 +4,18 @@ removed or renamed without a new schema id."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._version import __version__
 from ..diagnostic import Case, Diagnostic, Failure, Summary
 from ..page import Block, Cell, Heading, Paragraph, Table
-from ..scan.report import ScanReport
+from ..scan.report import Finding, ScanReport, describe_finding
 from ..escaping import escape, escape_message, escape_path
-from ..wording import plural
-from .facts import (CACHE_VERIFIED, DAMAGED, INTACT, NONFINITE, READ_PATH, UNVERIFIED, Conclusion, Expectation,
-                    FileDecision)
+from ..wording import joined, plural
+from .facts import (CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, STRUCTURE, UNVERIFIED,
+                    Conclusion, Expectation, FileDecision)
 from ..evidence.read_pass import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
@@ -33,7 +33,10 @@ FINDING_KINDS = {"differs-from-published": "check/differs-from-published",
                  "plan-read-differs": "check/plan-read-differs",
                  "store-problem": "check/store-problem",
                  "file-extra": "check/file-extra",
-                 "read-path-structure": "check/read-path-differs"}
+                 "read-path-structure": "check/read-path-differs",
+                 "read-path-nonfinite": "check/nonfinite-delivered"}
+#: The scan's kinds of a non-finite value (stored, or as a read path delivered it).
+NONFINITE_KINDS = ("nan", "+inf", "-inf")
 #: Every kind of diagnostic a check yields: its own, then its scan's (stored values, structure).
 DIAGNOSTIC_KINDS = (*FINDING_KINDS.values(), "check/path-skipped", "check/no-published-reference")
 
@@ -125,6 +128,11 @@ class CheckReport:
     next_steps: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
+    #: The non-finite values only the scan path delivered (``read-path-nonfinite``), each a
+    #: ``check/nonfinite-delivered`` diagnostic: never the scan's own kind, which says a value is stored.
+    delivered: tuple[Finding, ...] = ()
+    #: The engine of the target's store and the read path it reads through by default (``Store.ENGINE``).
+    engine: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,13 +144,16 @@ class CheckReport:
 
     def diagnostics(self) -> Iterator[Diagnostic]:
         for f in self.files:
+            # With several files, each file's findings name it: their lines alone would read alike.
+            named = f"{escape_path(f.path)}: " if len(self.files) > 1 else ""
             for mode, why in f.skipped.items():
-                yield Diagnostic(kind="check/path-skipped", message=escape_message(f"{mode} reads skipped: {why}"),
+                yield Diagnostic(kind="check/path-skipped",
+                                 message=named + escape_message(f"{mode} reads skipped: {why}"),
                                  file=f.path, extras={"mode": mode, "reason": why})
             for c in f.decision.conclusions:
-                yield from _diagnostics(f, c)
-        for s in self.scans:
-            yield from s.diagnostics()
+                yield from _diagnostics(f, c, named)
+        yield from _scan_diagnostics(self)
+        yield from _path_diagnostics(self)
 
     # What every reporter reads (ggaudit.diagnostic.Report): the wording is below.
     def summary(self, limit: int | None = None) -> Summary:
@@ -164,21 +175,61 @@ class CheckReport:
                 "seconds": round(self.seconds, 6)}
 
 
-def _diagnostics(f: FileCheck, c: Conclusion) -> Iterator[Diagnostic]:
+def _scan_diagnostics(r: CheckReport) -> Iterator[Diagnostic]:
+    """The scan's findings of the bytes it read, but for the values only the scan path delivered (in a tensor
+    it reads differently, nothing decided): those are the path's (:func:`_path_diagnostics`)."""
+    delivered = {(f.path, f.offset, f.kind) for f in r.delivered}
+    for s in r.scans:
+        yield from (d for d in s.diagnostics() if (d.file, d.offset, d.kind) not in delivered)
+
+
+def _path_diagnostics(r: CheckReport) -> Iterator[Diagnostic]:
+    """What a wrong read path delivered, as that path's findings (read-path family): each non-finite value it
+    delivered, and bytes no tensor owns that look wrong only as it delivered them."""
+    through = next((c for c in r.conclusions if c.code == "read-path-nonfinite"), None)
+    for f in r.delivered:
+        assert through is not None      # the values delivered are that conclusion's
+        yield Diagnostic(kind="check/nonfinite-delivered", message=delivered_line(f, through), file=f.path,
+                         offset=f.offset, length=f.size, tensor=f.tensor, row=f.row, column=f.column,
+                         block=None if f.field == "value" else f.block, field=f.field, expert=f.expert,
+                         extras={"tensor": f.tensor, "file": f.path, **f.to_json(), "path": through.evidence["path"],
+                                 "decided": through.evidence["decided"]})
+    for c in r.conclusions:
+        if c.code == "read-path-structure":
+            e = c.evidence
+            yield Diagnostic(kind=FINDING_KINDS[c.code], message=escape_message(c.text), file=e.get("file"),
+                             offset=e.get("offset"), length=e.get("length"), extras=dict(e))
+
+
+def delivered_line(f: Finding, through: Conclusion) -> str:
+    """A value the scan path delivered, in one line: the scan's line for it, then whose value it is."""
+    e = through.evidence
+    whose = (f"the file's bytes there are what {joined(e['agree'])} read" if e.get("decided") and e.get("agree")
+             else "which bytes are the file's is not known")
+    return f"{describe_finding(f)}, as {e['path']} reads delivered it ({whose})"
+
+
+def _diagnostics(f: FileCheck, c: Conclusion, named: str = "") -> Iterator[Diagnostic]:
+    message = named + escape_message(c.text)
     if c.code == "no-published-reference":
-        yield Diagnostic(kind="check/no-published-reference", message=escape_message(c.text), file=f.path)
+        yield Diagnostic(kind="check/no-published-reference", message=message, file=f.path)
         return
     kind = FINDING_KINDS.get(c.code)
     if kind is None:
         return
+    first = c.evidence.get("first")
+    if c.code == "read-path-differs" and isinstance(first, dict):      # at the first byte the paths differ
+        yield Diagnostic(kind=kind, message=message, file=f.path, offset=first["offset"], length=1,
+                         tensor=first.get("tensor"), row=first.get("row"), extras=dict(c.evidence))
+        return
     tensors = c.evidence.get("tensors") or []
     located = [t for t in tensors if isinstance(t, dict)]
     if not located:
-        yield Diagnostic(kind=kind, message=escape_message(c.text), file=f.path, extras=dict(c.evidence))
+        yield Diagnostic(kind=kind, message=message, file=f.path, extras=dict(c.evidence))
         return
     for t in located:      # one per tensor and row range the manifest localised
         rows = t.get("rows")
-        yield Diagnostic(kind=kind, message=escape_message(c.text), file=f.path, offset=t.get("offset"),
+        yield Diagnostic(kind=kind, message=message, file=f.path, offset=t.get("offset"),
                          length=t.get("length"), tensor=t.get("tensor"), row=rows[0] if rows else None,
                          extras=dict(c.evidence))
 
@@ -209,22 +260,117 @@ def headline(r: CheckReport) -> str:
     elif r.verdict == NONFINITE:
         what = "the file holds NaN or Inf values as stored (the bytes are read right)"
     elif r.verdict == READ_PATH:
-        what = "this machine reads the file differently depending on the read path"
+        what = f"this machine reads the file differently depending on the read path{_located(r)}"
+    elif r.verdict == STRUCTURE:
+        what = _structure_headline(r, paths)
     else:
         agree = not any(c.code == "read-path-differs" for c in r.conclusions)
         what = (f"unverified: no published reference, so the file can only be checked against itself; {paths} "
                 "reads agree" if agree else "unverified: no published reference")
-    return f"{escape_path(r.target)}: {what}{_scan_found(r)}"
+    return f"{escape_path(r.target)}: {what}{_scan_found(r)}{_engine_said(r) if r.verdict == READ_PATH else ''}"
 
 
 def _scan_found(r: CheckReport) -> str:
     """Bytes read right can still say wrong things: the scan's findings (a chat template that runs code,
     metadata that contradicts the tensors, padding) said on the first line too, where the verdict alone
-    would read as clean. A NONFINITE verdict already says what its scan found."""
-    if r.verdict == NONFINITE or all(s.ok for s in r.scans):
+    would read as clean; a non-finite value as what it is, the file's or a read path's. A NONFINITE verdict
+    already says what its scan found, a STRUCTURE verdict its structure findings."""
+    if r.verdict == NONFINITE:
         return ""
-    kinds = list(dict.fromkeys(d.kind for s in r.scans for d in s.diagnostics()))
-    return f"; but the scan found {', '.join(kinds)} findings (below)" if kinds else ""
+    said = "".join(_nonfinite_said(c) for c in r.conclusions if c.code in ("stored-nonfinite", "read-path-nonfinite"))
+    shown = (*NONFINITE_KINDS, *(STRUCTURE_KINDS if r.verdict == STRUCTURE else ()))
+    kinds = list(dict.fromkeys(d.kind for d in _scan_diagnostics(r) if d.kind not in shown))
+    return said + (f"; but the scan found {', '.join(kinds)} findings (below)" if kinds else "")
+
+
+#: The scan's kinds of bytes no tensor owns.
+STRUCTURE_KINDS = ("padding", "gap", "trailing")
+
+
+def _nonfinite_said(c: Conclusion) -> str:
+    """A stored-nonfinite or read-path-nonfinite conclusion in a few words: how many values, what they are and
+    where the first is, and whose they are."""
+    e = c.evidence
+    listed = [f for f in e.get("findings") or [] if isinstance(f, dict)]
+    count = int(e.get("count", 0))
+    if not listed or not count:
+        return ""
+    first = listed[0]
+    kinds = {f.get("kind") for f in listed}
+    name = ("non-finite value" if len(listed) < count else "NaN" if kinds == {"nan"} else
+            "Inf" if kinds <= {"+inf", "-inf"} else "NaN or Inf")
+    values = f"1 {name}" if count == 1 else f"{count} {name}{'s' if name == 'non-finite value' else ' values'}"
+    where = f"tensor {escape(str(first.get('tensor')))}, row {first.get('row')}"
+    if c.code == "stored-nonfinite":
+        return f"; and the file holds {values}: {where}" if count == 1 else f"; and the file holds {values}, the " \
+                                                                           f"first at {where}"
+    located = f"{values} ({where})" if count == 1 else f"{values} (the first: {where})"
+    whose = ("that the file does not hold" if e.get("decided") and e.get("agree") else
+             "where the paths differ, and which bytes are the file's is not known")
+    return f"; {e.get('path')} reads delivered {located} {whose}"
+
+
+def _located(r: CheckReport) -> str:
+    """Where the read paths first differ: the first byte (its tensor and row) when a read found it, and the first
+    run of row groups whose digests differ (its tensor, rows and offset)."""
+    c = next((c for c in r.conclusions if c.code == "read-path-differs"), None)
+    if c is None:
+        return ""
+    e = c.evidence
+    runs = [w for w in e.get("where") or [] if isinstance(w, dict)]
+    first = e.get("first")
+    if not runs and not isinstance(first, dict):
+        return ""
+    run = runs[0] if runs else {}
+    rows = run.get("rows")
+    group = (f"rows {rows[0]}-{rows[1]}, whose digests differ" if rows else "")
+    if isinstance(first, dict):
+        at = f"offset {first['offset']}" + ("" if first.get("tensor") is None else
+                                              f": tensor {escape(str(first['tensor']))}, row {first['row']}")
+        where = f"first at {at}" + (f" (in {group})" if group and first.get("tensor") == run.get("tensor") else "")
+    else:
+        where = (f"first in tensor {escape(str(run['tensor']))}" + (f" {group}" if group else "")
+                 + f" (the {run['length']} bytes from offset {run['offset']})")
+    return f": {joined(e['paths'])} reads deliver other bytes than {joined(e['agree'])} reads, {where}"
+
+
+def _engine_said(r: CheckReport) -> str:
+    """Whether the read path the store's engine reads through by default delivered the right bytes: what the
+    user's engine got."""
+    c = next((c for c in r.conclusions if c.code == "read-path-differs"), None)
+    if r.engine is None or c is None:
+        return ""
+    engine, mode = r.engine
+    e = c.evidence
+    reads = f"; {engine} reads through {mode} by default"
+    known = bool(e.get("decided")) or e.get("reference") in (PUBLISHED, MANIFEST)
+    if mode not in r.modes:
+        return f"{reads}, which was not compared"
+    if mode in e.get("paths", ()) and known:
+        return f"{reads}, one of the paths that delivered the wrong bytes: {engine} gets them"
+    if mode in e.get("agree", ()) and known:
+        return f"{reads}, which delivered the right bytes: {engine} gets the file's bytes"
+    return f"{reads}, and which bytes are the file's is not known"
+
+
+def _structure_headline(r: CheckReport, paths: str) -> str:
+    """Bytes no tensor owns that should not be there, read right: the first region, and what the bytes were
+    checked against."""
+    found = [c for c in r.conclusions if c.code == "structure"]
+    e = found[0].evidence
+    region = {"trailing": f"{plural(e['length'], 'byte')} of data after the last tensor",
+              "gap": f"a gap of {plural(e['length'], 'byte')} between tensors",
+              "padding": f"padding of {plural(e['length'], 'byte')} that is not zeros"}.get(str(e["kind"]),
+                                                                                          str(e["kind"]))
+    where = f"at offset {e['offset']}" + (f" of {escape_path(str(e['file']))}" if len(r.files) > 1 else "")
+    more = f" (and {plural(len(found) - 1, 'more region')})" if len(found) > 1 else ""
+    verdicts = {f.decision.verdict for f in r.files}
+    # A llama-gguf-hash manifest's lines cover the tensors' bytes only: they say nothing of these.
+    covered = ", these bytes included" if _matched(r) == EVERY_BYTE else ""
+    basis = (f"{_matched(r)}{covered}" if verdicts == {INTACT} else
+             f"{_matched(r)} as {paths} reads deliver them" if verdicts <= {INTACT, CACHE_VERIFIED} else
+             f"{paths} reads agree on them; nothing published says whether the publisher's file holds them")
+    return f"structure: the file holds {region} {where}{more}, which no tensor reads ({basis})"
 
 
 def _matched(r: CheckReport) -> str:
@@ -232,7 +378,11 @@ def _matched(r: CheckReport) -> str:
     only (not the header or the padding), so that is all that is claimed when one decided."""
     if any(c.code == "matches-manifest" and c.evidence.get("format") == "llama-gguf-hash" for c in r.conclusions):
         return "every tensor's bytes match the manifest's lines (llama-gguf-hash gives no digest of the header)"
-    return "every byte matches what was published"
+    return EVERY_BYTE
+
+
+#: What intact bytes matched when a whole-file digest decided.
+EVERY_BYTE = "every byte matches what was published"
 
 
 def _lines(r: CheckReport) -> Iterator[str]:
@@ -243,13 +393,34 @@ def _lines(r: CheckReport) -> Iterator[str]:
         yield f"file {escape_path(f.path)}: {reads}"
         for mode, why in f.skipped.items():
             yield f"  {mode} reads skipped: {escape_message(why)}"
-    for c in r.conclusions:
-        yield f"- {escape_message(c.text)}"
-    for d in (d for s in r.scans for d in s.diagnostics()):
+    yield from (f"- {text}" for _, text in _said(r, escape_message))
+    for d in (*_scan_diagnostics(r), *(d for d in _path_diagnostics(r) if d.kind == "check/nonfinite-delivered")):
         yield from ("  " + line for line in d.lines)
     for step in r.next_steps:
         yield f"next: {escape_message(step)}"
     yield f"verdict: {r.verdict} (reference: {r.reference or 'none'}; paths compared: {', '.join(r.modes)})"
+
+
+def _said(r: CheckReport, escaped: Callable[[str], str]) -> Iterator[tuple[Conclusion, str]]:
+    """Each conclusion once, in order, with its text as shown (``escaped``: the text report's escaping, or the
+    page's). With several files, a file's own conclusion names its file, and one every file concluded alike is
+    said once, naming them all."""
+    if len(r.files) < 2:
+        yield from ((c, escaped(c.text)) for c in r.conclusions)
+        return
+    own = {(f.path, c.text) for f in r.files for c in f.decision.conclusions}
+    by_text: dict[str, list[str]] = {}
+    for c in r.conclusions:
+        path = str(c.evidence.get("file"))
+        if (path, c.text) in own:
+            by_text.setdefault(c.text, []).append(path)
+    said: set[str] = set()
+    for c in r.conclusions:
+        if c.text not in by_text:
+            yield c, escaped(c.text)
+        elif c.text not in said:
+            said.add(c.text)
+            yield c, f"{joined([escape_path(p) for p in dict.fromkeys(by_text[c.text])])}: {escaped(c.text)}"
 
 
 def _cases(r: CheckReport) -> Iterator[Case]:
@@ -268,9 +439,10 @@ def _cases(r: CheckReport) -> Iterator[Case]:
 def _page(r: CheckReport) -> list[Block]:
     """The verdict first, in words; then each conclusion, each path's read and the next step."""
     reads = [(f, p) for f in r.files for p in f.reads]
+    said = list(_said(r, escape))
     return [Paragraph(text=headline(r), css="verdict", strong=True), Heading(text="Conclusions"),
-            Table(head=("code", "conclusion"), total=len(r.conclusions), what="conclusions",
-                  rows=((Cell(text=c.code), Cell(text=escape(c.text))) for c in r.conclusions)),
+            Table(head=("code", "conclusion"), total=len(said), what="conclusions",
+                  rows=((Cell(text=c.code), Cell(text=text)) for c, text in said)),
             Heading(text="Read paths"), Table(
                 head=("file", "path", "bytes", "seconds", "alignment", "xxh3-128"),
                 rows=((Cell(text=escape_path(f.path), css="mono"), Cell(text=p.stats.mode), Cell.number(p.stats.bytes),

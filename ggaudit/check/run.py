@@ -33,8 +33,8 @@ from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
 from ..scan.run import ScanConsumer, ScanPlan, plan_scan, report_of
 from ..scan.report import ScanReport, ScanStats
-from ..stores.locate import Target, target_text
-from ..stores.registry import Roots, Store, find_store
+from ..stores.locate import Target, find_target, target_text
+from ..stores.registry import Roots, Store
 from ..verify.digests import Segment, SegmentDigest, SegmentDigests, published_hasher
 from ..verify.manifests.llama_hash import FORMAT as LLAMA_HASH
 from ..verify.manifests.llama_hash import (FilePlan, HashEntry, LineDigests, in_header_order, manifest_format,
@@ -254,7 +254,7 @@ def _open(target: Target, o: CheckOptions, planned: dict[str, Replanned]) -> tup
     if isinstance(target, Model):
         return target.source, None, [target]
     text = target_text(target, "target")
-    store = find_store(text, Roots(o.store, o.hf_cache), field="target")
+    store = find_target(text, Roots(o.store, o.hf_cache), field="target")
     paths = [text] if store is None else store.model_files()
     return text, store, [_open_model(p, tuple(o.modes), planned) for p in paths]
 
@@ -472,6 +472,7 @@ def _judge_file(plan: FileCheckPlan, passes: Sequence[PassObservation]) -> FileC
         if not decision.needs:
             break
         decision = decided(_tested(plan, observed, decision.needs, decision.tested))
+    decision = _first_difference(plan, observed, decision)
     unconfirmed = _header_unconfirmed(f, observed, decision)
     notes = [c for c in (plan.planned.conclusion if plan.planned else None,
                          unconfirmed.conclusion if unconfirmed else None) if c is not None]
@@ -485,6 +486,36 @@ def _judge_file(plan: FileCheckPlan, passes: Sequence[PassObservation]) -> FileC
                      reads=tuple(p.read for p in passes if p.read is not None), skipped=skipped, decision=decision,
                      warnings=plan.warnings,
                      replanned=unconfirmed if unconfirmed and unconfirmed.mode and plan.planned is None else None)
+
+
+def _first_difference(plan: FileCheckPlan, observed: Sequence[Observed], decision: FileDecision) -> FileDecision:
+    """The decision with the exact first byte where the paths of its read-path-differs conclusion differ
+    (``first``: the offset, and the tensor and row holding it), found by reading the spans whose digests
+    differ through one path of each side; unchanged when there is none, or when they now read alike."""
+    by_mode = {o.mode: o for o in observed}
+    said = list(decision.conclusions)
+    for i, c in enumerate(said):
+        right = next((m for m in c.evidence.get("agree", ()) if m in by_mode), None)
+        wrong = next((m for m in c.evidence.get("paths", ()) if m in by_mode), None)
+        if c.code != "read-path-differs" or right is None or wrong is None:
+            continue
+        try:
+            with open_reader(plan.file.path, right) as a, open_reader(plan.file.path, wrong) as b:
+                found = first_difference(a, b, _differing_spans(by_mode[right], by_mode[wrong]))
+        except ReadError:
+            return decision         # the evidence stands without it: the spans are said already
+        plan.file.check_unchanged("while where its paths differ was read again")
+        if found is not None:
+            said[i] = replace(c, evidence={**c.evidence, "first": _placed(plan.file, found[0])})
+        return replace(decision, conclusions=tuple(said))
+    return decision
+
+
+def _placed(f: GGUFFile, offset: int) -> dict[str, Any]:
+    """An absolute offset of ``f`` with the tensor and row holding it (None for bytes no tensor owns)."""
+    t = next((t for t in f.tensors if t.offset <= offset < t.offset + t.nbytes), None)
+    return {"offset": offset, "tensor": None if t is None else t.name,
+            "row": None if t is None else (offset - t.offset) // t.row_bytes}
 
 
 def _header_unconfirmed(f: GGUFFile, observed: Sequence[Observed], decision: FileDecision) -> Replanned | None:

@@ -25,19 +25,25 @@ Every command suggested is one its tool documents:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..evidence.paths import MODES
+from ..io.shell import shell_word
 from ..scan.report import KINDS, Finding, ScanReport, TensorScan
 from ..stores.registry import Store
-from .facts import (AGREEMENT, CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, UNVERIFIED,
-                    VERDICTS, Conclusion)
+from .facts import (AGREEMENT, CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, STRUCTURE,
+                    UNVERIFIED, VERDICTS, Conclusion)
 from .report import FINDING_KINDS, CheckReport, FileCheck
 
 #: Non-finite kinds of a scan (an outlier or an anomaly is a warning, not a stored NaN or Inf).
 NONFINITE_KINDS = tuple(k for k in KINDS if k in ("nan", "+inf", "-inf"))
 #: Findings listed in a stored-nonfinite conclusion's evidence (all are counted).
 MAX_LISTED = 64
+#: The verdicts of bytes read right (or, nothing published, alike on every path): what they hold may still
+#: make the verdict (a NaN stored, bytes no tensor owns).
+READ_RIGHT = (INTACT, CACHE_VERIFIED, UNVERIFIED)
 
 
 def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...], modes: tuple[str, ...],
@@ -48,11 +54,15 @@ def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...],
     files it is decided wrong about (those were scanned again through a right path)."""
     verdict = min((f.decision.verdict for f in files), key=VERDICTS.index, default=UNVERIFIED)
     found = [_with_file(c, f.path) for f in files for c in f.decision.conclusions]
-    nonfinite = _nonfinite(scans, scan_path, files, through)
+    nonfinite, delivered = _nonfinite(scans, scan_path, files, through)
     found.extend(nonfinite)
-    if any(c.code == "stored-nonfinite" for c in nonfinite) and verdict in (INTACT, CACHE_VERIFIED, UNVERIFIED):
+    # Bytes read right that hold something wrong: the verdict says what (a NaN is worse than stray bytes).
+    if any(c.code == "stored-nonfinite" for c in nonfinite) and verdict in READ_RIGHT:
         verdict = NONFINITE
-    found.extend(_structure(scans))
+    structure = _structure(scans)
+    if structure and verdict in READ_RIGHT:
+        verdict = STRUCTURE
+    found.extend(structure)
     found.extend(_structure_through(scans, through, scan_path))
     found.extend(_header(scans))
     skipped = {m: why for f in files for m, why in f.skipped.items()}
@@ -67,8 +77,9 @@ def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...],
     return CheckReport(target=target, store=None if store is None else store.prefix.rstrip(":"),
                        name=store.name if store is not None else target, files=files, modes=compared, scans=scans,
                        scan_path=scan_path, verdict=verdict, reference=_reference(files), conclusions=tuple(found),
-                       next_steps=tuple(next_steps(verdict, store, files, found)), warnings=tuple(warnings),
-                       seconds=seconds)
+                       next_steps=tuple(next_steps(verdict, store, files, found, target=target)),
+                       warnings=tuple(warnings), seconds=seconds, delivered=delivered,
+                       engine=None if store is None else store.ENGINE)
 
 
 def _with_file(c: Conclusion, path: str) -> Conclusion:
@@ -83,14 +94,16 @@ def _reference(files: Sequence[FileCheck]) -> str | None:
 
 
 def _nonfinite(scans: Sequence[ScanReport], scan_path: str, files: Sequence[FileCheck],
-               through: Sequence[ScanReport] = ()) -> list[Conclusion]:
+               through: Sequence[ScanReport] = ()) -> tuple[list[Conclusion], tuple[Finding, ...]]:
     """The scan's non-finite values, told apart by whether the bytes they were found in are the file's.
 
     The scan rides on the ``scan_path`` pass. A file that path is decided wrong about was scanned again through
     a right path (``scans``), and what the scan path delivered of it is ``through``: its findings in the tensors
     it read wrong are that path's, ``read-path-nonfinite``. Undecided, what the scan found in a tensor the paths
     disagree on is said the same way, which bytes are the file's not known. Everything else is in the file
-    (``stored-nonfinite``)."""
+    (``stored-nonfinite``). Also the listed findings that path delivered (``check/nonfinite-delivered``
+    diagnostics), none at an offset where the file itself holds one: a value is the file's or the path's,
+    never both."""
     deviating = {(f.path, t): c for f in files for c in f.decision.conclusions if c.code == "read-path-differs"
                  and (scan_path in c.evidence.get("paths", ()) or not c.evidence.get("decided"))
                  for t in c.evidence.get("tensors", ())}
@@ -102,7 +115,10 @@ def _nonfinite(scans: Sequence[ScanReport], scan_path: str, files: Sequence[File
     found = [_stored_nonfinite(stored, scanned_by)]
     if by_path:
         found.append(_read_path_nonfinite(by_path, scan_path, deviating[(by_path[0].path, by_path[0].name)]))
-    return [c for c in found if c is not None]
+    in_file = {(f.path, f.offset) for t in stored for f in t.findings}
+    delivered = tuple(f for t in by_path for f in t.findings
+                      if f.kind in NONFINITE_KINDS and (f.path, f.offset) not in in_file)
+    return [c for c in found if c is not None], delivered
 
 
 def _counted(tensors: Sequence[TensorScan]) -> tuple[int, list[tuple[str, Finding]], str]:
@@ -157,7 +173,8 @@ def _finding(tensor: str, f: Any) -> dict[str, Any]:
 def _structure(scans: Sequence[ScanReport]) -> list[Conclusion]:
     return [Conclusion(code="structure", text=f"{s.kind}: {s.length} bytes no tensor owns at offset {s.offset} of "
                                               f"{s.path}",
-                       evidence={"file": s.path, "kind": s.kind, "offset": s.offset, "length": s.length})
+                       evidence={"file": s.path, "kind": s.kind, "offset": s.offset, "length": s.length,
+                                 "head": s.head})
             for scan in scans for s in scan.structure]
 
 
@@ -191,8 +208,10 @@ def _header(scans: Sequence[ScanReport]) -> list[Conclusion]:
                          evidence=t.to_json()) for scan in scans for t in scan.templates)]
 
 
-def next_steps(verdict: str, store: Store | None, files: Sequence[FileCheck], found: Sequence[Conclusion]) -> list[str]:
-    """What it rules out and what to do next, in the order to do it."""
+def next_steps(verdict: str, store: Store | None, files: Sequence[FileCheck], found: Sequence[Conclusion], *,
+               target: str = "MODEL") -> list[str]:
+    """What it rules out and what to do next, in the order to do it; ``target``: the model as the user named it
+    (in the commands suggested)."""
     if verdict == INTACT:
         return ["the non-finite values an engine computes do not come from the file or from reading it on this "
                 "machine: they are computed (the engine, its backend, the GPU driver); report them there"]
@@ -212,11 +231,50 @@ def next_steps(verdict: str, store: Store | None, files: Sequence[FileCheck], fo
         return [f"this file holds {where} as stored; check it against its published sha256 (`--sha256 HEX`, "
                 "`--sums FILE`) to tell a damaged download from the publisher's own file, whose publisher should "
                 "then hear of it"]
+    if verdict == STRUCTURE:
+        return [_structure_step(found, _reference(files))]
     if verdict == READ_PATH:
-        return _read_path_steps(found)
+        return [*_replay_step(found, store, target), *_read_path_steps(found)]
     return ["to decide which bytes are the publisher's, make a manifest where the model works (`ggaudit manifest "
             "MODEL -o model.manifest.json` there) and check against it here (`ggaudit check MODEL --manifest "
             "model.manifest.json`), or give the published sha256 (`--sha256 HEX`, `--sums FILE`)"]
+
+
+def _structure_step(found: Sequence[Conclusion], reference: str | None) -> str:
+    """What to do about bytes no tensor owns: a manifest made from this file would only record them, so the
+    step is to find out what they are, and (nothing published deciding) whether the publisher's file holds them."""
+    first = next(c for c in found if c.code == "structure")
+    e = first.evidence
+    what = (f"{e.get('length')} bytes no tensor owns ({e.get('kind')}) at offset {e.get('offset')} of "
+            f"{e.get('file')}, starting {e.get('head')}")
+    if reference == PUBLISHED:
+        return (f"the published file holds {what}: an engine loads the model without noticing them; find out what "
+                "they are (`ggaudit scan FILE` lists each region), use a copy without them, and tell the publisher, "
+                "with this report")
+    return (f"this file holds {what}: an engine loads the model without noticing them; find out what they are "
+            "(`ggaudit scan FILE` lists each region) and check the file against its published sha256 (`--sha256 "
+            "HEX`, `--sums FILE`) to tell a file changed here from the publisher's own; a manifest made from this "
+            "file would only record them")
+
+
+def _replay_step(found: Sequence[Conclusion], store: Store | None, target: str) -> list[str]:
+    """The command that replays, through each read path, the first rows where the paths differ."""
+    differs = next((c for c in found if c.code == "read-path-differs"), None)
+    if differs is None:
+        return []
+    e = differs.evidence
+    first, runs = e.get("first"), e.get("where") or []
+    if isinstance(first, dict) and first.get("tensor") is not None:
+        tensor, ids = str(first["tensor"]), str(first["row"])
+    elif runs and runs[0].get("rows"):
+        tensor, ids = str(runs[0]["tensor"]), f"{runs[0]['rows'][0]}-{runs[0]['rows'][1]}"
+    else:
+        return []
+    sides = {*e.get("agree", ()), *e.get("paths", ())}
+    modes = ",".join(m for m in MODES if m in sides)
+    root = "" if store is None or store.roots.store is None else f" --store {shell_word(os.fspath(store.roots.store))}"
+    return [f"replay the rows where the paths first differ through each read path, to see what each delivers: "
+            f"`ggaudit rows {shell_word(target)} --tensor {shell_word(tensor)} --ids {ids} --modes {modes}{root}`"]
 
 
 def _where_stored(found: Sequence[Conclusion]) -> str:

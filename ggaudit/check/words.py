@@ -15,6 +15,9 @@ from .hashlines import matches_lines, tensor_json
 __all__ = ["agree", "device_differs", "device_not_read", "differs", "eviction_words", "expectations_conflict",
            "manifest_disagrees", "matches_reference", "no_reference", "not_compared", "read_path_differs"]
 
+#: The runs of differing row groups a read-path-differs conclusion lists (first offset first).
+MAX_RUNS = 16
+
 
 def agree(observed: Sequence[Observed]) -> Conclusion | None:
     """``read-paths-agree`` when two or more paths ran and all delivered the same bytes, else None."""
@@ -64,12 +67,17 @@ def read_path_differs(observed: Sequence[Observed], wrong: Sequence[str], right:
     """``read-path-differs``: the paths in ``wrong`` delivered other bytes than those in ``right``."""
     by_mode = {o.mode: o for o in observed}
     good = by_mode[right[0]]
-    tensors = sorted({m.tensor for w in wrong for m in compare_tensors(good.tensors, by_mode[w].tensors, "")
-                      if m.tensor is not None})
+    differing = [m for w in wrong for m in compare_tensors(good.tensors, by_mode[w].tensors, "")
+                 if m.tensor is not None]
+    tensors = sorted({m.tensor for m in differing if m.tensor is not None})
     where = f" for tensors {', '.join(tensors[:5])}{', ...' if len(tensors) > 5 else ''}" if tensors else ""
+    # Where the bytes differ, first offset first: each tensor's row groups whose digests differ (``rows``: the
+    # first and last row of the run), so the verdict can name them and the rows they hold.
+    spans = {(m.offset, m.length): m for m in differing if m.offset is not None}     # once for every wrong path
+    runs = [tensor_json(spans[span]) for span in sorted(spans)]
     return Conclusion(code="read-path-differs", text=text.format(where=where),
                       evidence={"paths": list(wrong), "agree": list(right), "reference": reference,
-                                "decided": decided, "tensors": tensors})
+                                "decided": decided, "tensors": tensors, "where": runs[:MAX_RUNS]})
 
 
 def no_reference() -> Conclusion:

@@ -54,7 +54,8 @@ def check(targets: tuple[str, ...], manifest_file: str | None, sums: str | None,
     hf-local:DIR, lmstudio:PUBLISHER/MODEL, gpt4all:FILE.
 
     Exit 0 nothing wrong (intact, or nothing published and every path agrees), 1 anything wrong
-    (damaged, NaN or Inf stored, a read path that delivers other bytes), 2 bad input or unreadable.
+    (damaged, NaN or Inf stored, bytes no tensor owns, a read path that delivers other bytes), 2 bad
+    input or unreadable.
     """
     # Imported here, not above: `ggaudit check --help` loads none of the job.
     from ..check.options import CheckOptions

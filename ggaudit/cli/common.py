@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..outcomes import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
-from ..errors import GGAuditError, caused_by_ctrl_c
+from ..errors import GGAuditError, caused_by_ctrl_c, missing_dependency
 from ..escaping import escape_message, escape_path
 from ..untrusted import shorten
 
@@ -114,8 +114,9 @@ def handle_errors(func: F) -> F:
 
 def guarded(call: Callable[[], R]) -> R:
     """The one place that maps how a run ends to its exit status: bad input or an unreadable file is one
-    line and exit 2, Ctrl-C is exit 130, and any other exception is a bug in ggaudit: one line asking for
-    a report and exit 3 (the traceback too with ``ggaudit --debug``). click's own exits pass through."""
+    line and exit 2, as is a dependency ggaudit declares that cannot be imported (saying how to install it);
+    Ctrl-C is exit 130, and any other exception is a bug in ggaudit: one line asking for a report and exit 3
+    (the traceback too with ``ggaudit --debug``). click's own exits pass through."""
     try:
         return call()
     except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -130,6 +131,11 @@ def guarded(call: Callable[[], R]) -> R:
         fail("out of memory")
     except KeyboardInterrupt:
         interrupted()
+    except ImportError as err:  # a dependency missing or broken is the installation's to fix, not a bug
+        missing = missing_dependency(err)
+        if missing is None:
+            internal_error(err)
+        fail(missing)
     except Exception as err:  # anything else is a bug, reported as one
         if caused_by_ctrl_c(err):
             interrupted()

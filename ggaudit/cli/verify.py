@@ -167,11 +167,12 @@ def _inputs(items: list[str], store: str | None, manifest_file: str | None, sums
 
 
 def _store_files(target: str, store: str | None) -> list[str]:
-    """The files verify reads for a store TARGET (none for a FILE): listed, not read."""
+    """The files of the store a TARGET depends on, those verify reads among them (none for a FILE): listed,
+    not read."""
     from ..stores.registry import Roots, find_store
 
     found = find_store(target, Roots(store), field="target")
-    return [] if found is None else found.input_files()
+    return [] if found is None else found.relied_on()
 
 
 def _files_read(outcomes: list[Outcome[VerifyReport]]) -> list[str]:

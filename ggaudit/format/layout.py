@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 import xxhash
 
 from .blocks import GGMLQuantizationType, GGUFValueType, known_type, layout_of
+from . import signatures
 from ..io import opening, positioned
 from ..errors import FormatError, ReadError, UsageError
 from ..io.identity import FileIdentity
@@ -490,10 +491,20 @@ def _check_version(cur: _Cursor) -> int:
     raise cur.error("version", f"unsupported GGUF version {version} (supported: 2, 3)", 4)
 
 
+def _check_magic(cur: _Cursor) -> None:
+    """FormatError at offset 0 unless the file begins with ``GGUF``: a file too short to hold it that begins
+    as a GGUF does is cut short; any other says its first bytes, and what they are when a signature knows."""
+    cur.require(min(cur.size, len(GGUF_MAGIC)), "magic")
+    head = cur.buf[:signatures.HEAD]
+    if head.startswith(GGUF_MAGIC):
+        return
+    if GGUF_MAGIC.startswith(head):
+        cur.require(len(GGUF_MAGIC), "magic")      # raises: the file ends inside the magic
+    raise cur.error("magic", signatures.not_gguf(head, cur.size, GGUF_MAGIC), 0)
+
+
 def _parse(cur: _Cursor) -> tuple[int, int, int, int, dict[str, MetaValue], list[_RawTensor]]:
-    cur.require(4, "magic")
-    if cur.buf[:4] != GGUF_MAGIC:
-        raise cur.error("magic", f"bad magic {cur.buf[:4]!r} (expected b'GGUF')", 0)
+    _check_magic(cur)
     cur.pos = 4
     version = _check_version(cur)
     n_tensors = cur.unpack(_U64, "tensor_count")

@@ -516,7 +516,7 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       uncompared=tuple(m for m in dict.fromkeys(s.mode for s in replay.stats)
                                        if not replay.compared[m]),
                       unstable=tuple(replay.first.unstable), unstable_count=replay.first.unstable_count,
-                      exercised=_exercised(replay))
+                      exercised=_exercised(replay), manifest=None if manifest is None else os.fspath(manifest))
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("
                              + "; ".join(report.warnings) + ")")

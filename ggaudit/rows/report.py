@@ -17,14 +17,17 @@ from ..diagnostic import Artifact, Case, Diagnostic, Failure, Summary
 from ..page import Block, Cell, FactTable, Heading, Legend, RowLane, RowStrip, Span, Table
 from ..scan.report import CAUSE_OVERFLOW
 from ..escaping import escape, escape_path
-from ..wording import is_elements, plural, verb
+from ..wording import is_elements, joined, plural, verb
+from ..evidence.paths import MODES
+from ..io.shell import shell_word
 from .classify import KINDS, UNCLASSIFIED, RowMismatch
 from .finite import NonFiniteValue
-from .wording import describe_row_mismatch, describe_unstable, published_text
+from .row_decision import BUFFERED, REFERENCE_READ
+from .wording import describe_row_mismatch, describe_row_mismatches, describe_unstable, published_text
 from .reference_reads import Unstable
 from .digest_proof import Proof
 from ..evidence.readers import PAGE, SECTOR, WINDOW_64K, FailedRead
-from .select import RowChoice, crossing_mask, crossing_rows_of
+from .select import RowChoice, crossing_mask, crossing_rows_of, id_runs
 from .table import RowTable
 
 __all__ = ["BOUNDARIES", "CACHE_STAGES", "DIAGNOSTIC_KINDS", "SCHEMA", "CaptureResult", "Exercised", "Geometry",
@@ -210,6 +213,14 @@ class RowsReport:
     #: unstable_count counts every one): buffered reads of the file are not stable.
     unstable: tuple[Unstable, ...] = ()
     unstable_count: int = 0
+    #: The tensor manifest given to decide rows (None: none was); its outcome is in each mismatch's detail.
+    manifest: str | None = None
+
+    @property
+    def undecided_rows(self) -> tuple[int, ...]:
+        """The rows (of the mismatches kept) the reads delivered differently with nothing to decide which
+        bytes are the file's: no manifest, no agreement of independent paths, no published digest."""
+        return tuple(sorted({m.row for m in self.mismatches if undecided(m)}))
 
     @property
     def compared(self) -> tuple[str, ...]:
@@ -341,6 +352,8 @@ def rows_geometry(table: RowTable, rows: np.ndarray, chunk: int = 1 << 20) -> Ge
 
 # --- rows in words (RowsReport.summary, the diagnostics' messages) and as test cases ----------------------
 
+#: Undecided rows named in the result line; runs of row IDs a next step's command lists.
+ROWS_NAMED, RUNS_IN_A_STEP = 5, 20
 #: Where the reader interface and the factories that run an engine's own reader, cache and pool are documented.
 ENGINE_DOCS = "docs/rows.md#for-engine-developers"
 
@@ -356,17 +369,119 @@ def describe_read_failure(f: ReadFailure) -> str:
             f"{plural(f.length, 'byte')}: {why}; that read's rows were not compared, the other reads went on")
 
 
+#: The diagnostics the text report says apart from the others: the mismatches (grouped by row), the rows
+#: holding NaN or Inf (in the result line).
+_SAID_APART = frozenset({*(f"rows/{k}" for k in KINDS), "rows/nonfinite"})
+
+
+def undecided(m: RowMismatch) -> bool:
+    """The reads of *m*'s row delivered different bytes and nothing decided which are the file's."""
+    return m.reference == BUFFERED and len(m.delivered) > 1
+
+
 def finite_text(r: RowsReport) -> str:
     """What the finiteness test found: the rows holding NaN or Inf, or that the rows tested hold none
-    ("" when no row was tested: a table of integers, or a replay stopped early)."""
+    ("" when no row was tested: a table of integers, or a replay stopped early). The rows tested are the
+    reference read's bytes where nothing decided another's: "in the file" only when every row is decided."""
+    as_read = _as_read(r)
     if r.nonfinite_rows:
-        return nonfinite_text(r) + _untested(r)
+        return nonfinite_text(r) + as_read + _untested(r) + _undecided_text(r)
     if not r.finite_tested:
         return _untested(r).removeprefix("; ")
     n = r.finite_tested
+    where = as_read or " in the file"
     if r.finite_untested:
-        return f"{plural(n, 'row')} tested {'is' if n == 1 else 'are'} finite in the file" + _untested(r)
-    return "the selected row is finite in the file" if n == 1 else f"the {n} selected rows are finite in the file"
+        return f"{plural(n, 'row')} tested {'is' if n == 1 else 'are'} finite{where}" + _untested(r) + \
+            _undecided_text(r)
+    rows = "the selected row is" if n == 1 else f"the {n} selected rows are"
+    return f"{rows} finite{where}" + _undecided_text(r)
+
+
+def _as_read(r: RowsReport) -> str:
+    """`` as the reference read, buffered and mmap delivered them``: the deliveries whose bytes of every
+    undecided row were tested ("" when every row is decided: then they are the file's)."""
+    tested = _tested_paths(r)
+    if not tested:
+        return ""
+    them = "it" if r.finite_tested + r.finite_untested == 1 else "them"
+    return f" as {joined([_delivery_name(p) for p in tested])} delivered {them}"
+
+
+def _tested_paths(r: RowsReport) -> tuple[str, ...]:
+    """The deliveries (the reference read, read paths) that held the tested bytes of every undecided row."""
+    held: list[str] | None = None
+    for m in r.mismatches:
+        if undecided(m):
+            paths = next((d.paths for d in m.delivered if REFERENCE_READ in d.paths), (REFERENCE_READ,))
+            held = list(paths) if held is None else [p for p in held if p in paths]
+    return tuple(held or ())
+
+
+def _other_paths(r: RowsReport) -> tuple[str, ...]:
+    """The read paths that delivered other bytes of an undecided row than those tested, in order met."""
+    others: dict[str, None] = {}
+    for m in r.mismatches:
+        if undecided(m):
+            others.update((p, None) for d in m.delivered if REFERENCE_READ not in d.paths for p in d.paths)
+    return tuple(others)
+
+
+def _delivery_name(name: str) -> str:
+    return "the reference read" if name == REFERENCE_READ else name
+
+
+def _undecided_text(r: RowsReport) -> str:
+    """``; direct delivered other bytes of row 100, holding NaN/Inf (first at block 1, column 32), and nothing
+    decides which are the file's`` ("" when every row is decided)."""
+    rows = r.undecided_rows
+    if not rows:
+        return ""
+    others = _other_paths(r)
+    which = f"row {rows[0]}" if len(rows) == 1 else \
+        f"{len(rows)} rows ({', '.join(map(str, rows[:ROWS_NAMED]))}{', ...' if len(rows) > ROWS_NAMED else ''})"
+    bad = _nonfinite_deliveries([m for m in r.mismatches if undecided(m) and m.mode in others])
+    held = ""
+    if bad:
+        first, n = bad[0], len({m.row for m in bad})
+        place = _place(first, is_elements(r.ggml_type))
+        held = f", holding NaN/Inf (first at {place})" if len(rows) == 1 else \
+            f", holding NaN/Inf in {n} of them (first: row {first.row}, {place})"
+    return f"; {joined(list(others))} delivered other bytes of {which}{held}, and nothing decides which are the file's"
+
+
+def _nonfinite_deliveries(found: Sequence[RowMismatch]) -> list[RowMismatch]:
+    """The mismatches whose delivered row holds NaN or Inf, by row."""
+    return sorted((m for m in found if m.actual_nonfinite is not None), key=lambda m: m.row)
+
+
+def _place(m: RowMismatch, elements: bool) -> str:
+    p = m.actual_nonfinite
+    assert p is not None
+    return f"column {p.column}" if elements else f"block {p.block}, column {p.column}"
+
+
+def next_step(r: RowsReport) -> str:
+    """What decides the undecided rows, as commands that replay them ("" when every row is decided, or
+    when both a manifest and the published digest were tried)."""
+    rows = r.undecided_rows
+    if not rows:
+        return ""
+    runs, every = id_runs(np.asarray(rows, dtype=np.int64), RUNS_IN_A_STEP)
+    ids = ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
+    modes = "" if r.modes == MODES else f" --modes {','.join(r.modes)}"
+    # Names are escaped for the terminal first, then quoted as one word each of the shell command.
+    replay = f"ggaudit rows {shell_word(escape_path(r.file))} --tensor {shell_word(escape(r.tensor))} " \
+             f"--ids {ids}{modes}"
+    ways = []
+    if r.published is None:
+        ways.append(f"give the file's published sha256 (`{replay} --sha256 HEX`)")
+    if r.manifest is None:
+        ways.append("make a tensor manifest where the model works (`ggaudit manifest MODEL -o model.manifest.json` "
+                    f"there) and replay the rows against it here (`{replay} --manifest model.manifest.json`)")
+    if not ways:
+        return ""
+    listed = "" if every else f" (the commands list the first {RUNS_IN_A_STEP} runs of them)"
+    return f"to decide which bytes of {plural(len(rows), 'row')} are the file's{listed}, {' or '.join(ways)}"
 
 
 def _untested(r: RowsReport) -> str:
@@ -440,9 +555,14 @@ def _lines(r: RowsReport) -> list[str]:
     lines.extend(f"warning: {w}" for w in r.warnings)
     if r.capture is not None:
         lines.append(_capture_line(r.capture))
-    # The mismatches and short reads kept; the rows holding NaN or Inf are said in the result line.
-    lines.extend(line for d in r.diagnostics() if d.kind != "rows/nonfinite" for line in d.lines)
+    # The mismatches kept, a row's stages together; then the short, failed and unstable reads kept. The rows
+    # holding NaN or Inf are said in the result line.
+    lines.extend(describe_row_mismatches(r.mismatches, elements=is_elements(r.ggml_type)))
+    lines.extend(line for d in r.diagnostics() if d.kind not in _SAID_APART for line in d.lines)
     lines.extend(_not_shown(r))
+    step = next_step(r)
+    if step:
+        lines.append(f"next: {step}")
     lines.append(_result(r))
     return lines
 
@@ -526,7 +646,10 @@ def _page(r: RowsReport) -> list[Block]:
              ("rows checked", f"{r.rows_checked} ({escape(r.selection)})"),
              ("compared", ", ".join(r.compared) or "nothing"),
              ("mismatches", f"{r.mismatch_count} in rows; short reads {r.short_read_count}"),
-             ("rows holding NaN/Inf", _nonfinite_count(r))]
+             ("rows holding NaN/Inf", _nonfinite_count(r) + _as_read(r))]
+    delivered = _delivered_nonfinite(r)
+    if delivered:
+        facts.append(("NaN/Inf delivered", delivered))
     if r.exercised is not None:
         facts.append(("cache and buffer ring", r.exercised.text))
     if r.published is not None:
@@ -556,6 +679,42 @@ def _nonfinite_count(r: RowsReport) -> str:
     return f"{r.nonfinite_rows} of {r.finite_tested} tested{untested}"
 
 
+def _delivered_nonfinite(r: RowsReport) -> str:
+    """The rows each read path (or the capture) delivered holding NaN or Inf where they differ from the
+    tested bytes, and whether those deliveries are the file's bytes ("" when none did)."""
+    by_mode: dict[str, list[RowMismatch]] = {}
+    for m in _nonfinite_deliveries(r.mismatches):
+        by_mode.setdefault(m.mode, []).append(m)
+    said = []
+    elements = is_elements(r.ggml_type)
+    for mode, found in sorted(by_mode.items(), key=lambda item: MODES_ORDER.get(item[0], len(MODES_ORDER))):
+        first, n = found[0], len({m.row for m in found})
+        said.append(f"{mode} delivered {plural(n, 'row')} holding NaN/Inf (first: row {first.row}, "
+                    f"{_place(first, elements)}): {_whose(found, n)}")
+    kept = f" (of the {len(r.mismatches)} mismatches kept)" if r.mismatch_count > len(r.mismatches) else ""
+    return "; ".join(said) + (kept if said else "")
+
+
+#: The order read paths are said in, then the capture.
+MODES_ORDER = {name: i for i, name in enumerate((*MODES, "capture"))}
+
+
+def _whose(found: Sequence[RowMismatch], n_rows: int) -> str:
+    """Whether the deliveries *found* (one path's, of *n_rows* rows) are the file's bytes, by what decided
+    their rows."""
+    they = "it is" if n_rows == 1 else "they are"
+    return "; ".join(dict.fromkeys(_whose_one(m, they) for m in found))
+
+
+def _whose_one(m: RowMismatch, they: str) -> str:
+    if undecided(m):
+        return f"nothing decides whether {they} the file's bytes"
+    if m.reference != BUFFERED:
+        return f"not the file's bytes (decided by {m.reference})"
+    # The paths' own reads of the row agreed and a later stage (a cache) delivered others; or a capture.
+    return "other bytes than expected"
+
+
 def _strip(r: RowsReport) -> RowStrip:
     """The table's rows: those checked, those crossing a page or a sector, and each mismatching row."""
     checked = r.checked_ranges
@@ -565,10 +724,11 @@ def _strip(r: RowsReport) -> RowStrip:
         lanes.append(RowLane(name=f"crosses a {name}", css=css, what=f"some cross a {name}",
                              pieces=r.crossing_rows(boundary)))
     lanes.append(RowLane(name="mismatch", css="mismatch", what="mismatch"))
-    by_row: dict[int, list[str]] = {}
+    by_row: dict[int, list[RowMismatch]] = {}
     for m in r.mismatches:
-        by_row.setdefault(m.row, []).extend(describe_row_mismatch(m))
-    marks = tuple(Span(row, 1, "mismatch", "\n".join(text)) for row, text in sorted(by_row.items()))
+        by_row.setdefault(m.row, []).append(m)
+    marks = tuple(Span(row, 1, "mismatch", "\n".join(describe_row_mismatches(found)))
+                  for row, found in sorted(by_row.items()))
     legend = Legend(items=(("checked", "checked"), ("page", "crosses a 4096-byte page"),
                            ("sector", "crosses a 512-byte sector"), ("mismatch", "mismatch")))
     return RowStrip(n_rows=r.n_rows, lanes=tuple(lanes), marks=marks, label=f"rows of {escape(r.tensor)}",

@@ -13,6 +13,7 @@ decides it (:mod:`ggaudit.rows.digest_proof`: :func:`published_truth`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +43,8 @@ class RowTruth:
     #: The deliveries whose bytes came from the device (the direct path, where the filesystem does not serve
     #: it from the page cache).
     from_device: frozenset[str] = field(default=frozenset({"direct"}))
+    #: A tensor manifest was given and decided nothing: no delivery matched its row group.
+    manifest_tried: bool = False
 
     @property
     def disputed(self) -> bool:
@@ -63,11 +66,12 @@ class RowTruth:
     def _which(self) -> str:
         ref = self.paths_of(self.right)
         if self.reference == BUFFERED and self.from_device & set(self._wrong()) and not self.from_device & set(ref):
-            # The published digest, once tried (basis), decided nothing: only a manifest is left to name.
-            published = "" if self.basis else ", or the file's published sha256 (rows --sha256),"
+            # What would decide (the commands) is the report's next step, said once for every such row.
+            manifest = "; the tensor manifest decides nothing: no delivery of the row, put in its row group, " \
+                       "gives the group's digest" if self.manifest_tried else ""
             return ("nothing decides which bytes are the file's: either the page cache holds other bytes than "
                     "the disk (RAM, a filter driver, a VM or storage layer) or direct reads are wrong on this "
-                    f"machine; a tensor manifest made where the model works (rows --manifest){published} decides")
+                    f"machine{manifest}")
         if self.decided and REFERENCE_READ not in ref:
             held = f"{joined(ref)} delivered the row's bytes" if ref else "no read of the row delivered its bytes"
             return f"the reference read is the odd one: {held} (decided by {self.reference})"
@@ -95,7 +99,8 @@ def decide_row(delivered: Mapping[str, bytes], matches_manifest: Callable[[bytes
     d = decide(readings, odd_one=REFERENCE_READ)
     if d.right is not None and d.reference == AGREEMENT:
         return RowTruth(_bytes(d.right.value), AGREEMENT, groups, from_device=device)
-    return RowTruth(delivered[REFERENCE_READ], BUFFERED, groups, from_device=device)
+    return RowTruth(delivered[REFERENCE_READ], BUFFERED, groups, from_device=device,
+                    manifest_tried=matches_manifest is not None)
 
 
 def _source(name: str) -> str:
@@ -111,7 +116,7 @@ def published_truth(truth: RowTruth, proven: bytes | None, basis: str) -> RowTru
     """*truth*, decided by the published digest: *proven* (the row's bytes in a whole-file read that gave the
     digest; None: no read gave it, and the reference read still stands), told in *basis*."""
     if proven is None:
-        return RowTruth(truth.right, truth.reference, truth.groups, basis, truth.from_device)
-    return RowTruth(proven, PUBLISHED, truth.groups, basis, truth.from_device)
+        return dataclasses.replace(truth, basis=basis)
+    return dataclasses.replace(truth, right=proven, reference=PUBLISHED, basis=basis)
 
 

@@ -5,6 +5,8 @@ own records (short and failed reads, rows holding NaN or Inf) are worded beside 
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..wording import plural
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
     from .reference_reads import Unstable
     from .digest_proof import Proof
 
-__all__ = ["describe_row_mismatch", "describe_unstable", "published_text"]
+__all__ = ["describe_row_mismatch", "describe_row_mismatches", "describe_unstable", "published_text"]
 
 
 def published_text(proof: Proof) -> str:
@@ -53,6 +55,44 @@ def describe_row_mismatch(m: RowMismatch, *, elements: bool = False) -> list[str
     if m.detail:
         lines.append(f"  {m.detail}")
     return lines
+
+
+#: How a cache stage's detail begins when the hit returned what a wrong read stored (classify's words).
+CACHED_FROM = "cached from a wrong read"
+
+
+def describe_row_mismatches(found: Iterable[RowMismatch], *, elements: bool = False) -> list[str]:
+    """Each mismatched row once per read path, with the stages that delivered it as shown listed together
+    (``(gather, cache-miss, cache-hit, cache-pressure twice, prefetch)``): a stage's lines are the first
+    stage's when every line but the stage is the same, a hit's ``cached from a wrong read`` aside."""
+    groups: dict[tuple[str, ...], tuple[RowMismatch, list[str]]] = {}
+    for m in found:
+        lines = describe_row_mismatch(m, elements=elements)
+        key = (m.mode, lines[0].rpartition(" (")[0], *lines[1:-1], _uncached(lines[-1]))
+        groups.setdefault(key, (m, []))[1].append(m.stage)
+    out: list[str] = []
+    for first, stages in groups.values():
+        lines = describe_row_mismatch(first, elements=elements)
+        if len(stages) > 1:
+            lines[0] = f"{lines[0].rpartition(' (')[0]} ({_stages(stages)})"
+        out.extend(lines)
+    return out
+
+
+def _uncached(line: str) -> str:
+    """A detail line without the cache's ``cached from a wrong read (STAGE, KIND): `` opening (or
+    ``cached from a wrong read: ``)."""
+    if line.startswith(f"  {CACHED_FROM} ("):
+        return "  " + line.partition("): ")[2]
+    if line.startswith(f"  {CACHED_FROM}: "):
+        return "  " + line.removeprefix(f"  {CACHED_FROM}: ")
+    return line
+
+
+def _stages(stages: list[str]) -> str:
+    """``gather, cache-pressure twice``: each stage once, in order, with how often it delivered the row."""
+    return ", ".join(stage if n == 1 else f"{stage} {'twice' if n == 2 else f'{n} times'}"
+                     for stage, n in Counter(stages).items())
 
 
 def _first_bad(m: RowMismatch, elements: bool) -> str:

@@ -20,8 +20,8 @@ from .expected import STORE
 from .listing import Expected, StoreEntry, StoreListing
 from .small_files import is_count, load_json
 from .lmstudio import GGUFFolder, folder_entries, folder_model_files, gguf_folder, model_of
-from .ollama import home_folder
-from .registry import Store
+from .ollama import chosen_by, home_folder
+from .registry import Store, files_below
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +69,15 @@ def read_gpt4all(store: str | os.PathLike[str] | None = None, name: str = "") ->
     """The GGUF files of the GPT4All folder (``name``: only that model's, a file name or a split set's
     first shard's) and, where a catalogue is present, what it says of each."""
     root = Path(store) if store is not None else default_gpt4all_store()
+    how = chosen_by(None if store is None else "--store")
     if not root.is_dir():
-        raise ManifestError(root, "no GPT4All model folder here (pass --store)")
+        raise ManifestError(root, f"no GPT4All model folder here ({how})")
     listing = next((root / n for n in LIST_NAMES if (root / n).is_file()), None)
     if listing is not None and confine(listing, (real(root),)) is not None:
         raise ManifestError(listing, "model list is a link pointing outside the folder (or a loop); not followed")
     listed = _read_listing(listing) if listing is not None else {}
     folder = gguf_folder(root)
-    return GPT4AllFolder(model_of(folder, name) if name else folder, listing, listed)
+    return GPT4AllFolder(model_of(folder, name, how) if name else folder, listing, listed)
 
 
 def _read_listing(path: Path) -> dict[str, ListedModel]:
@@ -151,7 +152,7 @@ class GPT4AllStore(Store, prefix="gpt4all"):
     def model_files(self) -> list[str]:
         return folder_model_files(self.expectations().folder, str(self), "name one as gpt4all:FILE")
 
-    def input_files(self) -> list[str]:
-        found = self.expectations()
-        return [os.fspath(e.path) for e in found.folder.files] + \
-            ([os.fspath(found.listing)] if found.listing is not None else [])
+    def relied_on(self) -> list[str]:
+        """Every file of the folder: the models, the model list (each of its names, whichever is read), and
+        what else GPT4All keeps there."""
+        return files_below(Path(self.roots.store) if self.roots.store is not None else default_gpt4all_store())

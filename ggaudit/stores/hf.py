@@ -15,8 +15,8 @@ from ..untrusted import OUTSIDE, confine, quote, real, shorten
 from .expected import STORE, file_key
 from .listing import Expected, Problem, StoreEntry, StoreListing, leftovers
 from .small_files import HEX64, read_text
-from .ollama import home_folder
-from .registry import Roots, Store, is_projector, one_model, opens_a_model
+from .ollama import chosen_by, home_folder
+from .registry import Roots, Store, files_below, is_projector, one_model, opens_a_model
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ def read_hf_snapshot(spec: str | HFSpec, cache: str | os.PathLike[str] | None = 
     repo_dir = root / parsed.folder
     _require_inside(repo_dir, real(root), "repository folder", "the cache")
     if not repo_dir.is_dir():
-        raise ManifestError(repo_dir, f"{parsed.repo_id} is not in the Hugging Face cache {root}")
+        how = chosen_by(None if cache is None else "hf_cache", ("HF_HUB_CACHE", "HF_HOME"))
+        raise ManifestError(repo_dir, f"{parsed.repo_id} is not in the Hugging Face cache {root} ({how})")
     inside = real(repo_dir)
     commit = _hf_commit(repo_dir, inside, parsed.revision)
     snapshot = repo_dir / "snapshots" / commit
@@ -230,8 +231,19 @@ class HFStore(Store, prefix="hf"):
         return (f"the download is damaged: download it again, replacing the cached copy: `hf download "
                 f"{snapshot.spec.repo_id} {names}{revision} --force-download`")
 
-    def input_files(self) -> list[str]:
-        return [os.fspath(path) for e in self.expectations().files for path in (e.link, e.blob) if path is not None]
+    def relied_on(self) -> list[str]:
+        """Every ref of the repository (a report over ``refs/main`` leaves the cache without its revision),
+        then each file of the snapshot: its link and the blob it names. The refs are named even when the
+        snapshot cannot be read; a refs folder that is a link out of the repository is the run's to report."""
+        spec = parse_hf_spec(self.name.partition(":")[0])
+        root = Path(self.roots.hf_cache) if self.roots.hf_cache is not None else default_hf_cache()
+        repo_dir = root / spec.folder
+        refs = [] if confine(repo_dir / "refs", (real(repo_dir),)) is not None else files_below(repo_dir / "refs")
+        try:
+            snapshot = read_hf_snapshot(spec, root)
+        except ManifestError:
+            return refs
+        return refs + [os.fspath(path) for e in snapshot.files for path in (e.link, e.blob) if path is not None]
 
 
 def _openable(entry: HFFile) -> str:

@@ -20,7 +20,7 @@ from ..errors import ManifestError
 from ..untrusted import OUTSIDE, confine, quote, real
 from .expected import STALE, STORE, file_key
 from .listing import WARNING, Expected, Problem, StoreEntry, StoreListing, leftovers
-from .registry import Store, is_projector, one_model, opens_a_model
+from .registry import Store, files_below, is_projector, one_model, opens_a_model
 from .small_files import HEX64, read_text
 
 log = logging.getLogger(__name__)
@@ -198,5 +198,6 @@ class HFLocalStore(Store, prefix="hf-local"):
                 raise ManifestError(entry.path, entry.problem or "")
         return [os.fspath(f.path) for f in chosen]
 
-    def input_files(self) -> list[str]:
-        return [os.path.join(folder, name) for folder, _, names in os.walk(self.name) for name in names]
+    def relied_on(self) -> list[str]:
+        """Every file of the folder, the download metadata below ``.cache/huggingface/download`` included."""
+        return files_below(self.name)

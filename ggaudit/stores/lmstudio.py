@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from ..errors import ManifestError, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real
 from .listing import Expected, Problem, StoreEntry, StoreListing
-from .ollama import home_folder
-from .registry import Store, is_projector, one_model, opens_a_model
+from .ollama import chosen_by, home_folder
+from .registry import Store, files_below, is_projector, one_model, opens_a_model
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +78,23 @@ def parse_lmstudio_spec(text: str) -> tuple[str, str] | None:
 
 def read_lmstudio(spec: str, store: str | os.PathLike[str] | None = None) -> GGUFFolder:
     """The GGUF files of ``lmstudio:`` (every model) or ``lmstudio:PUBLISHER/MODEL``."""
+    return gguf_folder(*lmstudio_folder(spec, store))
+
+
+def lmstudio_folder(spec: str, store: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
+    """The store's root and the folder ``spec`` names in it (the root itself for ``lmstudio:``), checked to
+    be a folder inside the store."""
     root = Path(store) if store is not None else default_lmstudio_store()
+    how = chosen_by(None if store is None else "--store")
     if not root.is_dir():
-        raise ManifestError(root, "no LM Studio model folder here (pass --store)")
+        raise ManifestError(root, f"no LM Studio model folder here ({how})")
     parts = parse_lmstudio_spec(spec)
     folder = root if parts is None else root.joinpath(*parts)
     if confine(folder, (real(root),)) is not None:
         raise ManifestError(folder, "model folder is a link pointing outside the store (or a loop); not followed")
     if not folder.is_dir():
-        raise ManifestError(folder, f"model {quote(spec)} is not in the LM Studio folder {root}")
-    return gguf_folder(root, folder)
+        raise ManifestError(folder, f"model {quote(spec)} is not in the LM Studio folder {root} ({how})")
+    return root, folder
 
 
 def gguf_folder(root: Path, folder: Path | None = None) -> GGUFFolder:
@@ -130,12 +137,14 @@ def _missing_shards(root: Path, found: list[GGUFEntry]) -> tuple[MissingShard, .
     return tuple(missing)
 
 
-def model_of(folder: GGUFFolder, name: str) -> GGUFFolder:
+def model_of(folder: GGUFFolder, name: str, how: str | None = None) -> GGUFFolder:
     """The part of ``folder`` that is its model ``name``: that file, or every shard of its split set (and
-    the shards the set lacks); ManifestError when no GGUF file of the folder has that name."""
+    the shards the set lacks); ManifestError when no GGUF file of the folder has that name (``how``: how the
+    folder was chosen, :func:`~.ollama.chosen_by`, said with it)."""
     entry = next((e for e in folder.files if e.name == name), None)
     if entry is None:
-        raise ManifestError(folder.root / name, f"model {quote(name)} is not in the folder {folder.root}")
+        raise ManifestError(folder.root / name, f"model {quote(name)} is not in the folder {folder.root}"
+                                                + ("" if how is None else f" ({how})"))
     shard = SHARD.search(entry.name)
     if shard is None:
         return GGUFFolder(folder.root, (entry,), ())
@@ -176,6 +185,9 @@ class LMStudioStore(Store, prefix="lmstudio"):
     """``lmstudio:PUBLISHER/MODEL`` (a model's folder) or ``lmstudio:`` (every model); ``roots.store``: the
     models folder. LM Studio keeps no digests: what is checked is each GGUF's structure."""
 
+    #: Its engine maps the model file by default (llama.cpp's loader, ``use_mmap``).
+    ENGINE = ("LM Studio", "mmap")
+
     def expectations(self) -> GGUFFolder:
         return read_lmstudio(self.name, self.roots.store)
 
@@ -193,5 +205,7 @@ class LMStudioStore(Store, prefix="lmstudio"):
     def model_files(self) -> list[str]:
         return folder_model_files(self.expectations(), str(self), "open one by its path")
 
-    def input_files(self) -> list[str]:
-        return [os.fspath(e.path) for e in self.expectations().files]
+    def relied_on(self) -> list[str]:
+        """Every file of the model's folder (of the whole store, for ``lmstudio:``): whatever LM Studio keeps
+        beside the GGUF files too."""
+        return files_below(lmstudio_folder(self.name, self.roots.store)[1])

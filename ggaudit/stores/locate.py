@@ -10,7 +10,7 @@ from typing import Union
 from ..errors import UsageError
 from ..format.layout import Model
 from ..format.layout import open_model as open_path
-from .registry import Roots, find_store, refuse_unknown_name
+from .registry import Roots, Store, find_store, refuse_unknown_name
 
 #: What a model is named by: a path, a store name, or a model already opened.
 Target = Union[str, "os.PathLike[str]", Model]
@@ -47,13 +47,19 @@ def resolve_model(spec: str, *, store: str | os.PathLike[str] | None = None,
     unknown prefix or a name standing for several models; ManifestError for a missing or malformed
     manifest or a model without weights.
     """
-    roots = Roots(store, hf_cache)
-    found = find_store(spec, roots)
-    if found is not None:
-        return found.model_files()
-    if not os.path.lexists(spec):
-        refuse_unknown_name(spec, roots)
-    return [spec]
+    found = find_target(spec, Roots(store, hf_cache))
+    return [spec] if found is None else found.model_files()
+
+
+def find_target(text: str, roots: Roots, field: str = "model") -> Store | None:
+    """The store ``text`` (a MODEL or TARGET as typed) names, or None when it is a path: the one place every
+    command looks a name up. A path that is no file, but a bare name a store holds (``clef-flash`` in
+    Ollama's store), is the UsageError ``did you mean ollama:clef-flash?``; see
+    :func:`~.registry.find_store` for a prefix that is none."""
+    found = find_store(text, roots, field=field)
+    if found is None and not os.path.lexists(text):
+        refuse_unknown_name(text, roots)
+    return found
 
 
 def distinct_models(paths: list[str]) -> list[str]:
@@ -75,7 +81,8 @@ def distinct_models(paths: list[str]) -> list[str]:
 
 
 def description_files(spec: str, *, store: str | os.PathLike[str] | None = None) -> list[str]:
-    """The files besides the GGUF files that a run on ``spec`` reads to find them: the Ollama manifest of
-    ``ollama:NAME`` (an output must not replace it either), none for a plain path."""
+    """Every file of the store a run on ``spec`` depends on (:meth:`~.registry.Store.relied_on`: manifests,
+    refs, download metadata, model lists and the files they name), which no output may replace either; none
+    for a plain path."""
     found = find_store(spec, Roots(store))
-    return [] if found is None else found.description_files()
+    return [] if found is None else found.relied_on()

@@ -110,6 +110,27 @@ def default_ollama_store(env: Mapping[str, str] | None = None, platform: str | N
     return user
 
 
+def chosen_by(given: str | None, variables: Sequence[str] = (), env: Mapping[str, str] | None = None) -> str:
+    """How a store's folder that was searched was chosen, for an error saying a name is not in it: by the
+    option ``given`` (``--store``), by the first of the environment ``variables`` that is set, or by default
+    (said with the variables that would choose another, else the option): a user who sees which folder was
+    searched sees why, and how to search another."""
+    env = os.environ if env is None else env
+    if given is not None:
+        return f"given by {given}"
+    variable = next((v for v in variables if env.get(v)), None)
+    if variable is not None:
+        return f"from ${variable}"
+    if not variables:
+        return "the default; --store names another"
+    return f"the default: {' and '.join('$' + v for v in variables)} {'is' if len(variables) == 1 else 'are'} not set"
+
+
+def _how_chosen(store: str | os.PathLike[str] | None) -> str:
+    """How the Ollama store searched was chosen (``store``: the one given, if any)."""
+    return chosen_by(None if store is None else "--store", ("OLLAMA_MODELS",))
+
+
 def home_folder(advice: str) -> Path:
     """The user's home folder, or UsageError with *advice*: with HOME unset and no passwd entry for the
     uid (a container's arbitrary user), Path.home() raises RuntimeError."""
@@ -163,7 +184,7 @@ def read_ollama_manifest(name: str | OllamaName, store: str | os.PathLike[str] |
     path = parsed.manifest_path(root)
     _require_in_store(path, root, "manifests", "manifest")    # before is_file(), which would follow it
     if not path.is_file():
-        raise ManifestError(path, f"model {parsed} is not in the Ollama store {root}")
+        raise ManifestError(path, f"model {parsed} is not in the Ollama store {root} ({_how_chosen(store)})")
     doc = load_json(path, "manifest")
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         raise ManifestError(path, "expected an object with a list of layers", field="layers")
@@ -239,7 +260,7 @@ def list_ollama_models(store: str | os.PathLike[str] | None = None) -> OllamaSto
     manifests = root / "manifests"
     _require_in_store(manifests, root, "manifests", "manifests folder")
     if not manifests.is_dir():
-        raise ManifestError(manifests, f"no manifests folder: {root} is not an Ollama store")
+        raise ManifestError(manifests, f"no manifests folder: {root} is not an Ollama store ({_how_chosen(store)})")
     inside = (real(root), real(manifests))
     names: list[OllamaName] = []
     skipped: list[str] = []
@@ -343,6 +364,9 @@ class OllamaStore(Store, prefix="ollama"):
     ``partials``: a model's check warns of the store's stray partial downloads; ``layers``: ``ollama:*``
     checks the layers of every model. Both are left off for the targets of ``ollama:*`` on a command line
     (:meth:`each_model`): each model is its own target, and the store's own says the rest once."""
+
+    #: Its engine maps the model file by default (llama.cpp's loader, ``use_mmap``).
+    ENGINE = ("Ollama", "mmap")
 
     EVERY_MODEL = "*"
     #: The kind of the report of ``ollama:*``'s search of the whole store (its blobs no manifest names).
@@ -450,17 +474,19 @@ class OllamaStore(Store, prefix="ollama"):
         except (UsageError, OSError, ValueError):     # not an Ollama name, or no store to look in
             return False
 
-    def description_files(self) -> list[str]:
-        root = Path(self.roots.store) if self.roots.store is not None else default_ollama_store()
-        return [os.fspath(parse_ollama_name(self.name).manifest_path(root))]
-
-    def input_files(self) -> list[str]:
+    def relied_on(self) -> list[str]:
+        """Its manifest, then each blob the manifest names under both of a blob's names (``sha256-HEX``, the
+        old ``sha256:HEX``: a run reads one); for ``ollama:*``, every manifest and every blob of the store. A
+        manifest that cannot be read is still named: its report may not replace it."""
         if self.every_model:
             listing = self.models()
             return [os.fspath(n.manifest_path(listing.store)) for n in listing.names] + \
                 [os.fspath(blob) for blob in ollama_blobs(listing.store).values()]
-        manifest = self.expectations()
-        # Each layer's blob under both of its names (sha256-HEX, the old sha256:HEX): the check reads one.
-        return [os.fspath(manifest.path)] + [os.fspath(manifest.store / "blobs" / f"sha256{sep}{digest}")
-                                             for digest in {layer.digest: None for layer in manifest.blobs}
-                                             for sep in "-:"]
+        root = Path(self.roots.store) if self.roots.store is not None else default_ollama_store()
+        described = os.fspath(parse_ollama_name(self.name).manifest_path(root))
+        try:
+            manifest = self.expectations()
+        except ManifestError:
+            return [described]
+        return [described] + [os.fspath(manifest.store / "blobs" / f"sha256{sep}{digest}")
+                              for digest in {layer.digest: None for layer in manifest.blobs} for sep in "-:"]

@@ -6,7 +6,8 @@ one module of this package named for its prefix (``hf-local:`` is ``hf_local.py`
 A store offers (a) the GGUF files a name stands for, for the commands that open a model, (b) what it keeps
 of them to check against (digests, sizes, the layout of its folders: :meth:`Store.entries`), which ``check``
 looks up by file, and (c) what ``verify`` checks of the name, in order, as data (:meth:`Store.listing`, a
-:class:`~.listing.StoreListing` that verify's one walker checks). It reads descriptions (manifests, metadata,
+:class:`~.listing.StoreListing` that verify's one walker checks), and (d) every file of its own that the name
+depends on (:meth:`Store.relied_on`), which no output replaces. It reads descriptions (manifests, metadata,
 folder listings), never a model's bytes.
 """
 
@@ -47,6 +48,9 @@ class Store:
     #: The kinds of the verify reports of this store's names (its listings' ``kind``), besides its prefix's
     #: name (``ollama``): the JSON Schema's enum of verify kinds is every store's.
     OTHER_REPORT_KINDS: ClassVar[tuple[str, ...]] = ()
+    #: The engine that loads this store's models and the read path it reads them through by default (Ollama:
+    #: ``("Ollama", "mmap")``), so ``check`` says whether that path read right; None when no one engine does.
+    ENGINE: ClassVar[tuple[str, str] | None] = None
 
     def __init_subclass__(cls, *, prefix: str, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -73,11 +77,6 @@ class Store:
         which opens the set), then those that go with it (a projector). UsageError when the name stands
         for no model or for several; ManifestError when what describes them is missing or malformed."""
         raise NotImplementedError
-
-    def description_files(self) -> list[str]:
-        """The files besides the GGUF files that are read to find them (an Ollama manifest): an output
-        must not replace them either."""
-        return []
 
     def entries(self) -> list[StoreEntry]:
         """What the store keeps of each file of the name, in its own order (the order ``verify`` reports
@@ -110,10 +109,15 @@ class Store:
         way of its own (``check`` then says the general one)."""
         return None
 
-    def input_files(self) -> list[str]:
-        """Every file a ``verify`` of the name reads, listed without reading any model: the expectations'
-        files and the files they name."""
-        raise NotImplementedError
+    def relied_on(self) -> list[str]:
+        """Every file of the store that the name depends on, listed without reading a model: what describes
+        it (a manifest, a ref, download metadata, a model list) and the files that says are the name's (blobs,
+        links, shards). No output of a run on the name replaces any of them: ``-o FILE`` naming one is refused
+        before a byte is read, as a run's own inputs are (``ggaudit.io.output_files.check_output``). A
+        description that cannot be read still names itself (the run says what is wrong with it, and its
+        report may not replace it). By default, the files of :meth:`entries`; a store keeping descriptions of
+        its own names them too."""
+        return list(dict.fromkeys(path for entry in self.entries() for path in (entry.path, entry.read)))
 
     @classmethod
     def report_kinds(cls) -> tuple[str, ...]:
@@ -204,6 +208,18 @@ def refuse_unknown_name(text: str, roots: Roots) -> None:
         if store is not None and store.holds(text, roots):
             # A name a store holds passed its parser (letters, digits, ._-/:): shown as typed.
             raise UsageError(text, f"no such file; did you mean {prefix}{text}?")
+
+
+def files_below(folder: str | os.PathLike[str]) -> list[str]:
+    """Every file below ``folder``, as paths, in a stable order: links are listed, never followed into a
+    folder; nothing when ``folder`` is absent or no folder."""
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        here = os.fspath(dirpath)
+        found.extend(os.path.join(here, name) for name in sorted(
+            filenames + [n for n in dirnames if os.path.islink(os.path.join(here, n))]))
+    return found
 
 
 def one_model(where: str, files: Sequence[str], hint: str) -> str:

@@ -9,8 +9,8 @@ from typing import Any
 from ..errors import UsageError, options_from
 from ..format.layout import Model
 from ..io.fan_out import Progress
-from ..stores.locate import Target, resolve_model, target_text
-from ..stores.registry import Part, Roots, Store, find_store
+from ..stores.locate import Target, find_target, resolve_model, target_text
+from ..stores.registry import Part, Roots, Store
 from .cache import DigestCache, open_cache
 from .options import VerifyOptions
 from .report import VerifyReport
@@ -99,7 +99,7 @@ def _verify(target: Target | None, *, manifest: str | os.PathLike[str] | None, s
     if isinstance(target, Model):
         raise UsageError(None, "an opened model is checked against a manifest: give manifest", field="target")
     text = target_text(target, "target")
-    found = find_store(text, Roots(store, hf_cache), field="target")
+    found = find_target(text, Roots(store, hf_cache), field="target")
     if found is None:
         return verify_blob(text, progress=progress, digest_cache=digest_cache)
     return verify_store(found, fail_fast=fail_fast, progress=progress, digest_cache=digest_cache)
