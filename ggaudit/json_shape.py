@@ -224,6 +224,8 @@ def _schema(hint: Any, about: Key) -> dict[str, Any]:
             return {"type": "array", "items": _schema(args[0], about), **about.array}
         return {"type": "array", "prefixItems": [_schema(a, about) for a in args], "items": False,
                 "minItems": len(args), **about.array}
+    if origin is typing.Literal:    # its values' JSON type; the key's enum is its ``values``
+        return about.scalar(_SCALARS[type(args[0])])
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         name = getattr(hint, "JSON_DEF", None)
         return {"$ref": f"#/$defs/{name}"} if name else schema_of(hint)

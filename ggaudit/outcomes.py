@@ -62,7 +62,7 @@ def as_error(model: str, err: BaseException) -> GGAuditError:
         return ReadError(model, "out of memory")
     assert isinstance(err, OSError)
     path = err.filename if err.filename is not None else model
-    return ReadError(path, err.strerror or str(err))
+    return ReadError.for_os_error(path, err.strerror or str(err), err)
 
 
 def _one(model: str, audit: Callable[[str], R]) -> Outcome[R]:

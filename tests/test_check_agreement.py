@@ -82,7 +82,9 @@ def deliver_nan(monkeypatch: pytest.MonkeyPatch, model: Path, modes: tuple[str, 
         inner = open_reader(path, mode)
         return Filled(inner, nan_scale_offset(), b"\xff\xff") if mode in modes and path == str(model) else inner
 
-    monkeypatch.setattr("ggaudit.check.run.open_reader", opened)
+    from ggaudit.check import run     # by name: ggaudit.check is the function
+
+    monkeypatch.setattr(run, "open_reader", opened)
 
 
 @dataclass(frozen=True)

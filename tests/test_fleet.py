@@ -127,6 +127,47 @@ def test_one_string_is_one_model_pattern_or_name_on_the_cluster(client: Any, poi
     assert [o.model for o in manifest_on(client, poisoned)] == [poisoned]
 
 
+def test_options_or_their_keywords_give_the_same_run_and_both_at_once_are_refused(client: Any, poisoned: str) -> None:
+    """The fleet's options are typed keyword parameters (issue 36): an options object or the same fields as
+    keywords give the same reports; both at once, or an option the cluster refuses, are refused before a task
+    is submitted: a UsageError in an options object, and no parameter to give it by (Python's TypeError)."""
+    from ggaudit.check.options import CheckOptions
+    from ggaudit.errors import UsageError
+    from ggaudit.fleet import check_on, verify_on
+    from ggaudit.scan.options import ScanOptions
+    from ggaudit.verify.options import VerifyOptions
+
+    by_keywords = scan_on(client, poisoned, tensors="types.f*", limit=1, task_bytes=4096)
+    by_options = scan_on(client, poisoned, options=ScanOptions(tensors="types.f*", limit=1), task_bytes=4096)
+    assert_same(by_options, by_keywords)
+    assert by_options[0].result is not None
+    assert [(t.name, f.row, f.column, f.kind) for t in by_options[0].result.tensors for f in t.findings] == [
+        ("types.f32.weight", 0, 5, "nan"), ("types.f64.weight", 4, 10, "-inf")]
+    refusals: list[tuple[Callable[[], object], str]] = [
+        (lambda: scan_on(client, poisoned, options=ScanOptions(), limit=1),
+         "options: given with the keywords limit: give the options in the ScanOptions or as keywords, not both"),
+        (lambda: verify_on(client, poisoned, options=VerifyOptions(), fail_fast=True),
+         "options: given with the keywords fail_fast: give the options in the VerifyOptions or as keywords, not "
+         "both"),
+        (lambda: check_on(client, poisoned, options=CheckOptions(), modes="mmap", evict=False),
+         "options: given with the keywords evict, modes: give the options in the CheckOptions or as keywords, "
+         "not both"),
+        (lambda: scan_on(client, poisoned, options=ScanOptions(workers=2)),
+         "workers: the cluster's workers are the readers: not on a Dask cluster"),
+        (lambda: check_on(client, poisoned, options=CheckOptions(anomalies=True)),
+         "anomalies: reads blocks again where the results are merged: not on a Dask cluster")]
+    with distributed.get_task_stream(client) as stream:
+        for call, message in refusals:
+            with pytest.raises(UsageError) as caught:
+                call()
+            assert str(caught.value) == message
+        with pytest.raises(TypeError, match=r"scan_on\(\) got an unexpected keyword argument 'anomalies'"):
+            scan_on(client, poisoned, anomalies=True)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"check_on\(\) got an unexpected keyword argument 'anomalies'"):
+            check_on(client, poisoned, anomalies=True)  # type: ignore[call-arg]
+    assert stream.data == []
+
+
 def test_manifests_are_byte_identical_and_a_bad_file_is_its_own_error(client: Any, tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)

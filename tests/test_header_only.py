@@ -46,6 +46,8 @@ def test_a_vocabulary_only_file_is_checked_by_its_header(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1:] == [
         "header checked: tokenizer.ggml.tokens, tokenizer.chat_template",
+        "checked: 6 metadata keys parsed; a vocabulary of 10 tokens, 0 special-token ids; 1 chat template; no tensor "
+        "data in the file",
         "result: clean: nothing wrong in tokenizer.ggml.tokens, tokenizer.chat_template; no tensor data to scan"]
     doc = json.loads(_run("scan", path, "--json").output)["models"][0]
     assert (doc["ok"], doc["tensors"], doc["header_checked"]) == (True, [],

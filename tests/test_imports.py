@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ggaudit"
 LAYERS: tuple[tuple[str, ...], ...] = (
     # base: no job, no format; each may use the others (no circle: see test_no_import_cycles)
     ("_version", "errors", "escaping", "untrusted", "io", "arrays", "kinds", "diagnostic", "page", "json_shape",
-     "outcomes", "_callable"),
+     "outcomes"),
     ("format", "wording", "model_info"),    # what a GGUF is; the words every report's findings are told in
     ("stores",),                            # names to files and the expectations a store keeps
     ("evidence",),                          # the read paths, and which bytes are right: under rows and check

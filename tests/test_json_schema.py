@@ -318,7 +318,7 @@ def test_the_shipped_schema_is_what_the_report_records_give() -> None:
         "scan_report", "tensor_scan", "finding", "expert_counts", "scale_histogram", "structure_finding",
         "metadata_finding", "template_finding", "verify_report", "checked", "verify_mismatch", "diff_report",
         "metadata_change", "layout_change", "data_diff", "value_change", "structure_diff", "region_change",
-        "row_mismatch", "nonfinite_value", "row_choice"}
+        "row_mismatch", "nonfinite_value", "row_choice", "header_checks"}
 
 
 def test_a_described_record_writes_each_field_as_its_schema_says() -> None:

@@ -131,8 +131,6 @@ def test_verify_and_diff_keywords_and_options_give_the_same_report(tmp_path: Pat
      "options: given with the keywords fail_fast: give the options in the DiffOptions or as keywords, not both"),
     (lambda m: ggaudit.scan(m, options=ggaudit.DiffOptions()),
      "options: must be a ScanOptions or None, not DiffOptions"),
-    (lambda m: ggaudit.diff(m, m, fast=True),
-     "fast: is not an option (known: fail_fast)"),
 ])
 def test_options_and_keywords_at_once_are_refused_naming_the_keywords(call: Any, message: str,
                                                                       tmp_path: Path) -> None:

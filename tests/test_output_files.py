@@ -199,15 +199,14 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every command's check fails the test if it starts: a refused -o FILE must be refused before it."""
     import ggaudit.cli.info
     import ggaudit.rows.replay
-    import ggaudit.verify.diff
-    import ggaudit.verify.dispatch
+    from ggaudit.verify import diff, dispatch     # ggaudit.verify is the function
 
     def started(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run started before -o FILE was refused")
 
-    for module, name in ((ggaudit.verify.dispatch, "verify"), (ggaudit.verify.dispatch, "verify_listing"),
+    for module, name in ((dispatch, "verify"), (dispatch, "verify_listing"),
                          (ggaudit.rows.replay, "check_rows"),
-                         (ggaudit.verify.diff, "diff_paths"), (ggaudit.cli.info, "open_model")):
+                         (diff, "diff_paths"), (ggaudit.cli.info, "open_model")):
         monkeypatch.setattr(module, name, started)
 
 

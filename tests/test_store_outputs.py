@@ -124,18 +124,18 @@ def layout(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
 @pytest.fixture
 def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every command's job fails the test if it starts: a refused output is refused before it."""
-    import ggaudit.check.run
     import ggaudit.cli.manifest
     import ggaudit.rows.replay
-    import ggaudit.scan.run
-    import ggaudit.verify.dispatch
+    from ggaudit.check import run as check_run      # ggaudit.check, .scan and .verify are the functions
+    from ggaudit.scan import run as scan_run
+    from ggaudit.verify import dispatch
 
     def started(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run started before its output was refused")
 
-    for module, name in ((ggaudit.check.run, "check"), (ggaudit.scan.run, "scan"),
-                         (ggaudit.rows.replay, "check_rows"), (ggaudit.verify.dispatch, "verify"),
-                         (ggaudit.verify.dispatch, "verify_listing"), (ggaudit.cli.manifest, "build_tensor_manifest"),
+    for module, name in ((check_run, "check"), (scan_run, "scan"),
+                         (ggaudit.rows.replay, "check_rows"), (dispatch, "verify"),
+                         (dispatch, "verify_listing"), (ggaudit.cli.manifest, "build_tensor_manifest"),
                          (ggaudit.cli.manifest, "build_llama_hash"), (ggaudit.cli.manifest, "_damage")):
         monkeypatch.setattr(module, name, started)
 

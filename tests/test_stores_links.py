@@ -260,8 +260,8 @@ def test_home_unknown_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
     for platform in ("linux", "darwin", "win32"):
         with pytest.raises(UsageError) as caught:
             default_ollama_store({}, platform)
-        assert caught.value.message == ("cannot tell the home folder (HOME is not set); pass --store or set "
-                                        "OLLAMA_MODELS")
+        assert caught.value.message == ("cannot tell the home folder (HOME is not set); pass store= or set "
+                                        "OLLAMA_MODELS")     # the library's parameter; the CLI's --store below
     with pytest.raises(UsageError, match=r"\(HOME is not set\); set HF_HUB_CACHE or HF_HOME$"):
         default_hf_cache({})
     assert default_ollama_store({"OLLAMA_MODELS": "/m"}, "linux") == Path("/m")

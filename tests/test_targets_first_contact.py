@@ -136,12 +136,15 @@ def test_lm_studio_and_gpt4all_say_the_folder_and_how_it_was_chosen(
 
 
 def test_how_a_folder_was_chosen_in_words() -> None:
-    assert chosen_by("--store", ("OLLAMA_MODELS",), env={"OLLAMA_MODELS": "/x"}) == "given by --store"
-    assert chosen_by(None, ("HF_HUB_CACHE", "HF_HOME"), env={"HF_HOME": "/h"}) == "from $HF_HOME"
-    assert chosen_by(None, ("HF_HUB_CACHE", "HF_HOME"), env={"HF_HUB_CACHE": "/c", "HF_HOME": "/h"}) == \
+    def said(words: tuple[object, ...]) -> str:     # as the library says it: a parameter as store=
+        return "".join(map(str, words))
+
+    assert said(chosen_by("store", ("OLLAMA_MODELS",), env={"OLLAMA_MODELS": "/x"})) == "given by store="
+    assert said(chosen_by(None, ("HF_HUB_CACHE", "HF_HOME"), env={"HF_HOME": "/h"})) == "from $HF_HOME"
+    assert said(chosen_by(None, ("HF_HUB_CACHE", "HF_HOME"), env={"HF_HUB_CACHE": "/c", "HF_HOME": "/h"})) == \
         "from $HF_HUB_CACHE"
-    assert chosen_by(None, ("OLLAMA_MODELS",), env={"OLLAMA_MODELS": ""}) == \
+    assert said(chosen_by(None, ("OLLAMA_MODELS",), env={"OLLAMA_MODELS": ""})) == \
         "the default: $OLLAMA_MODELS is not set"
-    assert chosen_by(None, ("HF_HUB_CACHE", "HF_HOME"), env={}) == \
+    assert said(chosen_by(None, ("HF_HUB_CACHE", "HF_HOME"), env={})) == \
         "the default: $HF_HUB_CACHE and $HF_HOME are not set"
-    assert chosen_by(None, (), env={}) == "the default; --store names another"
+    assert said(chosen_by(None, (), env={})) == "the default; store= names another"

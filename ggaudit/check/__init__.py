@@ -2,11 +2,8 @@
 entry point (:mod:`.run`), one pass per read path (:mod:`.passes`), the expectation (:mod:`.expect`), the
 pure decision (:mod:`.decide`), the verdict in words (:mod:`.verdict`) and the report (which words itself).
 
-The package is also the function: ``ggaudit.check(target, ...)`` is :func:`ggaudit.check.run.check`. It
-imports nothing else itself, as ``ggaudit.scan`` and ``ggaudit.verify`` do: ``import ggaudit.check.decide``
-loads the decision only.
+The function is :func:`ggaudit.check` (:func:`ggaudit.check.run.check`): the front door keeps that name the
+function once this package is imported, so its modules are imported by name (``from ggaudit.check import
+decide``). It imports nothing else itself, as ``ggaudit.scan`` and ``ggaudit.verify`` do: ``import
+ggaudit.check.decide`` loads the decision only.
 """
-
-from .._callable import make_callable
-
-make_callable(__name__, "ggaudit.check.run:check")

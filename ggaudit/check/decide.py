@@ -23,7 +23,7 @@ from ..verify.walk.tensors import compare_tensors
 from . import words
 from .facts import (AGREEMENT, CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, PUBLISHED, READ_PATH, UNVERIFIED,
                     Conclusion, Eviction, Expectation, FileDecision, LineDigest, ManifestLines, Needs, Observed,
-                    Probes)
+                    Probes, Verdict)
 from .hashlines import differs_from_lines, line_differences, lines_disagree
 
 __all__ = ["AGREEMENT", "MANIFEST", "PUBLISHED", "Expectation", "FileDecision", "LineDigest", "ManifestLines",
@@ -74,7 +74,7 @@ def decide_file(path: str, observed: Sequence[Observed], *,
     return _with(decision, more=extra) if extra else decision
 
 
-def _with(d: FileDecision, *, more: Sequence[Conclusion] = (), verdict: str | None = None) -> FileDecision:
+def _with(d: FileDecision, *, more: Sequence[Conclusion] = (), verdict: Verdict | None = None) -> FileDecision:
     return replace(d, verdict=verdict or d.verdict, conclusions=(*d.conclusions, *more))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import UsageError
+from ..errors import Param, UsageError
 from ..stores.expected import (FileExpectations, file_key, given_expectation, merged, named_expectations,
                                store_expectations, sums_expectations)
 from ..stores.registry import Store
@@ -22,8 +22,8 @@ def expectations_for(store: Store | None, files: Sequence[str], options: CheckOp
     then the sha256 its blob's name gives, each kept with its source (the user's first: they decide first).
     ``--sha256`` is one file's digest: a UsageError for a target of several files."""
     if options.sha256 is not None and len(files) != 1:
-        raise UsageError(None, f"is one file's digest, and the target has {len(files)} files: check each "
-                               "file on its own, or give --sums", field="sha256")
+        raise UsageError(None, (f"is one file's digest, and the target has {len(files)} files: check each "
+                                "file on its own, or give ", Param("sums")), field="sha256")
     given = {} if options.sha256 is None else {
         file_key(files[0]): FileExpectations(path=files[0], expected=(given_expectation(options.sha256),))}
     sums = {} if options.sums is None else sums_expectations(options.sums, files)

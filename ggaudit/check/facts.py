@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from ..evidence.decide import AGREEMENT, MANIFEST, PUBLISHED
 from ..evidence.paths import DEVICE, read_path
@@ -16,14 +16,22 @@ from ..verify.report import Mismatch
 
 __all__ = ["AGREEMENT", "CACHE_VERIFIED", "DAMAGED", "INTACT", "MANIFEST", "NONFINITE", "PUBLISHED", "READ_PATH",
            "STRUCTURE", "UNVERIFIED", "VERDICTS", "Conclusion", "Eviction", "Expectation", "FileDecision", "LineDigest",
-           "ManifestLines", "Needs", "Observed", "Probes"]
+           "ManifestLines", "Needs", "Observed", "Probes", "Verdict"]
 
 #: What each verdict is, worst first: a file verdict and a report's verdict are one of these. CACHE_VERIFIED:
 #: what was published matched, but only as the page cache delivers it (the device was not read past it).
 #: STRUCTURE: the bytes are read right (or agree) and hold bytes no tensor owns that should not be there.
-DAMAGED, READ_PATH, NONFINITE, STRUCTURE = "damaged", "read-path", "nonfinite", "structure"
-UNVERIFIED, CACHE_VERIFIED, INTACT = "unverified", "cache-verified", "intact"
+#: (Final: a type checker knows each constant is its Verdict.)
+DAMAGED: Final = "damaged"
+READ_PATH: Final = "read-path"
+NONFINITE: Final = "nonfinite"
+STRUCTURE: Final = "structure"
+UNVERIFIED: Final = "unverified"
+CACHE_VERIFIED: Final = "cache-verified"
+INTACT: Final = "intact"
 VERDICTS = (DAMAGED, READ_PATH, NONFINITE, STRUCTURE, UNVERIFIED, CACHE_VERIFIED, INTACT)
+#: A verdict, for type checkers: one of VERDICTS (tests/test_api.py holds them equal).
+Verdict = Literal["damaged", "read-path", "nonfinite", "structure", "unverified", "cache-verified", "intact"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +189,7 @@ class FileDecision:
     tests that could still decide (``needs``)."""
 
     path: str
-    verdict: str
+    verdict: Verdict
     reference: str | None
     right: tuple[str, ...]
     wrong: tuple[str, ...]

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import UsageError, check_arg, one_or_many
-from ..evidence.paths import MODES
+from ..evidence.paths import MODES, Mode
 from ..untrusted import quote
 
 __all__ = ["MODES", "CheckOptions"]
@@ -37,7 +37,7 @@ class CheckOptions:
     sha256: str | None = None
     store: str | os.PathLike[str] | None = None
     hf_cache: str | os.PathLike[str] | None = None
-    modes: Collection[str] = MODES
+    modes: Mode | Collection[Mode] = MODES
     anomalies: bool = False
     evict: bool = True
 

@@ -15,7 +15,7 @@ from ..scan.report import Finding, ScanReport, describe_finding
 from ..escaping import escape, escape_message, escape_path
 from ..wording import joined, plural
 from .facts import (CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, STRUCTURE, UNVERIFIED,
-                    Conclusion, Expectation, FileDecision)
+                    Conclusion, Expectation, FileDecision, Verdict)
 from ..evidence.read_pass import PassStats
 
 __all__ = ["DIAGNOSTIC_KINDS", "SCHEMA", "CheckReport", "FileCheck", "PathRead"]
@@ -122,7 +122,7 @@ class CheckReport:
     modes: tuple[str, ...]
     scans: tuple[ScanReport, ...]
     scan_path: str
-    verdict: str
+    verdict: Verdict
     reference: str | None
     conclusions: tuple[Conclusion, ...]
     next_steps: tuple[str, ...] = ()

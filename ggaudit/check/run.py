@@ -16,18 +16,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import FormatError, GGAuditError, NothingChecked, ReadError, options_from
+from ..errors import FormatError, GGAuditError, NothingChecked, ReadError, option_keywords, options_from
 from ..format.layout import GGUFFile, HeaderRead, Model, open_model
 from ..format.structure import StructureConsumer, StructureFinding, regions
 from ..io.fan_out import ChunkConsumer, Progress
 from ..io.hashing import Xxh3_128
 from ..evidence.active import evict_and_read, first_difference, read_range
 from ..io import direct_shares_cache
-from ..evidence.paths import DEVICE, Source, digest_paths, proof_order, read_path, source_of
+from ..evidence.paths import DEVICE, MODES, Mode, Source, digest_paths, proof_order, read_path, source_of
 from ..evidence.readers import DirectIOUnavailable, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
@@ -57,18 +57,32 @@ from .report import CheckReport, FileCheck, PathRead
 
 __all__ = ["CheckPlan", "FileCheckPlan", "PassObservation", "check", "judge", "observe_pass", "plan_check"]
 
-def check(target: Target, *, options: CheckOptions | None = None, progress: Progress | None = None,
-          **keywords: Any) -> CheckReport:
+def check(target: Target, *, manifest: str | os.PathLike[str] | None = None, sums: str | os.PathLike[str] | None = None,
+          sha256: str | None = None, store: str | os.PathLike[str] | None = None,
+          hf_cache: str | os.PathLike[str] | None = None, modes: Mode | Collection[Mode] = MODES,
+          anomalies: bool = False, evict: bool = True, options: CheckOptions | None = None,
+          progress: Progress | None = None) -> CheckReport:
     """Read every byte of every file of ``target`` (a path, a store name, or a Model) through each read
     path and say, in words and as data, whether the file is intact, damaged, holds non-finite values, or
     is read differently by some path on this machine, and what decided it.
 
-    The options are a :class:`ggaudit.check.options.CheckOptions` (``options=``) or its fields as keywords.
+    The options are a :class:`ggaudit.check.options.CheckOptions` (``options=``) or its fields as these
+    keyword parameters, not both.
     A filesystem that refuses direct I/O: that path is skipped (a warning) and the verdict names the paths
-    compared. ``progress(done, total)``: bytes read of every file, once per read path. Raises UsageError for
-    bad input, ReadError for an unreadable file.
+    compared. ``progress(done, total)``: bytes read of every file, once per read path.
+
+    Raises:
+        UsageError: an option of the wrong type or value, both ``options`` and keywords, one ``sha256`` for a
+            target of several files, a name of no known store. Its subclass NothingChecked: a manifest naming
+            nothing of the target, or a file no read path could read.
+        FormatError: a file that is no well-formed GGUF or split set (naming the offset and the field).
+        ReadError: a file that cannot be opened or read, or that changed while it was read. One the OS
+            refused is also the standard exception of that error (``FileNotFoundError``, ``PermissionError``,
+            else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+        ManifestError: ``manifest``, ``sums`` or what a store says of the target cannot be read, is malformed
+            or is unsafe; one the OS refused is also the standard exception, as above.
     """
-    o = options_from(CheckOptions, options, keywords)
+    o = options_from(CheckOptions, options, option_keywords(CheckOptions, locals()))
     started = time.perf_counter()
     plan = plan_check(target, o)
     report = _read_and_judge(plan, progress, started)

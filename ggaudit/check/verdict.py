@@ -34,7 +34,7 @@ from ..io.shell import shell_word
 from ..scan.report import KINDS, Finding, ScanReport, TensorScan
 from ..stores.registry import Store
 from .facts import (AGREEMENT, CACHE_VERIFIED, DAMAGED, INTACT, MANIFEST, NONFINITE, PUBLISHED, READ_PATH, STRUCTURE,
-                    UNVERIFIED, VERDICTS, Conclusion)
+                    UNVERIFIED, VERDICTS, Conclusion, Verdict)
 from .report import FINDING_KINDS, CheckReport, FileCheck
 
 #: Non-finite kinds of a scan (an outlier or an anomaly is a warning, not a stored NaN or Inf).
@@ -52,7 +52,7 @@ def summarize(*, target: str, store: Store | None, files: tuple[FileCheck, ...],
     """The report: the worst file verdict, or ``nonfinite`` when the bytes are right and hold NaN or Inf.
     ``scans``: what the file's bytes hold; ``through``: the scan of what the scan's path delivered of the
     files it is decided wrong about (those were scanned again through a right path)."""
-    verdict = min((f.decision.verdict for f in files), key=VERDICTS.index, default=UNVERIFIED)
+    verdict: Verdict = min((f.decision.verdict for f in files), key=VERDICTS.index, default=UNVERIFIED)
     found = [_with_file(c, f.path) for f in files for c in f.decision.conclusions]
     nonfinite, delivered = _nonfinite(scans, scan_path, files, through)
     found.extend(nonfinite)

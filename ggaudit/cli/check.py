@@ -3,12 +3,12 @@ nothing wrong, 1 anything wrong, 2 unreadable input."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from ..outcomes import run_models
-from ..evidence.paths import MODES
+from ..evidence.paths import MODES, Mode
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options
@@ -62,9 +62,10 @@ def check(targets: tuple[str, ...], manifest_file: str | None, sums: str | None,
     from ..check.run import check as check_target
     from ..stores.locate import distinct_models
 
-    options = CheckOptions(manifest=manifest_file, sums=sums, sha256=sha256, store=store,
-                           modes=tuple(m.strip() for m in modes.split(",") if m.strip()), anomalies=anomalies,
-                           evict=not no_evict)
+    # The names as typed (cast): CheckOptions refuses one that is no read path, naming it.
+    named = cast("tuple[Mode, ...]", tuple(m.strip() for m in modes.split(",") if m.strip()))
+    options = CheckOptions(manifest=manifest_file, sums=sums, sha256=sha256, store=store, modes=named,
+                           anomalies=anomalies, evict=not no_evict)
     inputs = ([p for t in targets for p in model_inputs(t, store)] +
               [p for p in (manifest_file, sums) if p is not None]) if rendering.to_file else []
     check_report_file(rendering, inputs)

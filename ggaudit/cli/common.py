@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..outcomes import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
-from ..errors import GGAuditError, caused_by_ctrl_c, missing_dependency
+from ..errors import GGAuditError, Param, caused_by_ctrl_c, missing_dependency
 from ..escaping import escape_message, escape_path
 from ..untrusted import shorten
 
@@ -52,6 +52,8 @@ def writing_to(path: str, what: str) -> Iterator[None]:
     EIO) is an :class:`OutputError` naming it; the checks of ``path`` before it raise UsageErrors."""
     try:
         yield
+    except GGAuditError:    # also an OSError when the OS gave one: the input's error, not the output's
+        raise
     except OSError as err:
         raise OutputError(escape_path(path), err, what) from err
 
@@ -160,7 +162,8 @@ def interrupted() -> NoReturn:
 
 
 #: The library's parameters that an option of the command line sets: its errors name the parameter
-#: (``max_abs: must be ...``), the command line names the option the user typed (``--max-abs: ...``).
+#: (``max_abs: must be ...``, ``give manifest=``), the command line names the option the user typed
+#: (``--max-abs: ...``, ``give --manifest``).
 FLAGS = {"tensors": "--tensor", "tensor": "--tensor", "as_fp8": "--as", "max_abs": "--max-abs", "limit": "--limit",
          "seed": "--seed", "random": "--random", "group_bytes": "--group-bytes", "jobs": "--jobs",
          "store": "--store", "manifest": "--manifest", "sums": "--sums", "against": "--against",
@@ -170,11 +173,17 @@ FLAGS = {"tensors": "--tensor", "tensor": "--tensor", "as_fp8": "--as", "max_abs
 
 
 def as_flags(err: GGAuditError) -> GGAuditError:
-    """``err`` with its field said as the command line's option, where one sets that parameter."""
+    """``err`` with its field, and each parameter its message names, said as the command line's option, where
+    one sets that parameter (of its class still: a missing file's error is still a FileNotFoundError)."""
     flag = FLAGS.get(err.field or "")
-    if flag is None:
+    if flag is None and not any(isinstance(word, Param) for word in err.words):
         return err
-    return type(err)(err.path, err.message, offset=err.offset, field=flag)
+    return err.said_as(_option, err.field if flag is None else flag)
+
+
+def _option(param: Param) -> str:
+    """A parameter a library message names, as the option that sets it (a value given is the option's own)."""
+    return FLAGS.get(param.name, str(param))
 
 
 def internal_error(err: BaseException) -> NoReturn:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from ..outcomes import run_models
 from ..errors import NothingChecked, UsageError
+from ..evidence.paths import Mode
 from ..rows import MODES, WHOLE_FILE
 from .common import STORE_HELP, PathParam, handle_errors, model_inputs
 from .progress import BYTES, ROWS, RunProgress, run_progress
@@ -28,14 +29,15 @@ def _two_names(text: str | None) -> tuple[str, str] | None:
     return names[0], names[1]
 
 
-def _modes(given: tuple[str, ...]) -> tuple[str, ...] | None:
-    """Every --modes given, joined (each once, in order); None when there was none."""
+def _modes(given: tuple[str, ...]) -> tuple[Mode, ...] | None:
+    """Every --modes given, joined (each once, in order); None when there was none. The names as typed (cast):
+    check_rows refuses one that is no read path, naming it."""
     if not given:
         return None
     modes = tuple(dict.fromkeys(m.strip() for text in given for m in text.split(",") if m.strip()))
     if not modes:
         raise UsageError(None, "--modes needs at least one of " + ",".join(MODES))
-    return modes
+    return cast("tuple[Mode, ...]", modes)
 
 
 def _check_choice(ids: tuple[str, ...], ids_files: tuple[str, ...], all_rows: bool, random_n: int | None,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal, cast
 
-__all__ = ["DEVICE", "MODES", "PAGE_CACHE", "PATHS", "ReadPath", "Source", "digest_paths", "proof_order",
+__all__ = ["DEVICE", "MODES", "PAGE_CACHE", "PATHS", "Mode", "ReadPath", "Source", "digest_paths", "proof_order",
            "read_path", "source_of"]
 
 #: Where a read path's bytes come from.
@@ -55,8 +56,10 @@ _register(
     ReadPath("mmap", PAGE_CACHE, CACHE_CHUNK_BYTES, True),          # a read-only mapping, as engines read weights
     ReadPath("direct", DEVICE, DEVICE_CHUNK_BYTES, False),          # direct I/O, past the page cache
 )
+#: A read path's name, for type checkers: the names registered above (tests/test_api.py holds them equal).
+Mode = Literal["buffered", "mmap", "direct"]
 #: The read paths' names, in the house order.
-MODES = tuple(PATHS)
+MODES = cast("tuple[Mode, ...]", tuple(PATHS))
 
 
 def read_path(name: str) -> ReadPath:

@@ -554,7 +554,11 @@ class WindowsDirectReader(Reader):
         handle = self.k.CreateFileW(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, None,
                                     OPEN_EXISTING, FILE_FLAG_NO_BUFFERING, None)
         if handle is None or handle in (-1, INVALID_HANDLE_VALUE):
-            raise ReadError(path, f"CreateFileW failed: Windows error {self.k.GetLastError()}")
+            code = self.k.GetLastError()
+            # OSError with a winerror is, on Windows, the standard exception of its errno (a sharing violation
+            # a PermissionError): the ReadError is that exception too.
+            raise ReadError.for_os_error(path, f"CreateFileW failed: Windows error {code}",
+                                         OSError(None, f"Windows error {code}", path, code))
         self.handle = handle
         size = ctypes.c_int64(0)
         if not self.k.GetFileSizeEx(handle, ctypes.pointer(size)):

@@ -10,23 +10,27 @@ whole hub's tasks and a model's first results are merged while others are still 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._version import __version__
+from ..check.options import CheckOptions
+from ..evidence.paths import MODES, Mode
 from ..outcomes import Outcome, as_error
-from ..errors import GGAuditError, ReadError, UsageError, one_or_many, options_from
+from ..errors import GGAuditError, ReadError, UsageError, one_or_many, option_keywords, options_from
 from ..scan.kernel import Acc
 from ..scan.report import ScanReport, ScanStats
 from ..scan.options import ScanOptions
 from ..scan.run import report_of
 from ..scan.workers import TASK_BYTES, merge_results, make_tasks
 from ..stores.small_files import is_count
+from ..verify.cache import CacheChoice
 from ..verify.manifests.tensor import DEFAULT_GROUP_BYTES, ManifestFile, TensorDigest, TensorManifest
 from ..verify.options import VerifyOptions
 from ..verify.report import VerifyReport
@@ -36,7 +40,6 @@ from .tasks import (Failed, Planned, check_pass, digest_file, guarded, model_fil
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from ..check.options import CheckOptions
     from ..check.report import CheckReport
     from ..check.run import CheckPlan, PassObservation
 
@@ -52,7 +55,16 @@ _FIRST = -1
 
 R = TypeVar("R")
 #: The options a cluster may refuse (:func:`on_fleet`).
-Opts = TypeVar("Opts", "ScanOptions", "CheckOptions")
+Opts = TypeVar("Opts", ScanOptions, CheckOptions)
+
+#: The options that ask what a cluster cannot do, each with why: :func:`on_fleet` refuses them in an options
+#: object, and :func:`scan_on` and :func:`check_on` offer no keyword parameter for them (tests/test_api.py holds
+#: their parameters to their options' fields but these).
+REFUSED_ON_FLEET: Mapping[str, str] = {
+    # Deciding an anomaly reads its block again, which the client may not be able to do.
+    "anomalies": "reads blocks again where the results are merged: not on a Dask cluster",
+    "workers": "the cluster's workers are the readers: not on a Dask cluster",
+}
 
 
 @dataclass(frozen=True)
@@ -207,28 +219,41 @@ class _ScanJob(_Job[ScanReport]):
 def on_fleet(options: Opts) -> Opts:
     """``options``, refused (UsageError) where a scan or check on a cluster cannot do what they ask: the one
     place that says so, for :func:`scan_on`, :func:`check_on` and ``--dask`` before a cluster is started."""
-    if options.anomalies:
-        # Deciding an anomaly reads its block again, which the client may not be able to do.
-        raise UsageError(None, "reads blocks again where the results are merged: not on a Dask cluster",
-                         field="anomalies")
-    if isinstance(options, ScanOptions) and options.workers is not None:
-        raise UsageError(None, "the cluster's workers are the readers: not on a Dask cluster", field="workers")
+    for field in dataclasses.fields(options):
+        if field.name in REFUSED_ON_FLEET and getattr(options, field.name) != field.default:
+            raise UsageError(None, REFUSED_ON_FLEET[field.name], field=field.name)
     return options
 
 
-def scan_on(client: Client, models: str | Sequence[str], *, options: ScanOptions | None = None,
-            store: str | None = None, task_bytes: int = TASK_BYTES, retries: int = DEFAULT_RETRIES,
-            **keywords: Any) -> list[Outcome[ScanReport]]:
+def _fleet_keywords(kind: type, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of *kind* among the parameters of :func:`scan_on` or :func:`check_on` (their ``locals()``
+    as they start): every field but those the cluster refuses, for :func:`ggaudit.errors.options_from`."""
+    return {f.name: parameters[f.name] for f in dataclasses.fields(kind) if f.name not in REFUSED_ON_FLEET}
+
+
+def scan_on(client: Client, models: str | Sequence[str], *, tensors: Collection[str] | None = None,
+            deep: bool = False, max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16,
+            fail_fast: bool = False, hashes: Collection[str] = (), histograms: bool = False,
+            options: ScanOptions | None = None, store: str | None = None, task_bytes: int = TASK_BYTES,
+            retries: int = DEFAULT_RETRIES) -> list[Outcome[ScanReport]]:
     """Scan ``models`` (paths, or store names such as ``ollama:NAME``, as the workers see them) on the Dask
     cluster of ``client``: one outcome per model, in order, each the report :func:`ggaudit.scan` gives on
     one machine (``stats`` aside) or the error that stopped that model.
 
-    The options are :func:`ggaudit.scan`'s, a ScanOptions or its fields as keywords, except what
-    :func:`on_fleet` refuses (``anomalies``, ``workers``). ``task_bytes``: tensor bytes per task (whole
-    units, tensor and row aligned). With ``hashes`` a model is one task, its files read once from first byte
-    to last. ``retries``: runs again of a task that raised; a task whose worker died is rescheduled by Dask.
+    The options are :func:`ggaudit.scan`'s, a ScanOptions (``options=``) or its fields as these keyword
+    parameters, not both, except what :func:`on_fleet` refuses (``anomalies``, ``workers``: no parameter
+    here, and a UsageError in ``options``). ``store``: the root of the store names are found in (default
+    per OS). ``task_bytes``: tensor bytes per task (whole units, tensor and row aligned). With ``hashes`` a
+    model is one task, its files read once from first byte to last. ``retries``: runs again of a task that
+    raised; a task whose worker died is rescheduled by Dask.
+
+    Raises:
+        UsageError: an option of the wrong type or value, both ``options`` and keywords, an option the cluster
+            refuses, ``task_bytes`` or ``retries`` not a count; before any task is submitted. What stops one model
+            (a FormatError, a ReadError, an OSError a retry did not cure, any error of its own) is that model's
+            outcome, not raised.
     """
-    opts = on_fleet(options_from(ScanOptions, options, keywords))
+    opts = on_fleet(options_from(ScanOptions, options, _fleet_keywords(ScanOptions, locals())))
     _check_count(task_bytes, "task_bytes")
     _check_count(retries, "retries", minimum=0)
     threads = sum(client.nthreads().values())
@@ -266,7 +291,13 @@ def manifest_on(client: Client, models: str | Sequence[str], *, group_bytes: int
                 store: str | None = None, retries: int = DEFAULT_RETRIES) -> list[Outcome[TensorManifest]]:
     """The tensor manifest of each model (a file, a split set, ``ollama:NAME``), built on the Dask cluster
     of ``client`` one task per file (a file's sha256 is one sequential read): byte for byte the manifest
-    :func:`ggaudit.build_manifest` writes on one machine, or the error that stopped that model."""
+    :func:`ggaudit.build_manifest` writes on one machine, or the error that stopped that model.
+
+    Raises:
+        UsageError: ``group_bytes`` or ``retries`` not a count; before any task is submitted. What stops one model
+            (a FormatError, a ReadError, an OSError a retry did not cure, any error of its own) is that model's
+            outcome, not raised.
+    """
     _check_count(group_bytes, "group_bytes", minimum=1)
     _check_count(retries, "retries", minimum=0)
     jobs = [_ManifestJob(model, group_bytes, store) for model in one_or_many("models", models)]
@@ -291,14 +322,25 @@ class _VerifyJob(_Job[VerifyReport]):
         return self.report
 
 
-def verify_on(client: Client, targets: str | Sequence[str], *, options: VerifyOptions | None = None,
-              retries: int = DEFAULT_RETRIES, **keywords: Any) -> list[Outcome[VerifyReport]]:
+def verify_on(client: Client, targets: str | Sequence[str], *, manifest: str | os.PathLike[str] | None = None,
+              sums: str | os.PathLike[str] | None = None, store: str | os.PathLike[str] | None = None,
+              hf_cache: str | os.PathLike[str] | None = None, fail_fast: bool = False, sha256: str | None = None,
+              ignore_missing: bool = False, base: str | os.PathLike[str] | None = None, cache: CacheChoice = False,
+              trust_cache: bool = False, quick: bool = False, options: VerifyOptions | None = None,
+              retries: int = DEFAULT_RETRIES) -> list[Outcome[VerifyReport]]:
     """:func:`ggaudit.verify` of each target (a file, a blob, ``ollama:NAME``, ``hf:ORG/NAME``; with
     ``manifest``, a model against it) on the Dask cluster of ``client``, one task per target, where the
     files are: the report a local call gives, or the error that stopped that target. The options are
-    :func:`ggaudit.verify`'s, a VerifyOptions or its fields as keywords. ``cache``: each worker uses its own
-    digest cache (off by default: a worker's cache folder may not be shared or kept)."""
-    opts = options_from(VerifyOptions, options, keywords)
+    :func:`ggaudit.verify`'s, a VerifyOptions (``options=``) or its fields as these keyword parameters, not
+    both. ``cache``: each worker uses its own digest cache (off by default: a worker's cache folder may not
+    be shared or kept). ``retries``: runs again of a task that raised.
+
+    Raises:
+        UsageError: an option of the wrong type or value, both ``options`` and keywords, ``retries`` not a count;
+            before any task is submitted. What stops one target (a FormatError, a ReadError, an OSError a retry did
+            not cure, any error of its own) is that target's outcome, not raised.
+    """
+    opts = options_from(VerifyOptions, options, option_keywords(VerifyOptions, locals()))
     _check_count(retries, "retries", minimum=0)
     jobs = [_VerifyJob(target, opts) for target in one_or_many("targets", targets)]
     _run(client, jobs, retries)
@@ -338,18 +380,26 @@ class _CheckJob(_Job["CheckReport"]):
         return judge(plan, passes, seconds=time.perf_counter() - self.started)
 
 
-def check_on(client: Client, targets: str | Sequence[str], *, options: CheckOptions | None = None,
-             retries: int = DEFAULT_RETRIES, **keywords: Any) -> list[Outcome[CheckReport]]:
+def check_on(client: Client, targets: str | Sequence[str], *, manifest: str | os.PathLike[str] | None = None,
+             sums: str | os.PathLike[str] | None = None, sha256: str | None = None,
+             store: str | os.PathLike[str] | None = None, hf_cache: str | os.PathLike[str] | None = None,
+             modes: Mode | Collection[Mode] = MODES, evict: bool = True, options: CheckOptions | None = None,
+             retries: int = DEFAULT_RETRIES) -> list[Outcome[CheckReport]]:
     """:func:`ggaudit.check` of each target (a file, a split set, ``ollama:NAME``, ``hf:ORG/NAME``, ...) on
     the Dask cluster of ``client``: one task plans a target where its files are, then each file is read
     through each read path in a task of its own; the decision and the verdict are made here. One outcome
     per target, in order: the report a local call gives (timings aside), or the error that stopped that
-    target. The options are :func:`ggaudit.check`'s, a CheckOptions or its fields as keywords, except
-    what :func:`on_fleet` refuses (``anomalies``). ``retries``: runs again of a task that raised; a task
-    whose worker died is rescheduled by Dask."""
-    from ..check.options import CheckOptions
+    target. The options are :func:`ggaudit.check`'s, a CheckOptions (``options=``) or its fields as these
+    keyword parameters, not both, except what :func:`on_fleet` refuses (``anomalies``: no parameter here,
+    and a UsageError in ``options``). ``retries``: runs again of a task that raised; a task whose worker
+    died is rescheduled by Dask.
 
-    opts = on_fleet(options_from(CheckOptions, options, keywords))
+    Raises:
+        UsageError: an option of the wrong type or value, both ``options`` and keywords, an option the cluster
+            refuses, ``retries`` not a count; before any task is submitted. What stops one target (a FormatError, a
+            ReadError, an OSError a retry did not cure, any error of its own) is that target's outcome, not raised.
+    """
+    opts = on_fleet(options_from(CheckOptions, options, _fleet_keywords(CheckOptions, locals())))
     _check_count(retries, "retries", minimum=0)
     jobs = [_CheckJob(target, opts) for target in one_or_many("targets", targets)]
     _run(client, jobs, retries)

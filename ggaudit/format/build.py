@@ -15,6 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .blocks import GGMLQuantizationType, GGUFValueType, layout_of
 
+#: GGMLQuantizationType and GGUFValueType are blocks' (the one table), kept here beside what takes them.
+__all__ = ["GGMLQuantizationType", "GGUFValueType", "TensorSpec", "Typed", "encode_kv", "encode_string",
+           "encode_tensor_info", "gguf_bytes", "layout_tensors", "write_gguf"]
+
 
 @dataclass(frozen=True)
 class Typed:

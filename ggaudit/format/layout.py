@@ -15,9 +15,10 @@ import re
 import struct
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import xxhash
 
@@ -164,6 +165,11 @@ class GGUFFile:
         entry = self.metadata.get(key)
         return default if entry is None else entry.value
 
+    @cached_property
+    def metadata_values(self) -> Mapping[str, Any]:
+        """The metadata as plain Python values (:class:`MetadataValues`), beside the typed ``metadata``."""
+        return MetadataValues(self)
+
     def check_unchanged(self, when: str) -> None:
         """ReadError if this file was replaced, resized or rewritten since it was opened."""
         self.identity.check(self.path, when)
@@ -179,7 +185,16 @@ class Model:
 
     @property
     def metadata(self) -> Mapping[str, MetaValue]:
+        """The (first) file's metadata, typed: each key's :class:`MetaValue` (GGUF type, value, file offset; an
+        array as an :class:`ArrayValue`, its length and first elements). Plain values: :attr:`metadata_values`."""
         return self.files[0].metadata
+
+    @property
+    def metadata_values(self) -> Mapping[str, Any]:
+        """The (first) file's metadata as plain Python values, read-only: ``int``, ``float``, ``bool``, ``str``,
+        and every array as a tuple of all its elements (``len(values["tokenizer.ggml.tokens"])``), read from the
+        file when first asked for (:class:`MetadataValues`)."""
+        return self.files[0].metadata_values
 
     @property
     def architecture(self) -> str | None:
@@ -195,6 +210,83 @@ class Model:
             if t.name == name:
                 return t
         raise UsageError(self.source, f"no tensor named {name!r}", field="tensor")
+
+
+class MetadataValues(Mapping[str, Any]):
+    """One file's metadata as plain Python values, read-only, in the header's order: a scalar or string as the
+    typed mapping holds it; an array as a tuple of every element (an array of arrays: tuples of tuples). The header
+    parse keeps only an array's length and first elements (a vocabulary opens without decoding its strings), so an
+    array longer than its head is read again from its bytes in the file when first asked for, then kept. A file
+    replaced or rewritten since it was opened is a :class:`ReadError`, not another file's values."""
+
+    def __init__(self, f: GGUFFile) -> None:
+        self._file = f
+        self._arrays: dict[str, tuple[Any, ...]] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        entry = self._file.metadata[key]
+        if not isinstance(entry.value, ArrayValue):
+            return entry.value
+        if key not in self._arrays:
+            self._arrays[key] = _complete_head(entry.value) or _read_array_values(self._file, key, entry)
+        return self._arrays[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._file.metadata)
+
+    def __len__(self) -> int:
+        return len(self._file.metadata)
+
+    def __repr__(self) -> str:
+        return f"MetadataValues({self._file.path!r}, {len(self)} keys)"
+
+
+def _complete_head(array: ArrayValue) -> tuple[Any, ...] | None:
+    """The array's elements when its head holds all of them and none is an array (no read needed), else None."""
+    whole = len(array.head) == array.count and array.elem_type is not GGUFValueType.ARRAY
+    return array.head if whole else None
+
+
+def _read_array_values(f: GGUFFile, key: str, entry: MetaValue) -> tuple[Any, ...]:
+    """Every element of the array ``entry`` from the file's bytes, the file checked to be the one opened before
+    and after the read (the parse already bounded every length in them)."""
+    f.check_unchanged("since it was opened")
+    fd, _ = opening.open_readonly(f.path)
+    try:
+        data = positioned.pread(fd, entry.nbytes, entry.offset)
+    except OSError as err:
+        raise ReadError.for_os_error(f.path, f"read failed: {err.strerror}", err, offset=entry.offset,
+                                     field=key) from None
+    finally:
+        os.close(fd)
+    f.check_unchanged("while its metadata was read")
+    if len(data) < entry.nbytes:
+        raise ReadError(f.path, "file shrank while its metadata was read", offset=entry.offset + len(data), field=key)
+    values, _ = _array_elements(data, 0)
+    return values
+
+
+def _array_elements(data: bytes, pos: int) -> tuple[tuple[Any, ...], int]:
+    """The elements of the array whose element type and count start at ``pos``, and the offset after it."""
+    etype, count = struct.unpack_from("<IQ", data, pos)
+    pos += 12
+    et = GGUFValueType(etype)
+    if et is GGUFValueType.ARRAY:
+        arrays = []
+        for _ in range(count):
+            inner, pos = _array_elements(data, pos)
+            arrays.append(inner)
+        return tuple(arrays), pos
+    if et is GGUFValueType.STRING:
+        strings = []
+        for _ in range(count):
+            (n,) = _U64.unpack_from(data, pos)
+            # As the parse decodes them: an invalid byte stays distinct from the same text spelled out.
+            strings.append(data[pos + 8:pos + 8 + n].decode("utf-8", errors="surrogateescape"))
+            pos += 8 + n
+        return tuple(strings), pos
+    fmt = SCALAR_FORMATS[et]
+    return struct.unpack_from(f"<{count}{fmt.format[1:]}", data, pos), pos + count * fmt.size
 
 
 #: Reads ``length`` bytes at ``offset`` of the file being parsed (fewer only at its end).
@@ -230,7 +322,7 @@ class _Cursor:
         try:
             data = self.read(self.pos, min(want, remaining))
         except OSError as err:
-            raise ReadError(self.path, f"read failed: {err.strerror}", offset=self.pos) from None
+            raise ReadError.for_os_error(self.path, f"read failed: {err.strerror}", err, offset=self.pos) from None
         if len(data) < n:
             raise ReadError(self.path, "file shrank while reading the header", offset=self.pos + len(data))
         self.done()
@@ -573,7 +665,17 @@ def open_gguf(path: str | os.PathLike[str], header_read: HeaderReads = None) -> 
 
 def open_model(source: str | os.PathLike[str], header_read: HeaderReads = None) -> Model:
     """Open a GGUF file, or a whole split set given any of its shards, as one model (``header_read``: how
-    each file's header is read, as :func:`open_gguf` takes it)."""
+    each file's header is read, as :func:`open_gguf` takes it).
+
+    Raises:
+        UsageError: ``source`` is no str or ``os.PathLike[str]``.
+        FormatError: a file that is no well-formed GGUF, or shards that do not make one split set (a shard
+            missing included: the set is incomplete, not a file not found), naming the offset and the field.
+        ReadError: a file that cannot be opened or read (a folder, no regular file, a path holding NUL), or
+            that changed while its header was read. One the OS
+            refused is also the standard exception of that error (``FileNotFoundError``, ``PermissionError``,
+            else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+    """
     path = opening.fs_path(source)
     first = open_gguf(path, header_read)
     count = first.meta("split.count")

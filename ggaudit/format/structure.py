@@ -253,7 +253,7 @@ def _read(fd: int, path: str, offset: int, length: int) -> bytes:
     try:
         data = positioned.pread(fd, length, offset)
     except OSError as err:
-        raise ReadError(path, f"read failed: {err.strerror or err}", offset=offset) from None
+        raise ReadError.for_os_error(path, f"read failed: {err.strerror or err}", err, offset=offset) from None
     if len(data) < length:
         raise ReadError(path, "file shrank while reading it", offset=offset + len(data))
     return data

@@ -37,7 +37,7 @@ class FileIdentity:
         try:
             return cls.of(os.stat(path))
         except OSError as err:
-            raise ReadError(path, f"file changed {when}: {err.strerror}") from None
+            raise ReadError.for_os_error(path, f"file changed {when}: {err.strerror}", err) from None
 
     def same_file(self, st: os.stat_result) -> bool:
         return (st.st_dev, st.st_ino) == (self.device, self.inode)

@@ -40,10 +40,12 @@ def open_fd(path: str | os.PathLike[str], extra_flags: int = 0) -> int:
 
 
 def open_error(path: str | os.PathLike[str], err: OSError) -> ReadError:
-    """The one-line error for a failed open. Windows refuses to open a folder with EACCES: say what it is."""
+    """The one-line error for a failed open, which is also the standard exception of *err*'s errno
+    (``FileNotFoundError``, ``PermissionError``, else ``OSError``: see :meth:`ReadError.for_os_error`). Windows
+    refuses to open a folder with EACCES: say what it is."""
     if isinstance(err, PermissionError) and os.path.isdir(path):
         return ReadError(path, "is a directory")
-    return ReadError(path, f"cannot open: {err.strerror or err}")
+    return ReadError.for_os_error(path, f"cannot open: {err.strerror or err}", err)
 
 
 def require_regular(fd: int, path: str | os.PathLike[str]) -> os.stat_result:

@@ -86,7 +86,8 @@ def pread_exact(fd: int, path: str | os.PathLike[str], view: memoryview, offset:
         try:
             n = pread_into(fd, part, offset + got)
         except OSError as err:
-            raise ReadError(path, f"read failed: {err.strerror or err}", offset=offset + got) from err
+            raise ReadError.for_os_error(path, f"read failed: {err.strerror or err}", err,
+                                         offset=offset + got) from err
         finally:
             part.release()
         if n == 0:

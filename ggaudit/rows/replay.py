@@ -31,6 +31,7 @@ from ..stores.locate import Target, open_model, target_text
 from ..stores.published_digest import PublishedDigest, given_sha256, published_digest
 from ..arrays import distinct
 from . import MODES
+from ..evidence.paths import Mode
 from ..evidence.readers import BufferedReader, DirectIOUnavailable, FailedRead, Reader, open_reader
 from .table import RowTable
 from .gather import BufferPool, CacheLedger, Chunk, Gatherer, Held, RowCache, Sample, Sweep, through_cache
@@ -44,8 +45,8 @@ from .report import (CACHE_STAGES, CaptureResult, Exercised, Geometry, PathStats
 from .digest_proof import Proof, prove_rows
 from .recompare import RowGroups, Settled, name_far_sources, manifest_groups, settled
 from ..verify.manifests.tensor import TensorDigest, read_tensor_manifest
-from .select import (Capture, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses, crossing_rows,
-                     crossing_rows_of, load_capture, select_rows)
+from .select import (Capture, GivenIds, RowChoice, RowIds, RowSelection, Selection, capture_of, crosses,
+                     crossing_rows, crossing_rows_of, load_capture, select_rows)
 
 __all__ = [
     "KINDS",
@@ -55,6 +56,7 @@ __all__ = [
     "Exercised",
     "Filled",
     "Geometry",
+    "GivenIds",
     "NonFiniteValue",
     "PathStats",
     "ReadFailure",
@@ -431,7 +433,7 @@ def _indexed_ids(ids: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, i
 # --- the library call ----------------------------------------------------------------------------
 
 def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None = None,
-               modes: Sequence[str] = MODES, options: RowsOptions | None = None, select: RowSelection | None = None,
+               modes: Sequence[Mode] = MODES, options: RowsOptions | None = None, select: RowSelection | None = None,
                against: str | os.PathLike[str] | tuple[Any, Any] | None = None,
                manifest: str | os.PathLike[str] | None = None,
                published: str | PublishedDigest | None = None) -> RowsReport:
@@ -451,6 +453,18 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
     (``delivered``). The published digest is *published* (a sha256 as 64 hex digits, or a PublishedDigest),
     else what the store *model* names publishes of the table's file, else the sha256 its blob name gives.
     A capture's rows are compared with the rows' decided bytes.
+
+    Raises:
+        UsageError: an argument of the wrong type or value (row IDs outside the table, an unknown read path in
+            *modes*, no read path and no capture), a *tensor* the model lacks or that is no table of rows, a
+            capture that cannot be read. Its subclass NothingChecked: a selection of no row, or every read path
+            skipped.
+        FormatError: a file that is no well-formed GGUF or split set (naming the offset and the field).
+        ReadError: the model cannot be opened or read, or changed while it was read, or every read of the rows
+            failed. One the OS refused is also the standard exception of that error (``FileNotFoundError``,
+            ``PermissionError``, else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+        ManifestError: *manifest* cannot be read, is malformed, or does not describe this table; one the OS
+            refused is also the standard exception, as above.
     """
     check_arg("tensor", tensor, (str, type(None)), "a string or None")
     check_arg("against", against, (str, os.PathLike, tuple, type(None)), "a path, an (ids, rows) pair or None")
@@ -516,7 +530,8 @@ def check_rows(model: Target, rows: RowIds | None = None, *, tensor: str | None 
                       uncompared=tuple(m for m in dict.fromkeys(s.mode for s in replay.stats)
                                        if not replay.compared[m]),
                       unstable=tuple(replay.first.unstable), unstable_count=replay.first.unstable_count,
-                      exercised=_exercised(replay), manifest=None if manifest is None else os.fspath(manifest))
+                      exercised=_exercised(replay), manifest=None if manifest is None else os.fspath(manifest),
+                      given_ids=selection.given)
     if not report.compared and report.ok:    # a check that compared nothing must not pass for a clean one
         raise NothingChecked(m.source, "nothing was compared: every read path was skipped ("
                              + "; ".join(report.warnings) + ")")

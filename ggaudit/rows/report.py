@@ -27,7 +27,7 @@ from .wording import describe_row_mismatch, describe_row_mismatches, describe_un
 from .reference_reads import Unstable
 from .digest_proof import Proof
 from ..evidence.readers import PAGE, SECTOR, WINDOW_64K, FailedRead
-from .select import RowChoice, crossing_mask, crossing_rows_of, id_runs
+from .select import GivenIds, RowChoice, crossing_mask, crossing_rows_of, id_runs
 from .table import RowTable
 
 __all__ = ["BOUNDARIES", "CACHE_STAGES", "DIAGNOSTIC_KINDS", "SCHEMA", "CaptureResult", "Exercised", "Geometry",
@@ -215,6 +215,9 @@ class RowsReport:
     unstable_count: int = 0
     #: The tensor manifest given to decide rows (None: none was); its outcome is in each mismatch's detail.
     manifest: str | None = None
+    #: The row IDs given (listed, or the capture's when they are the selection), repeats included, and those given
+    #: more than once (None: no ID was given, the rows were only chosen); each distinct row is checked once.
+    given_ids: GivenIds | None = None
 
     @property
     def undecided_rows(self) -> tuple[int, ...]:
@@ -308,13 +311,23 @@ class RowsReport:
     def page(self, limit: int | None = None) -> list[Block]:
         return _page(self)
 
+    @property
+    def repeated(self) -> bool:
+        """An ID was given more than once (its row checked once)."""
+        return self.given_ids is not None and self.given_ids.repeated_count > 0
+
+    def _repeats_json(self) -> dict[str, Any]:
+        """The IDs given, when one repeated (only then: every other report's JSON is as it was)."""
+        return self.given_ids.to_json() if self.given_ids is not None and self.repeated else {}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "tool_version": __version__, "ok": self.ok, "file": self.file, "tensor": self.tensor,
             "ggml_type": self.ggml_type, "n_cols": self.n_cols, "row_bytes": self.row_bytes, "n_rows": self.n_rows,
             "table_offset": self.table_offset, "selection": self.selection, "choice": self.choice.to_json(),
             "seed": self.seed,
-            "modes": list(self.modes), "rows_checked": self.rows_checked, "compared": list(self.compared),
+            "modes": list(self.modes), "rows_checked": self.rows_checked, **self._repeats_json(),
+            "compared": list(self.compared),
             "delivered": self.delivered, "geometry": self.geometry.to_json(),
             "mismatch_geometry": self.mismatch_geometry.to_json(), "mismatch_count": self.mismatch_count,
             "by_kind": dict(self.by_kind), "mismatches": [m.to_json() for m in self.mismatches],
@@ -541,7 +554,8 @@ def _lines(r: RowsReport) -> list[str]:
     lines = [f"file {escape_path(r.file)}",
              f"tensor {escape(r.tensor)}: {r.ggml_type}, {plural(r.n_cols, 'column')}, {r.row_bytes}-byte rows, "
              f"{plural(r.n_rows, 'row')} at offset {r.table_offset}",
-             f"rows: {r.rows_checked} ({escape(r.selection)}); crossing: {_geometry(r.geometry)}"]
+             f"rows: {r.rows_checked} ({escape(r.selection)}); crossing: {_geometry(r.geometry)}",
+             *_repeats_line(r)]
     for s in r.stats:
         cache = (f", cache {plural(s.cache_hits, 'hit')} / {plural(s.cache_misses, 'miss', 'misses')} / "
                  f"{plural(s.cache_evictions, 'eviction')}" if s.cache_hits or s.cache_misses else "")
@@ -565,6 +579,22 @@ def _lines(r: RowsReport) -> list[str]:
         lines.append(f"next: {step}")
     lines.append(_result(r))
     return lines
+
+
+def _repeats_line(r: RowsReport) -> list[str]:
+    """``ids: 11 given, 10 distinct; given more than once: 3 (each row is checked once)``, when an ID repeated."""
+    said = repeats_text(r)
+    return [f"ids: {said} (each row is checked once)"] if said else []
+
+
+def repeats_text(r: RowsReport) -> str:
+    """``11 given, 10 distinct; given more than once: 3`` (the first MAX_REPEATED named); "" when no ID repeated."""
+    g = r.given_ids
+    if g is None or not r.repeated:
+        return ""
+    more = g.repeated_count - len(g.repeated)
+    named = ", ".join(map(str, g.repeated)) + (f" and {more} more" if more else "")
+    return f"{g.count} given, {g.distinct} distinct; given more than once: {named}"
 
 
 def _capture_line(c: CaptureResult) -> str:
@@ -643,7 +673,8 @@ def _cases(r: RowsReport) -> Iterator[Case]:
 def _page(r: RowsReport) -> list[Block]:
     facts = [("file", escape_path(r.file)), ("tensor", f"{escape(r.tensor)} ({r.ggml_type})"),
              ("table", f"{r.n_rows} rows of {r.row_bytes} bytes ({r.n_cols} columns) at offset {r.table_offset}"),
-             ("rows checked", f"{r.rows_checked} ({escape(r.selection)})"),
+             ("rows checked", f"{r.rows_checked} ({escape(r.selection)})"
+                              + (f"; IDs {repeats_text(r)}" if r.repeated else "")),
              ("compared", ", ".join(r.compared) or "nothing"),
              ("mismatches", f"{r.mismatch_count} in rows; short reads {r.short_read_count}"),
              ("rows holding NaN/Inf", _nonfinite_count(r) + _as_read(r))]

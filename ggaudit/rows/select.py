@@ -232,13 +232,44 @@ class RowChoice:
         return to_json(self)
 
 
+#: IDs given more than once that a report names (ascending); all of them are counted.
+MAX_REPEATED = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class GivenIds:
+    """The row IDs given (listed, or a capture's when its IDs are the selection), repeats included: each row is
+    replayed once, so the IDs given more than once are said, not silently dropped."""
+
+    count: int                          # IDs given, repeats included
+    distinct: int                       # distinct rows among them
+    repeated_count: int = 0             # distinct IDs given more than once
+    repeated: tuple[int, ...] = ()      # the first MAX_REPEATED of those, ascending
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ids_given": self.count, "ids_distinct": self.distinct, "repeated_count": self.repeated_count,
+                "repeated_ids": list(self.repeated)}
+
+
+def given_ids(ids: np.ndarray) -> GivenIds:
+    """How many of ``ids`` there are, how many distinct, and which occur more than once."""
+    n = int(ids.size)
+    if n < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return GivenIds(count=n, distinct=n)    # ascending: nothing repeats, no sort needed
+    values, counts = np.unique(ids, return_counts=True)
+    twice = values[counts > 1]
+    return GivenIds(count=n, distinct=int(values.size), repeated_count=int(twice.size),
+                    repeated=tuple(int(v) for v in twice[:MAX_REPEATED]))
+
+
 @dataclass(frozen=True)
 class Selection:
     """The rows to replay (int64, each once, in first-chosen order; None for all_rows: the whole table,
-    streamed) and how they were chosen."""
+    streamed), how they were chosen, and the IDs given (None: no ID was given, only chosen)."""
 
     rows: np.ndarray | None = field(compare=False)
     choice: RowChoice
+    given: GivenIds | None = None
 
     @property
     def description(self) -> str:
@@ -274,6 +305,7 @@ def select_rows(table: RowTable, rows: object = None, select: RowSelection | Non
     chose = listed is not None or sel.random is not None or sel.page_crossing
     choice = RowChoice(n_rows=table.n_rows, listed=runs, listed_complete=complete, random=sel.random, seed=seed,
                        page_crossing=sel.page_crossing, capture_ids=not chose)
+    given = listed if listed is not None else None if chose else picked[0]     # picked[0]: the capture's IDs
     chosen = _first_occurrences(np.concatenate(picked))
     if not chosen.size and not chose:
         raise UsageError(None, "none given and none selected: pass row IDs, or select=RowSelection(all_rows=True),"
@@ -283,7 +315,7 @@ def select_rows(table: RowTable, rows: object = None, select: RowSelection | Non
     if chosen.size > MAX_SELECTED:
         raise UsageError(None, f"{chosen.size} rows selected, more than {MAX_SELECTED}; sweep the table with "
                                "RowSelection(all_rows=True)")
-    return Selection(chosen, choice)
+    return Selection(chosen, choice, None if given is None else given_ids(given))
 
 
 def id_runs(ids: np.ndarray, most: int = MAX_RUNS) -> tuple[tuple[tuple[int, int], ...], bool]:
@@ -387,8 +419,10 @@ def load_capture(path: str, table: RowTable, names: tuple[str, str] | None = Non
     """
     try:
         fd, st = opening.open_readonly(path)
-    except ReadError as err:
-        raise UsageError(path, f"cannot read the capture: {err.message}") from None
+    except ReadError as err:    # a capture the OS refused is also that standard exception (FileNotFoundError)
+        message = f"cannot read the capture: {err.message}"
+        raise (UsageError.for_os_error(path, message, err) if isinstance(err, OSError)
+               else UsageError(path, message)) from None
     with open(fd, "rb") as f:
         limit = max_capture_bytes(table)
         if st.st_size > limit:

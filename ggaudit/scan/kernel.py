@@ -20,7 +20,7 @@ import numpy as np
 
 from ..format.blocks import BlockLayout, Encoding, FloatField, GGMLQuantizationType as T, decode_bits, dequantize
 from ..format.blocks import LAYOUTS, dequantize_exact, iq1m_assemble, layout_of
-from .report import (CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KINDS, Finding, counted_kinds,
+from .report import (CAUSE_DECODED, CAUSE_FIELD, CAUSE_OVERFLOW, KIND_OF, KINDS, Finding, FindingKind, counted_kinds,
                      finite_or_none, hex_bits)
 from ..arrays import distinct
 from .histogram import count_codes
@@ -433,7 +433,7 @@ def _report_slice(plan: Plan, opts: Options, acc: Acc, slow: list[tuple[GroupPas
     """Locate and classify what the fast test flagged in a slice (and decode it, with --deep)."""
     cands = _Candidates()
     room = 1 if opts.fail_fast else max(0, opts.limit - len(acc.findings))
-    counts = dict.fromkeys(KINDS, 0)
+    counts: dict[str, int] = dict.fromkeys(KINDS, 0)
     bad_blocks = [_locate(plan, opts, p, data, keys, bits, first_unit, counts, cands, room) for p, keys, bits in slow]
     flagged = distinct(np.concatenate(bad_blocks)) if bad_blocks else np.empty(0, np.int64)
     if plan.deep:
@@ -478,7 +478,7 @@ def _locate(plan: Plan, opts: Options, p: GroupPass, data: np.ndarray, keys: np.
         cands.offsets.append(offset)
         cands.makers.append(functools.partial(
             finding_at, plan, unit, f, offset, hex_bits(int(raw[i]), bits_bytes),
-            finite_or_none(float(values[i])), str(kinds[i]), str(causes[i])))
+            finite_or_none(float(values[i])), KIND_OF[str(kinds[i])], str(causes[i])))
     nonfinite = keep[kinds[keep] != "outlier"]
     located: np.ndarray = first_unit + rows[nonfinite]
     return located
@@ -510,7 +510,7 @@ def _first_kind(values: np.ndarray) -> tuple[str, int]:
     return ("nan" if np.isnan(v) else "+inf" if v > 0 else "-inf"), int(bad[0])
 
 
-def finding_at(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value: float | None, kind: str,
+def finding_at(plan: Plan, unit: int, f: FloatField, offset: int, bits: str, value: float | None, kind: FindingKind,
              cause: str) -> Finding:
     layout = plan.layout
     if layout.is_float_elements:
@@ -553,9 +553,10 @@ def _deep_slice(plan: Plan, data: np.ndarray, flagged: np.ndarray, first_unit: i
             offset = plan.offset + unit * bb
             cands.offsets.append(offset)
             cands.makers.append(functools.partial(
-                Finding, tensor=plan.name, path=plan.path, kind=kind, row=row, column=block * bs + col, width=1,
-                block=block, field="decoded", offset=offset, size=bb, bits=hex_bits(int(value.view(np.uint32)), 4),
-                value=None, encoding=Encoding.F32.value, cause=CAUSE_DECODED, expert=expert))
+                Finding, tensor=plan.name, path=plan.path, kind=KIND_OF[kind], row=row, column=block * bs + col,
+                width=1, block=block, field="decoded", offset=offset, size=bb,
+                bits=hex_bits(int(value.view(np.uint32)), 4), value=None, encoding=Encoding.F32.value,
+                cause=CAUSE_DECODED, expert=expert))
 
 
 def _commit(acc: Acc, opts: Options, counts: dict[str, int], cands: _Candidates) -> None:

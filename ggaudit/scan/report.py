@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from ..diagnostic import Artifact, Case, Diagnostic, Failure, Summary
 from ..format.blocks import Encoding
@@ -28,15 +28,20 @@ from ..escaping import escape, escape_path
 
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
-           "CHECK_NONE", "FP8_E4M3", "KINDS", "SCHEMA", "ExpertCounts", "Finding", "ScaleHistogram",
-           "ScanReport", "ScanStats", "StructureFinding", "TensorScan", "WholeFileDigests", "counted_kinds",
-           "counts_text", "describe_finding", "describe_structure", "describe_tensor", "finite_or_none", "hex_bits"]
+           "CHECK_NONE", "FP8_E4M3", "KINDS", "KIND_OF", "SCHEMA", "ExpertCounts", "Finding", "FindingKind",
+           "HeaderChecks", "ScaleHistogram", "ScanReport", "ScanStats", "StructureFinding", "TensorScan",
+           "WholeFileDigests", "counted_kinds", "counts_text", "describe_finding", "describe_structure",
+           "describe_tensor", "finite_or_none", "hex_bits"]
 
 #: The ``schema`` of :meth:`ScanReport.to_json`.
 SCHEMA = "ggaudit/scan-report/1"
 
+#: A finding's kind, for type checkers: one of KINDS (tests/test_api.py holds them equal).
+FindingKind = Literal["nan", "+inf", "-inf", "outlier", "anomaly"]
 #: Every kind of finding, in the order counts are shown.
-KINDS: tuple[str, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
+KINDS: tuple[FindingKind, ...] = ("nan", "+inf", "-inf", "outlier", "anomaly")
+#: Each kind by its text: a kind the kernel computes as text (in a numpy array) is a FindingKind by this lookup.
+KIND_OF: dict[str, FindingKind] = {kind: kind for kind in KINDS}
 #: Every kind of diagnostic a scan yields (ggaudit.kinds ids): its findings', then its structure's.
 DIAGNOSTIC_KINDS: tuple[str, ...] = (*KINDS, PADDING, GAP, TRAILING, "metadata", "template")
 
@@ -118,7 +123,7 @@ class Finding:
     tensor: str = json_key(in_json=False)
     path: str = json_key(in_json=False)
     encoding: str = json_key(in_json=False)
-    kind: str = json_key(values=KINDS)
+    kind: FindingKind = json_key(values=KINDS)
     row: int = json_key(minimum=0)
     column: int = json_key(minimum=0)
     block: int = json_key(minimum=0)
@@ -345,6 +350,34 @@ class WholeFileDigests:
 
 
 @json_record
+class HeaderChecks:
+    """What the header's checks covered, counted: all a file with no tensor (a vocabulary-only file) is checked by.
+    ``metadata_keys``: the keys the header holds, each parsed within its bounds. ``tokens``: the vocabulary
+    (``tokenizer.ggml.tokens``; None: none), against which the lengths of ``scores`` and ``token_type``,
+    ``<arch>.vocab_size`` and the ``special_tokens`` special-token ids present are checked. ``merges``: the
+    ``tokenizer.ggml.merges`` array's length (None: none); each merge's tokens are looked up in the vocabulary only
+    when ``merges_looked_up`` (a deep scan). ``templates``: the chat templates checked (syntax tree, text, a
+    sandboxed render)."""
+
+    JSON_DEF: ClassVar[str] = "header_checks"
+
+    metadata_keys: int = json_key(minimum=0)
+    tokens: int | None = json_key(default=None, minimum=0)
+    special_tokens: int = json_key(default=0, minimum=0)
+    merges: int | None = json_key(default=None, minimum=0)
+    merges_looked_up: bool = False
+    templates: int = json_key(default=0, minimum=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return to_json(self)
+
+
+def _no_tensor(r: Any) -> bool:
+    """A report of a file holding no tensor, whose header is all there was to check."""
+    return not r.tensors and r.header_checks is not None
+
+
+@json_record
 class ScanReport:
     """The result of :func:`ggaudit.scan.run.scan`; ``ok`` when no tensor holds a finding and the files'
     structure is sound (``structure``: padding that is not zeros, gaps, data after the last tensor)."""
@@ -368,6 +401,9 @@ class ScanReport:
     #: The header's keys whose values were checked, tensors or none (the vocabulary, each chat template): a
     #: vocabulary-only file is checked by them.
     header_checked: tuple[str, ...] = ()
+    #: What the header's checks covered, counted; in the JSON only for a file with no tensor (a vocabulary-only
+    #: file, checked by these alone), so every other scan's JSON is as it was.
+    header_checks: HeaderChecks | None = json_key(default=None, when=_no_tensor)
     hashes: tuple[str, ...] = json_key(default=(), in_json=False)     # digest algorithms asked for
     #: Per file read to its end (--fail-fast may leave some out); in the JSON only when asked for, so a
     #: plain scan's is unchanged.
@@ -450,6 +486,8 @@ def _lines(report: ScanReport) -> Iterator[str]:
            f"{plural(total_bytes, 'byte')} of tensor data scanned in {plural(len(report.files), 'file')}")
     if not report.tensors and report.header_checked:    # a vocabulary-only file: its header was checked
         yield f"header checked: {', '.join(escape(k) for k in report.header_checked)}"
+        if report.header_checks is not None:
+            yield f"checked: {header_checks_text(report.header_checks)}; no tensor data in the file"
     for d in report.digests:
         for algorithm, digest in d.digests.items():
             yield f"{algorithm}  {digest}  {escape_path(d.path)}"
@@ -490,6 +528,20 @@ def _tensor_lines(report: ScanReport) -> Iterator[str]:
         yield from expert_lines(t)
     if not_applicable:
         yield f"not applicable (integer data): {', '.join(not_applicable)}"
+
+
+def header_checks_text(h: HeaderChecks) -> str:
+    """``9 metadata keys parsed; a vocabulary of 10 tokens, 2 special-token ids, 5 merges (not looked up: --deep does);
+    1 chat template``: what the header's checks covered."""
+    parts = [plural(h.metadata_keys, "metadata key") + " parsed"]
+    if h.tokens is not None:
+        vocabulary = [f"a vocabulary of {plural(h.tokens, 'token')}", plural(h.special_tokens, "special-token id")]
+        if h.merges is not None:
+            how = "each looked up in it" if h.merges_looked_up else "not looked up: --deep does"
+            vocabulary.append(f"{plural(h.merges, 'merge')} ({how})")
+        parts.append(", ".join(vocabulary))
+    parts.append(plural(h.templates, "chat template"))
+    return "; ".join(parts)
 
 
 def _clean_text(report: ScanReport) -> str:

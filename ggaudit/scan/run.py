@@ -38,17 +38,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..io import processes
-from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, layout_of
+from ..format.blocks import FP8_E4M3_ELEMENTS, GGMLQuantizationType as T, GGUFValueType, layout_of
 from ..io.fan_out import Progress, read_through
 from ..io.hashing import ALGORITHMS
-from ..errors import NothingChecked, ReadError, UsageError, options_from
-from ..format.layout import GGUFFile, Model, Tensor
+from ..errors import NothingChecked, ReadError, UsageError, option_keywords, options_from
+from ..format.layout import ArrayValue, GGUFFile, Model, Tensor
 from ..stores.locate import open_model
 from ..format.structure import StructureConsumer, StructureFinding, check_structure
-from ..format.consistency import check_metadata
+from ..format.consistency import SPECIAL_TOKEN_KEYS, check_metadata
 from ..format.metadata_finding import MetadataFinding
-from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, ScaleHistogram, ScanReport,
-                     ScanStats, TensorScan, WholeFileDigests)
+from .report import (CHECK_ELEMENTS, CHECK_FIELDS, CHECK_NONE, FP8_E4M3, ExpertCounts, HeaderChecks, ScaleHistogram,
+                     ScanReport, ScanStats, TensorScan, WholeFileDigests)
 from .histogram import histogram_of
 from .kernel import Acc, Options, Plan, by_file, count_expert, deep_supported, scan_units, settle_anomalies
 from .options import ScanOptions
@@ -264,6 +264,7 @@ class ScanPlan:
     metadata: tuple[MetadataFinding, ...] = ()
     templates: tuple[TemplateFinding, ...] = ()
     header_checked: tuple[str, ...] = ()     # the keys whose values those checks read (header_checked)
+    header_checks: HeaderChecks | None = None    # what those checks covered, counted
 
 
 def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
@@ -280,17 +281,44 @@ def plan_scan(model: Model, options: ScanOptions) -> ScanPlan:
         f.check_unchanged("since it was opened")
     return ScanPlan(model=model, options=options, selected=tuple(selected), plans=tuple(plans),
                     fp8=frozenset(fp8), warnings=tuple(warnings), metadata=check_metadata(model, merges=options.deep),
-                    templates=_templates(model), header_checked=header_checked(model))
+                    templates=_templates(model), header_checked=header_checked(model),
+                    header_checks=header_checks(model, merges=options.deep))
 
 
 def header_checked(model: Model) -> tuple[str, ...]:
     """The header's keys whose values the metadata and template checks read, tensors or none: the
     vocabulary (``tokenizer.ggml.tokens``: its lengths, special tokens and merges are checked) and each chat
-    template. A vocabulary-only file (llama.cpp ships 19) is checked by these alone."""
+    template. A vocabulary-only file (llama.cpp ships 19) is checked by these alone. A vocabulary that is no array,
+    or an empty one, gives the tokenizer checks nothing to check (they read its length): it is not counted, so such
+    a file alone is nothing checked, not clean."""
     from ..format.templates import template_keys     # the keys only: jinja2 is not imported
 
     templates = {key for key, _ in template_keys(model)}     # those check_templates checks
-    return tuple(k for k in model.metadata if k == VOCABULARY or k in templates)
+    tokens = model.metadata.get(VOCABULARY)
+    vocabulary = tokens is not None and isinstance(tokens.value, ArrayValue) and tokens.value.count > 0
+    return tuple(k for k in model.metadata if (k == VOCABULARY and vocabulary) or k in templates)
+
+
+def header_checks(model: Model, merges: bool) -> HeaderChecks:
+    """What the metadata and template checks cover, counted (``merges``: each merge is looked up in the vocabulary,
+    as check_metadata does with it): the keys, the vocabulary and what is checked against it, the templates."""
+    from ..format.templates import template_keys
+
+    values = model.metadata
+
+    def array(key: str) -> ArrayValue | None:
+        entry = values.get(key)
+        return entry.value if entry is not None and isinstance(entry.value, ArrayValue) else None
+
+    tokens, merge_list = array(VOCABULARY), array("tokenizer.ggml.merges")
+    special = 0 if tokens is None else sum(
+        1 for k in SPECIAL_TOKEN_KEYS if k in values and type(values[k].value) is int)   # as check_metadata reads them
+    # As vocab_merges looks them up: both arrays of strings, some merges.
+    looked_up = merges and tokens is not None and merge_list is not None and merge_list.count > 0 and \
+        tokens.elem_type is merge_list.elem_type is GGUFValueType.STRING
+    return HeaderChecks(metadata_keys=len(values), tokens=None if tokens is None else tokens.count,
+                        special_tokens=special, merges=None if merge_list is None else merge_list.count,
+                        merges_looked_up=looked_up, templates=len(template_keys(model)))
 
 
 def _templates(model: Model) -> tuple[TemplateFinding, ...]:
@@ -303,12 +331,14 @@ def _templates(model: Model) -> tuple[TemplateFinding, ...]:
     return check_templates(model)
 
 
-def scan(model: Model | str | os.PathLike[str], *, options: ScanOptions | None = None,
-         progress: Progress | None = None, **keywords: Any) -> ScanReport:
+def scan(model: Model | str | os.PathLike[str], *, tensors: Collection[str] | None = None, deep: bool = False,
+         max_abs: float | None = None, as_fp8: Collection[str] = (), limit: int = 16, fail_fast: bool = False,
+         workers: int | None = None, hashes: Collection[str] = (), histograms: bool = False, anomalies: bool = False,
+         options: ScanOptions | None = None, progress: Progress | None = None) -> ScanReport:
     """Scan a model's tensors for NaN, Inf and (with ``max_abs``) outliers.
 
-    The options are a :class:`ggaudit.scan.options.ScanOptions` (``options=``) or its fields as keywords
-    (``scan(model, deep=True, limit=5)``), not both:
+    The options are a :class:`ggaudit.scan.options.ScanOptions` (``options=``) or its fields as these keyword
+    parameters (``scan(model, deep=True, limit=5)``), not both:
 
     ``tensors``: glob patterns selecting tensors by name (each must match one; a str is one pattern).
     ``deep``: also decode block-quantized tensors with gguf.quants and check the decoded values.
@@ -333,8 +363,19 @@ def scan(model: Model | str | os.PathLike[str], *, options: ScanOptions | None =
     Whatever the tensors selected, each file's structure is checked too (``report.structure``): padding
     that is not zeros, gaps between tensors, data after the last tensor. That reads the padding and a
     bounded prefix of anything else, a few KiB for a real model.
+
+    Raises:
+        UsageError: an option of the wrong type or value (``limit="5"``), both ``options`` and keywords, a
+            pattern of ``tensors`` that matches no tensor, a name of no known store. Its subclass
+            NothingChecked: a model that holds no tensor, vocabulary or chat template.
+        FormatError: a file that is no well-formed GGUF or split set (naming the offset and the field).
+        ReadError: a file that cannot be opened or read, or that changed while it was scanned. One the OS
+            refused is also the standard exception of that error (``FileNotFoundError``, ``PermissionError``,
+            else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+        ManifestError: what a store says of the name (an Ollama manifest, a snapshot) is missing, malformed
+            or unsafe; a missing one is also a ``FileNotFoundError`` where the OS said so.
     """
-    opts = options_from(ScanOptions, options, keywords)
+    opts = options_from(ScanOptions, options, option_keywords(ScanOptions, locals()))
     if progress is not None and not callable(progress):
         raise UsageError(None, f"must be callable or None, not {type(progress).__name__}", field="progress")
     m = model if isinstance(model, Model) else open_model(model)
@@ -382,7 +423,8 @@ def report_of(plan: ScanPlan, accs: dict[int, Acc], stats: ScanStats,
     if plan.options.anomalies:
         warnings += add_anomalies(plan.plans, accs, opts)
     return build_report(plan.model, plan.selected, plan.plans, accs, set(plan.fp8), warnings, opts, stats,
-                        structure, header=(plan.metadata, plan.templates), header_checked=plan.header_checked)
+                        structure, header=(plan.metadata, plan.templates), header_checked=plan.header_checked,
+                        header_checks=plan.header_checks)
 
 
 def add_anomalies(plans: Sequence[Plan], accs: dict[int, Acc], opts: Options) -> list[str]:
@@ -471,9 +513,10 @@ def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan]
                  fp8: set[str], warnings: list[str], opts: Options, stats: ScanStats,
                  structure: tuple[StructureFinding, ...] = (),
                  header: tuple[tuple[MetadataFinding, ...], tuple[TemplateFinding, ...]] = ((), ()),
-                 header_checked: tuple[str, ...] = ()) -> ScanReport:
+                 header_checked: tuple[str, ...] = (), header_checks: HeaderChecks | None = None) -> ScanReport:
     """The report of a scan from its plans' merged accumulators (however they were read), the structure
-    findings of its files and its header's (metadata, templates; ``header_checked``: the keys checked)."""
+    findings of its files and its header's (metadata, templates; ``header_checked``: the keys checked;
+    ``header_checks``: what those checks covered, counted)."""
     by_index = {p.index: p for p in plans}
     out: list[TensorScan] = []
     stopped = any(a.stopped for a in accs.values())
@@ -497,7 +540,7 @@ def build_report(model: Model, selected: Sequence[Tensor], plans: Sequence[Plan]
     report = ScanReport(model=model.source, files=tuple(f.path for f in model.files), tensors=tuple(out),
                         warnings=tuple(warnings), complete=not stopped, max_abs=opts.max_abs, stats=stats,
                         anomalies=opts.anomalies, structure=structure, metadata=header[0], templates=header[1],
-                        header_checked=header_checked)
+                        header_checked=header_checked, header_checks=header_checks)
     if not report.tensors and report.ok and not header_checked:
         # No value was scanned, no vocabulary or template was checked, and nothing is wrong with the
         # structure: that is never a clean result.

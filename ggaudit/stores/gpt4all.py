@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 
-from ..errors import ManifestError
+from ..errors import ManifestError, Param
 from ..untrusted import confine, quote, real, shorten
 from .expected import STORE
 from .listing import Expected, StoreEntry, StoreListing
@@ -36,7 +36,7 @@ def default_gpt4all_store(env: Mapping[str, str] | None = None, platform: str | 
     Support/nomic.ai/GPT4All``, Windows ``%LOCALAPPDATA%\\nomic.ai\\GPT4All``."""
     env = os.environ if env is None else env
     platform = sys.platform if platform is None else platform
-    advice = "pass --store"
+    advice = ("pass ", Param("store"))
     if platform.startswith("win"):
         if env.get("LOCALAPPDATA"):
             return Path(env["LOCALAPPDATA"]) / "nomic.ai" / "GPT4All"
@@ -69,9 +69,9 @@ def read_gpt4all(store: str | os.PathLike[str] | None = None, name: str = "") ->
     """The GGUF files of the GPT4All folder (``name``: only that model's, a file name or a split set's
     first shard's) and, where a catalogue is present, what it says of each."""
     root = Path(store) if store is not None else default_gpt4all_store()
-    how = chosen_by(None if store is None else "--store")
+    how = chosen_by(None if store is None else "store")
     if not root.is_dir():
-        raise ManifestError(root, f"no GPT4All model folder here ({how})")
+        raise ManifestError(root, ("no GPT4All model folder here (", *how, ")"))
     listing = next((root / n for n in LIST_NAMES if (root / n).is_file()), None)
     if listing is not None and confine(listing, (real(root),)) is not None:
         raise ManifestError(listing, "model list is a link pointing outside the folder (or a loop); not followed")

@@ -96,7 +96,7 @@ def read_hf_snapshot(spec: str | HFSpec, cache: str | os.PathLike[str] | None = 
     _require_inside(repo_dir, real(root), "repository folder", "the cache")
     if not repo_dir.is_dir():
         how = chosen_by(None if cache is None else "hf_cache", ("HF_HUB_CACHE", "HF_HOME"))
-        raise ManifestError(repo_dir, f"{parsed.repo_id} is not in the Hugging Face cache {root} ({how})")
+        raise ManifestError(repo_dir, (f"{parsed.repo_id} is not in the Hugging Face cache {root} (", *how, ")"))
     inside = real(repo_dir)
     commit = _hf_commit(repo_dir, inside, parsed.revision)
     snapshot = repo_dir / "snapshots" / commit

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 
-from ..errors import ManifestError, UsageError
+from ..errors import ManifestError, Param, UsageError
 from ..untrusted import OUTSIDE, confine, quote, real
 from .listing import Expected, Problem, StoreEntry, StoreListing
 from .ollama import chosen_by, home_folder
@@ -31,7 +31,7 @@ def default_lmstudio_store(env: Mapping[str, str] | None = None, platform: str |
     """``~/.lmstudio/models``, or the older ``~/.cache/lm-studio/models`` when only that one exists."""
     env = os.environ if env is None else env
     platform = sys.platform if platform is None else platform
-    advice = "pass --store"
+    advice = ("pass ", Param("store"))
     variable = "USERPROFILE" if platform.startswith("win") else "HOME"
     home = home or Path(env.get(variable) or home_folder(advice))
     current = home / ".lmstudio" / "models"
@@ -85,15 +85,15 @@ def lmstudio_folder(spec: str, store: str | os.PathLike[str] | None = None) -> t
     """The store's root and the folder ``spec`` names in it (the root itself for ``lmstudio:``), checked to
     be a folder inside the store."""
     root = Path(store) if store is not None else default_lmstudio_store()
-    how = chosen_by(None if store is None else "--store")
+    how = chosen_by(None if store is None else "store")
     if not root.is_dir():
-        raise ManifestError(root, f"no LM Studio model folder here ({how})")
+        raise ManifestError(root, ("no LM Studio model folder here (", *how, ")"))
     parts = parse_lmstudio_spec(spec)
     folder = root if parts is None else root.joinpath(*parts)
     if confine(folder, (real(root),)) is not None:
         raise ManifestError(folder, "model folder is a link pointing outside the store (or a loop); not followed")
     if not folder.is_dir():
-        raise ManifestError(folder, f"model {quote(spec)} is not in the LM Studio folder {root} ({how})")
+        raise ManifestError(folder, (f"model {quote(spec)} is not in the LM Studio folder {root} (", *how, ")"))
     return root, folder
 
 
@@ -137,14 +137,14 @@ def _missing_shards(root: Path, found: list[GGUFEntry]) -> tuple[MissingShard, .
     return tuple(missing)
 
 
-def model_of(folder: GGUFFolder, name: str, how: str | None = None) -> GGUFFolder:
+def model_of(folder: GGUFFolder, name: str, how: tuple[str | Param, ...] | None = None) -> GGUFFolder:
     """The part of ``folder`` that is its model ``name``: that file, or every shard of its split set (and
     the shards the set lacks); ManifestError when no GGUF file of the folder has that name (``how``: how the
     folder was chosen, :func:`~.ollama.chosen_by`, said with it)."""
     entry = next((e for e in folder.files if e.name == name), None)
     if entry is None:
-        raise ManifestError(folder.root / name, f"model {quote(name)} is not in the folder {folder.root}"
-                                                + ("" if how is None else f" ({how})"))
+        raise ManifestError(folder.root / name, (f"model {quote(name)} is not in the folder {folder.root}",
+                                                 *(() if how is None else (" (", *how, ")"))))
     shard = SHARD.search(entry.name)
     if shard is None:
         return GGUFFolder(folder.root, (entry,), ())

@@ -20,7 +20,18 @@ def open_model(target: Target, *, store: str | os.PathLike[str] | None = None,
                hf_cache: str | os.PathLike[str] | None = None) -> Model:
     """Open what ``target`` names as one model: a GGUF file (any shard of a split set opens the set), a
     store's name (see :func:`resolve_model`; ``store`` overrides the store's root, ``hf_cache`` the
-    Hugging Face cache's), or a Model, returned as it is."""
+    Hugging Face cache's), or a Model, returned as it is.
+
+    Raises:
+        UsageError: ``target`` is no path, name or Model; a name of no known store.
+        FormatError: a file that is no well-formed GGUF, or shards that do not make one split set (a shard
+            missing included: the set is incomplete, not a file not found), naming the offset and the field.
+        ReadError: a file that cannot be opened or read, or that changed while its header was read. One the OS
+            refused is also the standard exception of that error (``FileNotFoundError``, ``PermissionError``,
+            else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+        ManifestError: what a store says of the name (an Ollama manifest, a snapshot) is missing, malformed or
+            unsafe, or the name is not in the store (the message says how the store's folder was chosen).
+    """
     if isinstance(target, Model):
         return target
     return open_path(resolve_model(target_text(target, "model"), store=store, hf_cache=hf_cache)[0])

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ManifestError, NothingChecked, UsageError
+from ..errors import ManifestError, NothingChecked, Param, UsageError, Words
 from ..untrusted import OUTSIDE, confine, quote, real, shorten
 from .expected import BLOB_NAME, STORE
 from .listing import ORPHAN, Expected, Problem, Said, StoreEntry, StoreListing
@@ -98,7 +98,7 @@ def default_ollama_store(env: Mapping[str, str] | None = None, platform: str | N
     platform = sys.platform if platform is None else platform
     if env.get("OLLAMA_MODELS"):
         return Path(env["OLLAMA_MODELS"])
-    advice = "pass --store or set OLLAMA_MODELS"
+    advice = ("pass ", Param("store"), " or set OLLAMA_MODELS")
     if platform.startswith("win"):
         home = home or Path(env.get("USERPROFILE") or home_folder(advice))
         return home / ".ollama" / "models"
@@ -110,34 +110,38 @@ def default_ollama_store(env: Mapping[str, str] | None = None, platform: str | N
     return user
 
 
-def chosen_by(given: str | None, variables: Sequence[str] = (), env: Mapping[str, str] | None = None) -> str:
+def chosen_by(given: str | None, variables: Sequence[str] = (), env: Mapping[str, str] | None = None
+              ) -> tuple[str | Param, ...]:
     """How a store's folder that was searched was chosen, for an error saying a name is not in it: by the
-    option ``given`` (``--store``), by the first of the environment ``variables`` that is set, or by default
-    (said with the variables that would choose another, else the option): a user who sees which folder was
-    searched sees why, and how to search another."""
+    parameter ``given`` (``store``: the command line's ``--store``), by the first of the environment
+    ``variables`` that is set, or by default (said with the variables that would choose another, else the
+    parameter): a user who sees which folder was searched sees why, and how to search another. In the words
+    of an error's message (:class:`~ggaudit.errors.Param`: the command line says its option)."""
     env = os.environ if env is None else env
     if given is not None:
-        return f"given by {given}"
+        return ("given by ", Param(given))
     variable = next((v for v in variables if env.get(v)), None)
     if variable is not None:
-        return f"from ${variable}"
+        return (f"from ${variable}",)
     if not variables:
-        return "the default; --store names another"
-    return f"the default: {' and '.join('$' + v for v in variables)} {'is' if len(variables) == 1 else 'are'} not set"
+        return ("the default; ", Param("store"), " names another")
+    return (f"the default: {' and '.join('$' + v for v in variables)} {'is' if len(variables) == 1 else 'are'} "
+            "not set",)
 
 
-def _how_chosen(store: str | os.PathLike[str] | None) -> str:
+def _how_chosen(store: str | os.PathLike[str] | None) -> tuple[str | Param, ...]:
     """How the Ollama store searched was chosen (``store``: the one given, if any)."""
-    return chosen_by(None if store is None else "--store", ("OLLAMA_MODELS",))
+    return chosen_by(None if store is None else "store", ("OLLAMA_MODELS",))
 
 
-def home_folder(advice: str) -> Path:
+def home_folder(advice: Words) -> Path:
     """The user's home folder, or UsageError with *advice*: with HOME unset and no passwd entry for the
     uid (a container's arbitrary user), Path.home() raises RuntimeError."""
     try:
         return Path.home()
     except (RuntimeError, KeyError, OSError):
-        raise UsageError(None, f"cannot tell the home folder (HOME is not set); {advice}") from None
+        said = (advice,) if isinstance(advice, str) else advice
+        raise UsageError(None, ("cannot tell the home folder (HOME is not set); ", *said)) from None
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ def read_ollama_manifest(name: str | OllamaName, store: str | os.PathLike[str] |
     path = parsed.manifest_path(root)
     _require_in_store(path, root, "manifests", "manifest")    # before is_file(), which would follow it
     if not path.is_file():
-        raise ManifestError(path, f"model {parsed} is not in the Ollama store {root} ({_how_chosen(store)})")
+        raise ManifestError(path, (f"model {parsed} is not in the Ollama store {root} (", *_how_chosen(store), ")"))
     doc = load_json(path, "manifest")
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         raise ManifestError(path, "expected an object with a list of layers", field="layers")
@@ -260,7 +264,8 @@ def list_ollama_models(store: str | os.PathLike[str] | None = None) -> OllamaSto
     manifests = root / "manifests"
     _require_in_store(manifests, root, "manifests", "manifests folder")
     if not manifests.is_dir():
-        raise ManifestError(manifests, f"no manifests folder: {root} is not an Ollama store ({_how_chosen(store)})")
+        raise ManifestError(manifests, (f"no manifests folder: {root} is not an Ollama store (", *_how_chosen(store),
+                                        ")"))
     inside = (real(root), real(manifests))
     names: list[OllamaName] = []
     skipped: list[str] = []

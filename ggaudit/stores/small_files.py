@@ -57,8 +57,9 @@ def _open(path: Path, what: str) -> int:
         return opening.open_fd(path)
     except OSError as err:
         reason = opening.open_error(path, err).message   # Windows refuses a folder with EACCES: says so
-        raise ManifestError(path, f"{what} {reason}" if reason == "is a directory"
-                            else f"cannot open {what}: {err.strerror or err}") from None
+        if reason == "is a directory":
+            raise ManifestError(path, f"{what} {reason}") from None
+        raise ManifestError.for_os_error(path, f"cannot open {what}: {err.strerror or err}", err) from None
 
 
 def load_json(path: Path, what: str) -> Any:

@@ -122,7 +122,7 @@ def regular_file(path: Path, subject: str, expected: str, out: Collector) -> Fil
                                        detail="file not found"))
         return None
     if isinstance(st, OSError):
-        raise ReadError(path, f"cannot stat: {st.strerror}")
+        raise ReadError.for_os_error(path, f"cannot stat: {st.strerror}", st)
     if not stat.S_ISREG(st.st_mode):
         out.mismatches.append(Mismatch(kind="not-a-file", path=os.fspath(path), subject=subject, expected=expected,
                                        detail="not a regular file"))

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..io import opening, positioned
-from ..errors import check_arg, options_from
+from ..errors import check_arg, option_keywords, options_from
 from ..json_shape import json_key, json_record, report_json, to_json
 from ..diagnostic import Case, Diagnostic, Failure, Place, Summary
 from ..page import Block, Cell, FactTable, Heading, Table
@@ -418,12 +418,22 @@ class DiffOptions:
         check_arg("fail_fast", self.fail_fast, bool, "True or False")
 
 
-def diff_paths(path_a: Target, path_b: Target, *, options: DiffOptions | None = None,
-               progress: Progress | None = None, **keywords: Any) -> DiffReport:
+def diff_paths(path_a: Target, path_b: Target, *, fail_fast: bool = False, options: DiffOptions | None = None,
+               progress: Progress | None = None) -> DiffReport:
     """Open both models (a path, any shard of a split set, ``ollama:NAME``, ``hf:ORG/NAME`` or a Model)
     and compare them (``progress``: as :func:`diff_models`). The options are a :class:`DiffOptions`
-    (``options=``) or its fields as keywords, not both."""
-    opts = options_from(DiffOptions, options, keywords)
+    (``options=``) or its fields as these keyword parameters, not both.
+
+    Raises:
+        UsageError: an option of the wrong type or value, both ``options`` and keywords, a name of no known
+            store.
+        FormatError: a file that is no well-formed GGUF or split set (naming the offset and the field).
+        ReadError: a file that cannot be opened or read, or that changed while it was read. One the OS
+            refused is also the standard exception of that error (``FileNotFoundError``, ``PermissionError``,
+            else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+        ManifestError: what a store says of a name (an Ollama manifest) is missing, malformed or unsafe.
+    """
+    opts = options_from(DiffOptions, options, option_keywords(DiffOptions, locals()))
     return diff_models(open_model(path_a), open_model(path_b), fail_fast=opts.fail_fast, progress=progress)
 
 

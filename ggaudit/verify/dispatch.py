@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
 
-from ..errors import UsageError, options_from
+from ..errors import UsageError, option_keywords, options_from
 from ..format.layout import Model
 from ..io.fan_out import Progress
 from ..stores.locate import Target, find_target, resolve_model, target_text
 from ..stores.registry import Part, Roots, Store
-from .cache import DigestCache, open_cache
+from .cache import CacheChoice, DigestCache, open_cache
 from .options import VerifyOptions
 from .report import VerifyReport
 from .walk.listing import verify_listing
@@ -19,12 +18,16 @@ from .walk.manifest import verify_manifest
 from .walk.sums import verify_blob, verify_sha256, verify_sums
 
 
-def verify(target: Target | None = None, *, options: VerifyOptions | None = None, progress: Progress | None = None,
-           **keywords: Any) -> VerifyReport:
+def verify(target: Target | None = None, *, manifest: str | os.PathLike[str] | None = None,
+           sums: str | os.PathLike[str] | None = None, store: str | os.PathLike[str] | None = None,
+           hf_cache: str | os.PathLike[str] | None = None, fail_fast: bool = False, sha256: str | None = None,
+           ignore_missing: bool = False, base: str | os.PathLike[str] | None = None, cache: CacheChoice = False,
+           trust_cache: bool = False, quick: bool = False, options: VerifyOptions | None = None,
+           progress: Progress | None = None) -> VerifyReport:
     """Check bytes against the digests they should have, and say where they differ.
 
-    The options are a :class:`ggaudit.verify.options.VerifyOptions` (``options=``) or its fields as
-    keywords (``verify(model, manifest=F, fail_fast=True)``), not both.
+    The options are a :class:`ggaudit.verify.options.VerifyOptions` (``options=``) or its fields as these
+    keyword parameters (``verify(model, manifest=F, fail_fast=True)``), not both.
 
     - ``verify(model, manifest=F)``: a model (path, ``ollama:NAME``, ``hf:ORG/NAME``, or a Model)
       against a manifest: ggaudit's tensor manifest (differences localised to tensors and row ranges)
@@ -60,8 +63,21 @@ def verify(target: Target | None = None, *, options: VerifyOptions | None = None
 
     ``progress(done, total)``: bytes hashed of the bytes to hash, told once per chunk read; a digest taken
     from the cache counts its file's bytes done at once.
+
+    Raises:
+        UsageError: an option of the wrong type or value, options that do not go together (``quick`` with
+            ``manifest``), no expectation to check a plain file against (saying the parameters that give one:
+            ``manifest=``, ``sums=``), a name of no known store. Its subclass NothingChecked: a check that
+            checked nothing (above).
+        ManifestError: a manifest, checksum file or store entry that cannot be read, is malformed or is
+            unsafe; one the OS refused is also ``FileNotFoundError``, ``PermissionError`` or ``OSError``
+            (with ``errno``, ``strerror`` and ``filename``).
+        ReadError: a file that cannot be read, or that changed while it was read; one the OS refused is also
+            the standard exception of that error, as above. A file an expectation names that is absent is a
+            "missing" mismatch of the report, and a model that is no well-formed GGUF a "header" one: not
+            errors.
     """
-    o = options_from(VerifyOptions, options, keywords)
+    o = options_from(VerifyOptions, options, option_keywords(VerifyOptions, locals()))
     with open_cache(o.cache, trust=o.trust_cache, quick=o.quick) as digest_cache:
         return _verify(target, manifest=o.manifest, sums=o.sums, store=o.store, hf_cache=o.hf_cache,
                        fail_fast=o.fail_fast, sha256=o.sha256, ignore_missing=o.ignore_missing, base=o.base,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .engines import ENGINES, JINJA2, providers
-from .finding import TemplateText, TemplateFinding
+from .finding import TemplateFinding, TemplateRule, TemplateText
 from .text import ERROR, NOTE, WARNING, homoglyphs, instructions
 from .values import Values
 
@@ -124,7 +124,7 @@ class _Code:
         self.called_namespace: set[int] = set()     # pre-order: a call is met before the name it calls
         self.compared: set[int] = set()             # strings a condition compares with: not text for the model
 
-    def error(self, node: nodes.Node, needle: str, rule: str, detail: str) -> TemplateFinding:
+    def error(self, node: nodes.Node, needle: str, rule: TemplateRule, detail: str) -> TemplateFinding:
         return self.src.finding(self.src.find(node.lineno, needle), rule, ERROR, needle, detail)
 
     def underscore(self, node: nodes.Node, name: str, how: str) -> TemplateFinding:
@@ -256,7 +256,8 @@ class _Code:
         return name in (JINJA2.filters if what == "filter" else JINJA2.tests) or bool(providers(what, name))
 
     def _unknown(self, node: nodes.Node, what: str, name: str, how: str) -> TemplateFinding:
-        return self.src.finding(self.src.find(node.lineno, name), f"unknown-{what}", NOTE, name,
+        rule: TemplateRule = "unknown-filter" if what == "filter" else "unknown-test"
+        return self.src.finding(self.src.find(node.lineno, name), rule, NOTE, name,
                                 f"{how}{what} {name!r}, which neither jinja2 nor a chat engine ggaudit knows "
                                 f"provides ({', '.join(e.name for e in ENGINES)}): an engine without it refuses "
                                 "the template where it is evaluated")

@@ -8,16 +8,13 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ...json_shape import json_key, json_record, to_json
+from .rules import RULES, TemplateRule
 from .text import Hit
 
-__all__ = ["TEMPLATE", "TemplateFinding", "TemplateText"]
+__all__ = ["RULES", "TEMPLATE", "TemplateFinding", "TemplateRule", "TemplateText"]
 
 #: The kind (ggaudit.kinds) of every finding here.
 TEMPLATE = "template"
-#: Every rule a template finding names (see :class:`TemplateFinding`).
-RULES = ("underscore-attribute", "forbidden-name", "import", "huge-range", "unknown-filter", "unknown-test", "syntax",
-         "tag-characters", "bidi", "zero-width", "variation-selectors", "blob", "url", "instruction",
-         "format-attribute", "computed-name", "homoglyph", "conditional-injection", "render-blocked", "unbounded")
 
 
 @json_record
@@ -37,7 +34,7 @@ class TemplateFinding:
     severity: str = json_key(values=("error", "warning", "note"))
     path: str = json_key(name="file")
     key: str
-    rule: str = json_key(values=RULES)
+    rule: TemplateRule = json_key(values=RULES)
     line: int = json_key(minimum=1)
     column: int = json_key(minimum=1)
     offset: int = json_key(minimum=0)
@@ -57,7 +54,7 @@ class TemplateText:
         self.value_offset = value_offset + 8        # the string's u64 length comes first
         self.searched: dict[tuple[int, str], int] = {}
 
-    def finding(self, index: int, rule: str, severity: str, seen: str, detail: str) -> TemplateFinding:
+    def finding(self, index: int, rule: TemplateRule, severity: str, seen: str, detail: str) -> TemplateFinding:
         line = _bisect(self.starts, index)
         offset = self.value_offset + len(self.text[:index].encode("utf-8", "surrogatepass"))
         return TemplateFinding(path=self.path, key=self.key, rule=rule, severity=severity, line=line + 1,

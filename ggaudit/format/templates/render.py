@@ -26,7 +26,7 @@ import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError
@@ -41,7 +41,9 @@ from .syntax import EXTENSIONS, OPTIONS
 
 __all__ = ["MAX_LINES", "MAX_SECONDS", "MAX_TEXT", "RENDER_BLOCKED", "UNBOUNDED", "render_findings"]
 
-RENDER_BLOCKED, UNBOUNDED, ERROR = "render-blocked", "unbounded", "error"
+RENDER_BLOCKED: Final = "render-blocked"
+UNBOUNDED: Final = "unbounded"
+ERROR = "error"
 #: Template lines a template may run over all its renders (a real one runs a few thousand).
 MAX_LINES = 200_000
 #: Seconds a template's renders may take together (a real one takes milliseconds).

@@ -16,6 +16,8 @@ import unicodedata
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from .rules import TemplateRule
+
 __all__ = ["ERROR", "NOTE", "WARNING", "Hit", "comment_spans", "hidden", "homoglyphs", "instructions"]
 
 ERROR, WARNING, NOTE = "error", "warning", "note"
@@ -23,7 +25,7 @@ ERROR, WARNING, NOTE = "error", "warning", "note"
 
 class Hit(NamedTuple):
     at: int
-    rule: str
+    rule: TemplateRule
     severity: str
     seen: str
     detail: str

@@ -115,6 +115,14 @@ def build_tensor_manifest(model: Target | Sequence[Target], *, group_bytes: int 
     looked up, by default the usual places). Several models (an Ollama model and its projector,
     say) make one manifest of all their files; tensors are matched per file, so the same tensor name in
     two files is fine. ``progress(done, total)``: bytes read of the bytes of every file.
+
+    Raises:
+        UsageError: ``group_bytes`` below 1 or of the wrong type, a name of no known store.
+        FormatError: a file that is no well-formed GGUF or split set (naming the offset and the field).
+        ReadError: a file that cannot be opened or read, or that changed while it was read. One the OS
+            refused is also the standard exception of that error (``FileNotFoundError``, ``PermissionError``,
+            else ``OSError``, with ``errno``, ``strerror`` and ``filename``).
+        ManifestError: what a store says of a name (an Ollama manifest) is missing, malformed or unsafe.
     """
     if not is_count(group_bytes, 1):    # 0 or less would make no groups (or endless ones)
         raise UsageError(None, f"must be a positive integer, not {group_bytes!r}", field="group_bytes")
@@ -175,7 +183,13 @@ def write_tensor_manifest(manifest: TensorManifest, path: str | os.PathLike[str]
                           inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
     """Write the manifest as JSON, atomically: a temporary file in the same folder, flushed to disk, then
     renamed over ``path``. An existing ``path`` is refused unless ``replace``, and is never one of
-    ``inputs`` (the files the manifest describes, however they are named) nor anything but a file."""
+    ``inputs`` (the files the manifest describes, however they are named) nor anything but a file.
+
+    Raises:
+        UsageError: ``path`` exists (without ``replace``), is one of ``inputs`` or no regular file, or its
+            folder cannot be written to.
+        OSError: writing the file failed (a full disk); ``path`` is then left as it was.
+    """
     write_output_file(tensor_manifest_text(manifest), path, replace=replace, inputs=inputs)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...errors import NothingChecked, UsageError
+from ...errors import NothingChecked, Param, UsageError
 from ...io.fan_out import Progress
 from ...stores.expected import file_key, given_expectation, named_expectations, sums_entries
 from ...stores.sums import read_sums
@@ -37,8 +37,8 @@ def verify_sums(sums: str | os.PathLike[str], *, ignore_missing: bool = False,
         else:
             check_listed(entry, out)
     if skipped and skipped == len(entries):
-        raise NothingChecked(sums, "no file it names is present (--ignore-missing): no file was verified",
-                             field="ignore_missing")
+        raise NothingChecked(sums, ("no file it names is present (", Param("ignore_missing", "True"),
+                                    "): no file was verified"), field="ignore_missing")
     if skipped:
         out.warnings.append(f"{skipped} of {len(entries)} files named are absent, skipped (--ignore-missing)")
     return finish(out, os.fspath(sums), "sums", empty="no file it names was checked")
@@ -50,8 +50,8 @@ def verify_blob(path: str | os.PathLike[str], *, progress: Progress | None = Non
     of the file a link leads to, then the link's own if it gives another): what check expects of it too."""
     named = named_expectations([path]).get(file_key(path))
     if named is None:
-        raise UsageError(path, "the file name holds no sha256; give --manifest, --sums, ollama:NAME "
-                         "or hf:ORG/NAME to say what to check it against")
+        raise UsageError(path, ("the file name holds no sha256; give ", Param("manifest"), ", ", Param("sums"),
+                                ", ollama:NAME or hf:ORG/NAME to say what to check it against"))
     out = Collector(False, digest_cache, progress=progress)
     out.plan([path])
     for expected in named.expected:
