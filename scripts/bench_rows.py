@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
 """Benchmark `ggaudit rows`: random single-row gathers per read path beside fio, and the --all sweep
-beside a plain sequential read, all on one ~1.5 GB PLE-shaped file, measured in the same run.
+beside a plain sequential read, all on one ~1.5 GB PLE-shaped file, measured in the same run; or, with
+--table, `rows --all` of one model's table beside one read per path of that range and a compare.
 
     python scripts/bench_rows.py [--size-gb 1.5] [--seconds 2] [--reps 5] [--dir bench-data] [--keep]
+    python scripts/bench_rows.py --table MODEL [--tensor token_embd.weight] [--reps 5]
 
 Targets (issue 5): direct >= 0.9x fio --rw=randread --bs=4k --direct=1 at the same job count;
 --all direct sweep >= 0.5x a plain sequential read. Every measurement starts with the file evicted
 from the page cache (posix_fadvise DONTNEED), so buffered and mmap reads reach the disk too. fio runs
 between the gathers, and each gather is set against the fio runs on either side of it.
+
+Target (issue 37), --table: `check_rows(MODEL, tensor=..., select=RowSelection(all_rows=True))` (the library
+call `rows --all` makes, opening the model and testing the rows' values included) <= 1.5x one read of the
+table's range per path (buffered pread, a copy out of a mapping, O_DIRECT, 8 MiB at a time) with the mapped
+and direct chunks compared with the buffered one, in the same process, warm and with the file's pages evicted
+before each run; the two alternate (A B B A ...), and the ratio printed is the median of per-pair ratios.
 """
 
 from __future__ import annotations
@@ -32,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggaudit.format.build import encode_kv, encode_tensor_info
 from ggaudit.format.layout import open_model
-from ggaudit.evidence.readers import open_reader
+from ggaudit.evidence.readers import PAGE, open_reader, same_bytes
 from ggaudit.rows.replay import RowSelection, RowsOptions, check_rows
 from ggaudit.rows.table import RowTable
-from ggaudit.rows.gather import Gatherer
+from ggaudit.rows.gather import SWEEP_CHUNK, Gatherer
 
 NAME = "per_layer_token_embd.weight"
 ROW_BYTES = 90  # IQ4_NL, ne0 = 160
@@ -142,6 +150,65 @@ def sweep_rate(path: Path, workers: int) -> float:
     return report.n_rows * report.row_bytes / seconds / 1e6
 
 
+def one_read_per_path(path: str, offset: int, length: int, chunk: int = SWEEP_CHUNK) -> bool:
+    """What `rows --all` is measured against: [offset, offset + length) read once per path (buffered pread, a
+    copy out of a read-only mapping, O_DIRECT over the aligned span), a chunk at a time, the mapped and direct
+    chunks compared with the buffered one. True when every chunk agreed."""
+    fd = os.open(path, os.O_RDONLY)
+    direct = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    whole = memoryview(mapped)
+    buffers = [mmap.mmap(-1, chunk + 2 * PAGE) for _ in range(3)]
+    b, m, d = (memoryview(x) for x in buffers)
+    same = True
+    try:
+        for pos in range(offset, offset + length, chunk):
+            n = min(chunk, offset + length - pos)
+            os.preadv(fd, [b[:n]], pos)
+            m[:n] = whole[pos:pos + n]
+            start = pos - pos % PAGE
+            os.preadv(direct, [d[:-(-(pos + n - start) // PAGE) * PAGE]], start)
+            same &= same_bytes(b[:n], m[:n]) and same_bytes(b[:n], d[pos - start:pos - start + n])
+    finally:
+        for v in (whole, b, m, d):
+            v.release()
+        for x in (mapped, *buffers):
+            x.close()
+        os.close(fd)
+        os.close(direct)
+    return same
+
+
+def bench_table(model: str, tensor: str, reps: int) -> None:
+    """`rows --all` of *tensor* against one read per path of its range, warm and cold (see the docstring)."""
+    t = open_model(model).tensor(tensor)
+    length = t.n_rows * t.row_bytes
+    print(f"{model}: {tensor}, {t.n_rows} rows of {t.row_bytes} bytes ({length / 1e6:.0f} MB) at offset "
+          f"{t.offset}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+    def rows_all() -> None:
+        report = check_rows(model, tensor=tensor, select=RowSelection(all_rows=True))
+        assert report.ok, report.mismatches[:1]
+
+    def reference() -> None:
+        assert one_read_per_path(t.path, t.offset, length)
+
+    for cold in (False, True):
+        times: dict[str, list[float]] = {"rows --all": [], "one read per path": []}
+        for rep in range(reps):
+            pair = [("rows --all", rows_all), ("one read per path", reference)]
+            for name, run in (pair if rep % 2 == 0 else pair[::-1]):
+                if cold:
+                    evict(Path(t.path))
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+        ratios = [a / b for a, b in zip(times["rows --all"], times["one read per path"], strict=True)]
+        print(f"{'cold' if cold else 'warm'}: rows --all {median(times['rows --all']):.3f} s, one read per path "
+              f"{median(times['one read per path']):.3f} s: {median(ratios):.2f}x (per pair: "
+              + ", ".join(f"{r:.2f}" for r in ratios) + ")")
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -199,7 +266,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="repetitions, fio between them; medians are compared")
     ap.add_argument("--dir", type=Path, default=Path(__file__).resolve().parents[1] / "bench-data")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark file")
+    ap.add_argument("--table", help="a model: time `rows --all` of its --tensor instead (issue 37)")
+    ap.add_argument("--tensor", default="token_embd.weight", help="the table --table sweeps")
     args = ap.parse_args()
+    if args.table:
+        bench_table(args.table, args.tensor, args.reps)
+        return
     args.dir.mkdir(exist_ok=True)
     path = args.dir / "bench-rows.gguf"
     try:

@@ -12,8 +12,8 @@ directly (the one installed beside this interpreter), not through a shell or a v
 Every command runs from bytecode, as an installed package does (pip compiles it at install): the bytecode
 goes to a temporary folder (PYTHONPYCACHEPREFIX), written by the warm-up run, even where the environment
 says PYTHONDONTWRITEBYTECODE, under which a checkout would compile each of its modules on every start.
-The targets (issues 15 and 24): ``ggaudit --help`` and ``ggaudit scan --help`` under 3x ``python -c
-pass``, ``ggaudit scan MODEL`` of the 253 MB Gemma 3 270M Q4_K_M (``scripts/gather_real_models.py``
+The targets (issues 15, 24 and 37): ``ggaudit --help``, ``ggaudit scan --help`` and ``ggaudit check --help``
+under 3x ``python -c pass``, ``ggaudit scan MODEL`` of the 253 MB Gemma 3 270M Q4_K_M (``scripts/gather_real_models.py``
 fetches it into bench-data/real/) at most 2x its reference; the exit status is 1 when one misses.
 """
 
@@ -95,6 +95,7 @@ def cases(tool: list[str], model: Path) -> list[Case]:
         Case("python -c 'import ggaudit'", [sys.executable, "-c", "import ggaudit"], python),
         Case("ggaudit --help", [*tool, "--help"], python, 3.0),
         Case("ggaudit scan --help", [*tool, "scan", "--help"], python, 3.0),
+        Case("ggaudit check --help", [*tool, "check", "--help"], python, 3.0),
         Case("ggaudit info fixtures/all_types.gguf", [*tool, "info", str(FIXTURE)], python),
         Case(read_once, [sys.executable, "-c", READ_ONCE, str(model)]),
         Case(f"ggaudit scan {model.name}", [*tool, "scan", str(model)], read_once, 2.0),

@@ -382,3 +382,17 @@ def test_an_mxfp4_shared_exponent_is_modelled_too(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     report = ggaudit.scan(str(path), anomalies=True)
     assert _anomalies(report) == [("blk.0.ffn_up_exps.weight", 40, 6, 192, "e", offset, f"0x{before ^ 8:02x}")]
+
+
+def test_rows_of_takes_the_same_keys_as_the_fancy_index_it_replaces() -> None:
+    """Scoring gathers the rows worth a look a tensor at a time (issue 37): the same keys, in the same order
+    (pairs, fields, blocks), as ``keys[tensors, :, :, rows]``, for one tensor and for a batch whose pairs
+    skip a tensor and hold one row of another."""
+    keys = np.arange(4 * 2 * 3 * 5, dtype=np.uint16).reshape(4, 2, 3, 5)      # tensors, fields, blocks, rows
+    for tensors, rows in (([0, 0, 0], [0, 2, 4]), ([0, 0, 2, 3, 3], [1, 3, 0, 2, 4]), ([1], [4])):
+        t, r = np.array(tensors), np.array(rows)
+        got = A._rows_of(keys, t, r)
+        assert got.flags.c_contiguous and got.shape == (len(rows), 2, 3)
+        assert np.array_equal(got, keys[t, :, :, r])
+    # One pair spelled out: tensor 2, row 0 holds its fields' blocks at that row.
+    assert A._rows_of(keys, np.array([2]), np.array([0]))[0].tolist() == [[60, 65, 70], [75, 80, 85]]

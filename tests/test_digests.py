@@ -148,6 +148,7 @@ def test_segment_digests_cover_ranges_and_whole_groups(tmp_path: Path) -> None:
     assert len(out["b"].groups) == 4                   # 3000, 3000, 3000, 1000
     assert out["b"].groups[-1] == xxhash.xxh3_128(data[14_000:15_000]).hexdigest()
     assert out["overlap"].digest == xxhash.xxh3_128(data[900:1200]).hexdigest()
+    assert out["overlap"].groups == (out["overlap"].digest,)     # one group, hashed once: the segment's digest
     assert out["empty"].digest == xxhash.xxh3_128(b"").hexdigest() and out["empty"].groups == ()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ggaudit.errors import missing_dependency
+from ggaudit.cli.dependencies import missing_dependency
 from ggaudit.io.shell import shell_word
 
 from support import REPO, write_small_model

@@ -284,7 +284,9 @@ def test_ctrl_c_while_starting_ends_in_130(big_model: Path) -> None:
     ``.pth`` files of site-packages, ``runpy`` finding ``-m ggaudit``), the interpreter reports the
     interrupt its own way before any ggaudit code runs: not counted.)"""
     interrupted = 0
-    for delay in (0.03, 0.06, 0.1, 0.15, 0.2, 0.25, 0.3):
+    # Dense steps: a warm start imports the command line in a few tens of milliseconds, a window coarse steps
+    # can miss on a fast machine (or land only in Python's own start, which is not counted).
+    for delay in (0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3):
         proc = _start(big_model, "--help")
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGINT)

@@ -22,8 +22,10 @@ from ggaudit.format.build import TensorSpec, write_gguf
 from stores_support import STORE_MODULES
 
 #: What `--help` must not load: the libraries and the modules of the jobs.
-HEAVY = ("numpy", "gguf", "yaml", "jinja2", "ggaudit.scan.run", "ggaudit.scan.kernel", "ggaudit.rows.",
-         "ggaudit.verify.walk", "ggaudit.cli.reporters.text")
+#: No module of the scan either (issue 37: `scan --help` imported its report for one constant), nor the
+#: installed metadata (read only to explain a failed import).
+HEAVY = ("numpy", "gguf", "yaml", "jinja2", "ggaudit.scan.", "ggaudit.rows.", "ggaudit.verify.walk",
+         "ggaudit.cli.reporters.text", "importlib.metadata")
 #: What `ggaudit scan MODEL` must not load: the other jobs (rows; verify, with diff; check) and the fleet.
 NOT_SCAN = ("ggaudit.rows", "ggaudit.verify", "ggaudit.check", "ggaudit.fleet", "distributed")
 #: What a scan of a small model (read in-process) on a plain path without --anomalies must not load either:

@@ -52,7 +52,7 @@ def decide_file(path: str, observed: Sequence[Observed], *,
     if lines is not None and not lines.comparable:
         raise ValueError("the manifest's lines of the file give nothing that can be compared")
     pubs = (published,) if isinstance(published, Expectation) else tuple(published or ())
-    observed = _rehashed(observed, tested)
+    observed = _alike_share_digests(_rehashed(observed, tested))
     ref = _deciding(pubs, manifest, lines, observed)
     extra = [words.expectations_conflict(a, b) for a, b in _conflicts(pubs)]
     if pubs and manifest and any(p.algorithm == manifest.algorithm and p.digest != manifest.digest for p in pubs):
@@ -88,6 +88,16 @@ def _rehashed(observed: Sequence[Observed], tested: Probes | None) -> list[Obser
             o = replace(o, digests={**second.digests, **o.digests})
         out.append(o)
     return out
+
+
+def _alike_share_digests(observed: Sequence[Observed]) -> list[Observed]:
+    """Each path's observation with the digests any path computed of the same bytes (the same xxh3-128 of the
+    whole file): the expectations' algorithms ride on one pass, and a path that delivered those bytes has them
+    too (the words of a difference quote the digest of the path they name, whichever pass computed it)."""
+    by_bytes: dict[str, dict[str, str]] = {}
+    for o in observed:
+        by_bytes.setdefault(o.fingerprint, {}).update(o.digests)
+    return [replace(o, digests={**by_bytes[o.fingerprint], **o.digests}) for o in observed]
 
 
 def _readings(observed: Sequence[Observed], tested: Probes | None, *, evicted: bool = True) -> list[Reading]:

@@ -2,9 +2,10 @@
 the verdict in words.
 
 Per file, one pass per read path (buffered, mmap, direct), each feeding in the same read: the file's
-xxh3-128 and each tensor's and row group's (every path), the expectations' algorithms (sha256, md5: on
-buffered and direct, the paths compared with a published digest), and the scan of stored values and
-structure (the mmap pass, the way engines read weights). :mod:`.decide` then says which bytes are right.
+xxh3-128 and each tensor's and row group's (every path), the expectations' algorithms (sha256, md5: once, on
+the device's pass, else the first; a path that delivers other bytes is hashed again only then), and the scan of
+stored values and structure (the mmap pass, the way engines read weights). :mod:`.decide` then says which
+bytes are right.
 
 Three steps, so :mod:`ggaudit.fleet` can run each pass as a task where the data lives: :func:`plan_check`
 (the target's files and what each should be), :func:`observe_pass` (one file through one read path: what it
@@ -27,8 +28,8 @@ from ..io.fan_out import ChunkConsumer, Progress
 from ..io.hashing import Xxh3_128
 from ..evidence.active import evict_and_read, first_difference, read_range
 from ..io import direct_shares_cache
-from ..evidence.paths import DEVICE, MODES, Mode, Source, digest_paths, proof_order, read_path, source_of
-from ..evidence.readers import DirectIOUnavailable, open_reader
+from ..evidence.paths import DEVICE, MODES, Mode, Source, digest_path, proof_order, read_path, source_of
+from ..evidence.readers import DirectIOUnavailable, Reader, open_reader
 from ..scan.kernel import Acc, Options, Plan, by_file
 from ..scan.options import ScanOptions
 from ..scan.run import ScanConsumer, ScanPlan, plan_scan, report_of
@@ -103,14 +104,16 @@ def _read_and_judge(plan: CheckPlan, progress: Progress | None, started: float) 
 @dataclass(frozen=True, kw_only=True)
 class FileCheckPlan:
     """What every pass over one file needs, worked out once before the first: the file, the digests it
-    should have (``lines``: a llama-gguf-hash manifest's, computed on every path), the paths that compute the
+    should have (``lines``: a llama-gguf-hash manifest's, computed on every path), the path that computes the
     expectations' algorithms, and the scan of its tensors (on the ``scan_path`` pass: ``scan``, its plans, and
     ``kernel``, how they are scanned)."""
 
     file: GGUFFile
     published: tuple[Expectation, ...]
     expected: _Expected | None
-    digest_paths: tuple[str, ...]
+    #: The one pass that computes the expectations' algorithms (sha256, md5): a path that delivers other bytes
+    #: than it is hashed again only then (:func:`_rehash`, asked for by the decision).
+    digest_path: str
     scan_path: str
     scan: tuple[Plan, ...]
     kernel: Options
@@ -183,7 +186,7 @@ def plan_check(target: Target, o: CheckOptions, replan: Mapping[str, Replanned] 
     scans = tuple(plan_scan(m, scan_options) for m in models)
     modes = tuple(o.modes)      # CheckOptions keeps them as a tuple in the house order
     scan_path = next((m for m in modes if read_path(m).engines_read), modes[0])
-    digest_on = digest_paths(modes)
+    digest_on = digest_path(modes)
     return CheckPlan(target=text, store=store, modes=modes, scan_path=scan_path, scans=scans,
                      files=tuple(FileCheckPlan(file=f, published=_published(expectations[file_key(f.path)]),
                                           problems=_problems(expectations[file_key(f.path)],
@@ -192,7 +195,7 @@ def plan_check(target: Target, o: CheckOptions, replan: Mapping[str, Replanned] 
                                                          for p in expectations[file_key(f.path)].problems
                                                          if p.kind == WARNING),
                                           expected=_manifest_entry(tensor_manifest, match, f), lines=f_lines,
-                                          digest_paths=digest_on, scan_path=scan_path, scan=_scan_of(f, scans),
+                                          digest_path=digest_on, scan_path=scan_path, scan=_scan_of(f, scans),
                                           kernel=scan_options.kernel, evict=o.evict, planned=planned.get(f.path),
                                           sources={m: source_of(m, f.path, _probed) for m in modes})
                                  for f, f_lines in zip(files, lines, strict=True)))
@@ -412,34 +415,50 @@ def _problems(found: FileExpectations, extra: bool) -> tuple[Conclusion, ...]:
 def _observe_file(plan: FileCheckPlan, modes: Sequence[str], counted: PassBytes | None = None) -> list[PassObservation]:
     """Every pass over one file, in the order of ``modes``. The device's pass waits on the device and the others
     read the page cache, so it runs beside them: the device's time is spent while the CPU hashes and scans what
-    the page cache delivers, not after it. (O_DIRECT reads the device whatever the page cache holds meanwhile.)"""
+    the page cache delivers, not after it. (O_DIRECT reads the device whatever the page cache holds meanwhile.)
+    The device's path is opened first: where the filesystem refuses direct I/O, the expectations' algorithms
+    ride on the first page-cache pass instead."""
     device = next((m for m in modes if read_path(m).reads == DEVICE), None)
     if device is None or len(modes) == 1:
         return [observe_pass(plan, mode, counted=counted) for mode in modes]
     cached = [mode for mode in modes if mode != device]
-    beside_them, others = beside(lambda stop: observe_pass(plan, device, stop=stop, counted=counted),
+    try:
+        opened: Reader | None = open_reader(plan.file.path, device)
+    except DirectIOUnavailable as err:
+        on_cache = replace(plan, digest_path=cached[0]) if plan.digest_path == device else plan
+        found = {device: _skipped(plan, device, err, counted),
+                 **{mode: observe_pass(on_cache, mode, counted=counted) for mode in cached}}
+        return [found[mode] for mode in modes]
+    except ReadError:
+        opened = None       # opened again in its pass, failing there in the order the passes are planned in
+    beside_them, others = beside(lambda stop: observe_pass(plan, device, stop=stop, counted=counted, opened=opened),
                                  lambda: [observe_pass(plan, mode, counted=counted) for mode in cached])
     found = {**dict(zip(cached, others, strict=True)), device: beside_them}
     return [found[mode] for mode in modes]
 
 
+def _skipped(plan: FileCheckPlan, mode: str, err: DirectIOUnavailable, counted: PassBytes | None) -> PassObservation:
+    if counted is not None:
+        counted.skip(plan.file.size)
+    return PassObservation(mode=mode, skipped=err.message)
+
+
 def observe_pass(plan: FileCheckPlan, mode: str, *, stop: threading.Event | None = None,
-                 counted: PassBytes | None = None) -> PassObservation:
+                 counted: PassBytes | None = None, opened: Reader | None = None) -> PassObservation:
     """Read every byte of ``plan``'s file once through ``mode``, feeding in the same read its xxh3-128, each
-    tensor's and row group's, the expectations' algorithms (on the digest paths) and the scan and structure
+    tensor's and row group's, the expectations' algorithms (on the digest path) and the scan and structure
     checks (on the scan path). A filesystem that refuses direct I/O: the pass is skipped, and says why.
     ``stop``, once set, ends the pass at its next chunk (PassStopped): the pass beside it failed. ``counted``:
-    the check's byte count (progress), fed the bytes this pass reads."""
+    the check's byte count (progress), fed the bytes this pass reads. ``opened``: the path's reader, opened
+    already (this pass closes it)."""
     f = plan.file
     try:
-        reader = open_reader(f.path, mode)
+        reader = opened or open_reader(f.path, mode)
     except DirectIOUnavailable as err:
-        if counted is not None:
-            counted.skip(f.size)
-        return PassObservation(mode=mode, skipped=err.message)
+        return _skipped(plan, mode, err, counted)
     with reader:
         whole, spans = Xxh3_128(), _span_digests(f, plan.group_bytes)
-        hashers = {a: published_hasher(a, f.size) for a in plan.algorithms} if mode in plan.digest_paths else {}
+        hashers = {a: published_hasher(a, f.size) for a in plan.algorithms} if mode == plan.digest_path else {}
         lines = _line_digests(f, plan.lines)      # every path: the lines decide which path is right
         consumers: list[ChunkConsumer] = [whole, spans, *hashers.values(),
                                           *([counted] if counted else []), *(lines.consumers if lines else ())]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..outcomes import STATUS_CLEAN, STATUS_ERROR, STATUS_FINDINGS
-from ..errors import GGAuditError, Param, caused_by_ctrl_c, missing_dependency
+from ..errors import GGAuditError, Param, caused_by_ctrl_c
 from ..escaping import escape_message, escape_path
 from ..untrusted import shorten
 
@@ -134,6 +134,8 @@ def guarded(call: Callable[[], R]) -> R:
     except KeyboardInterrupt:
         interrupted()
     except ImportError as err:  # a dependency missing or broken is the installation's to fix, not a bug
+        from .dependencies import missing_dependency     # here: only a failed import pays for it
+
         missing = missing_dependency(err)
         if missing is None:
             internal_error(err)

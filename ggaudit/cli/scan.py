@@ -10,7 +10,7 @@ import click
 
 from ..outcomes import run_models
 from ..errors import UsageError
-from ..scan.report import FP8_E4M3
+from ..scan import FP8_E4M3
 from .common import STORE_HELP, PathParam, expand_models, handle_errors, model_inputs
 from .progress import file_size, run_progress
 from .reporters import Rendering, check_report_file, emit_outcomes, format_options

@@ -9,11 +9,11 @@ for one file, of the filesystem under it too: O_DIRECT on a tmpfs is served from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
-__all__ = ["DEVICE", "MODES", "PAGE_CACHE", "PATHS", "Mode", "ReadPath", "Source", "digest_paths", "proof_order",
+__all__ = ["DEVICE", "MODES", "PAGE_CACHE", "PATHS", "Mode", "ReadPath", "Source", "digest_path", "proof_order",
            "read_path", "source_of"]
 
 #: Where a read path's bytes come from.
@@ -89,13 +89,12 @@ def source_of(mode: str, file: str, probe: Callable[[str], str | None] | None = 
     return Source(path.reads)
 
 
-def digest_paths(modes: Iterable[str]) -> tuple[str, ...]:
-    """The paths a whole-file digest rides on: the first of each source among ``modes`` (the page cache's
-    reference read and the device's), so each source is compared with what was published."""
-    chosen: dict[str, str] = {}
-    for m in modes:
-        chosen.setdefault(PATHS[m].reads, m)
-    return tuple(m for m in modes if m in chosen.values())
+def digest_path(modes: Sequence[str]) -> str:
+    """The one path a whole-file digest (a published one's algorithm) rides on: the device's among ``modes``
+    (its pass runs beside the page cache's, so the digest's time is spent while they read), else the first.
+    Once is enough: a path that delivered the same bytes (their xxh3-128 alike) has that digest too, and one
+    that delivered other bytes is hashed again only then (the decision's ``rehash`` test)."""
+    return next((m for m in modes if PATHS[m].reads == DEVICE), modes[0])
 
 
 def proof_order(modes: Iterable[str]) -> list[str]:

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
 
 import xxhash
 
 from ..evidence.readers import (PAGE, POISON, Buffer, BufferedReader, FailedRead, Reader, align_down, align_up,
-                                is_short,
-                      same_bytes)
+                                is_short, same_bytes)
+from .reference_reads import ChunkDigest, chunk_digest
 
 #: Largest single read of a gather (rows sharing pages are merged up to this).
 GATHER_READ = 64 << 10
 #: Most reads per wave of a gather, and most bytes of their buffers (a wave's buffers are out together).
 WAVE = 256
 WAVE_BYTES = 16 << 20
-#: Bytes per read of the --all sweep.
-SWEEP_CHUNK = 8 << 20
+#: Bytes per read of the --all sweep: 2 MiB sweeps the Gemma 3 270M token table faster than 8 MiB on every path
+#: (a few buffers of it stay in the CPU's caches, and fewer fresh pages are faulted in; scripts/bench_rows.py --table).
+SWEEP_CHUNK = 2 << 20
 #: How many leading bytes of a buffer are checked for "still all poison".
 HEAD = 16
 
@@ -353,24 +354,32 @@ class Chunk(NamedTuple):
     #: The read of the chunk that failed, with the stage it failed in ("sweep": the path's, "reference"): the
     #: chunk was not compared.
     failure: tuple[str, FailedRead] | None = None
-    #: The xxh3-64 of the reference read of the chunk (None: it failed): every path's sweep reads the reference
-    #: again, and a chunk whose reference differs from the first path's is said (ggaudit.rows.reference_reads).
-    ref_digest: int | None = None
+    #: The reference read of the chunk made by this path's sweep, if one was (ggaudit.rows.reference_reads).
+    reference: ChunkDigest | None = None
 
 
 class Sweep:
     """The whole table in large sequential aligned reads, a few in flight, each compared in place.
 
-    The path's chunk and the reference's land in pooled buffers and are compared with memcmp, so a clean
-    chunk costs no allocation or copy; a differing one is handed back whole for the caller to take apart.
+    The table is read once per path. A chunk no earlier path's sweep has a reference read of is read through
+    the reference too, beside the path's own read, and compared with it with memcmp; what is kept of that
+    reference read is its digests (*first*, by the chunk's first row), so a later path's read of the chunk
+    is compared with the first reference read by its xxh3-128, and the reference is read again only where
+    they differ: then the path's bytes are compared with that new reference read, which the caller also
+    sets against the first (a reference read that changed is said). A clean chunk costs no allocation or
+    copy; a differing one is handed back whole for the caller to take apart.
     """
 
     def __init__(self, reader: Reader, reference: BufferedReader, base: int, row_bytes: int, n_rows: int,
-                 workers: int, chunk: int = SWEEP_CHUNK) -> None:
+                 workers: int, chunk: int = SWEEP_CHUNK, first: Mapping[int, ChunkDigest] | None = None,
+                 threads: ThreadPoolExecutor | None = None) -> None:
         self.reader, self.reference = reader, reference
         self.base, self.row_bytes, self.n_rows = base, row_bytes, n_rows
         self.workers = max(1, workers)
         self.per = max(1, chunk // row_bytes)
+        self.first: Mapping[int, ChunkDigest] = first or {}
+        #: The threads the reads run in (*threads*, shared by the sweeps of a replay; else the sweep's own).
+        self.threads = threads
         a = reader.alignment.offset
         self.pool = BufferPool(reader, align_up(self.per * row_bytes, a) + 2 * a)
         self.ref_pool = BufferPool(reference, self.per * row_bytes)
@@ -379,16 +388,19 @@ class Sweep:
 
     def chunks(self) -> Generator[Chunk, None, None]:
         """Every chunk in table order; stop early by closing the iterator (in-flight reads finish)."""
+        ex = self.threads if self.threads is not None else ThreadPoolExecutor(self.workers)
+        pending: deque[Future[Chunk]] = deque()
         try:
-            with ThreadPoolExecutor(self.workers) as ex:
-                pending: deque[Future[Chunk]] = deque()
-                for first in range(0, self.n_rows, self.per):
-                    pending.append(ex.submit(self._one, first, min(self.per, self.n_rows - first)))
-                    if len(pending) >= 2 * self.workers:
-                        yield pending.popleft().result()
-                while pending:
+            for first in range(0, self.n_rows, self.per):
+                pending.append(ex.submit(self._one, first, min(self.per, self.n_rows - first)))
+                if len(pending) >= 2 * self.workers:
                     yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
         finally:
+            wait(pending)      # none may still be reading into a buffer the pools below close
+            if ex is not self.threads:
+                ex.shutdown()
             self.pool.close()
             self.ref_pool.close()
 
@@ -396,34 +408,52 @@ class Sweep:
         off = self.base + first * self.row_bytes
         length = count * self.row_bytes
         start, span = self.reader.span(off, length)
-        buf, ref = self.pool.take(), self.ref_pool.take()
-        # The reference bytes come through the page cache while the path's own read is in flight: the
-        # sweep reads the table twice, and so both reads of a chunk reach the disk at once.
-        self.reference.will_need(off, length)
+        known = self.first.get(first)
+        if known is None:
+            # The reference bytes come through the page cache while the path's own read is in flight, so both
+            # reads of a chunk reach the disk at once.
+            self.reference.will_need(off, length)
+        buf = self.pool.take()
         try:
             buf.poison(max(span, off - start + length))
             view = buf.view[:span]
-            stage = "sweep"
             try:
                 got = self.reader.read_into(view, start)
-                stage = "reference"
-                self.reference.read_exact_into(ref.view[:length], off)
             except FailedRead as err:
-                return Chunk(first, count, None, None, False, None, (stage, err))
+                return Chunk(first, count, None, None, False, None, ("sweep", err))
             finally:
                 view.release()
-            actual, expected = buf.view[off - start:off - start + length], ref.view[:length]
-            same = same_bytes(actual, expected)
-            ref_digest = xxhash.xxh3_64_intdigest(expected)
+            with buf.view[off - start:off - start + length] as actual:
+                compared = self._compared(actual, off, known)
+            if isinstance(compared, FailedRead):
+                return Chunk(first, count, None, None, False, None, ("reference", compared))
             unlanded = still_poison(buf.view, got)
-            sides: tuple[bytes | None, bytes | None] = (None, None) if same else (bytes(actual), bytes(expected))
-            actual.release()
-            expected.release()
         finally:
             self.pool.give(buf)
-            self.ref_pool.give(ref)
         with self.lock:
             self.reads += 1
             self.bytes += got
         short = Shortfall(start, span, got) if is_short(start, span, got, self.reader.size) else None
-        return Chunk(first, count, sides[0], sides[1], unlanded, short, None, ref_digest)
+        sides, reference = compared
+        return Chunk(first, count, sides[0], sides[1], unlanded, short, None, reference)
+
+    def _compared(self, actual: memoryview, off: int, known: ChunkDigest | None
+                  ) -> tuple[tuple[bytes | None, bytes | None], ChunkDigest | None] | FailedRead:
+        """The path's bytes of a chunk against the reference: the first reference read's xxh3-128 where an
+        earlier path made it and they agree; else a reference read made now, byte for byte. Both sides' bytes
+        where they differ (else None, None), and the digests of the reference read made now, if one was."""
+        if known is not None and xxhash.xxh3_128_intdigest(actual) == known.full:
+            return (None, None), None
+        ref = self.ref_pool.take()
+        try:
+            with ref.view[:len(actual)] as expected:
+                try:
+                    self.reference.read_exact_into(expected, off)
+                except FailedRead as err:
+                    return err
+                digest = chunk_digest(expected)
+                if same_bytes(actual, expected):
+                    return (None, None), digest
+                return (bytes(actual), bytes(expected)), digest
+        finally:
+            self.ref_pool.give(ref)

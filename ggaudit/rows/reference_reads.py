@@ -6,11 +6,15 @@ read and the buffered path's own read agreeing, then right for the later paths' 
 clean: every path would match the reference it was compared with. So the first read's bytes are kept while
 they fit in :data:`KEPT_BYTES`; past that, only their xxh3-64 is kept and a later read that differs is said
 (:class:`Unstable`), never passed over. The digests are one uint64 per selected row, as the selection is.
+A sweep of the whole table keeps of each chunk's first reference read its xxh3-64 and xxh3-128
+(:class:`ChunkDigest`): a later path's chunk is compared with that first read by the xxh3-128, and the
+reference is read again only for a chunk that differs (ggaudit.rows.gather.Sweep), so the table is read once
+per path.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xxhash
@@ -18,7 +22,7 @@ import xxhash
 from ..arrays import distinct
 from ..json_shape import json_key, json_record, to_json
 
-__all__ = ["KEPT_BYTES", "FirstReads", "Unstable"]
+__all__ = ["KEPT_BYTES", "ChunkDigest", "FirstReads", "Unstable", "chunk_digest"]
 
 #: Bytes of first reference reads kept whole (every path compared with them); past this, digests only.
 KEPT_BYTES = 64 << 20
@@ -48,6 +52,18 @@ class Unstable:
         return to_json(self)
 
 
+class ChunkDigest(NamedTuple):
+    """What a sweep keeps of a reference read of a chunk: its xxh3-64 (named when a later read differs) and its
+    xxh3-128 (what a later path's read of the chunk is compared with, so the reference is not read again)."""
+
+    short: int
+    full: int
+
+
+def chunk_digest(data: memoryview) -> ChunkDigest:
+    return ChunkDigest(xxhash.xxh3_64_intdigest(data), xxhash.xxh3_128_intdigest(data))
+
+
 class FirstReads:
     """The first reference read of each row of *rows* (a selection's IDs; None: a sweep, which keeps none)."""
 
@@ -60,7 +76,7 @@ class FirstReads:
         self.unstable: list[Unstable] = []   # the first MAX_KEPT; unstable_count counts every one
         self.unstable_count = 0
         self._said_of: set[tuple[int, int]] = set()
-        self.chunks: dict[tuple[int, int], int] = {}     # a sweep's reference chunks' digests: (first row, rows)
+        self.chunks: dict[int, ChunkDigest] = {}     # a sweep's first reference read of each chunk, by its first row
 
     def wanted(self, rows: list[int]) -> list[int]:
         """The rows of *rows* whose reference must still be read (those with no first read kept)."""
@@ -87,12 +103,12 @@ class FirstReads:
                 self.room -= len(data[i])
         return read
 
-    def chunk(self, first_row: int, rows: int, digest: int) -> None:
-        """A sweep's reference chunk of *rows* rows from *first_row* (its xxh3-64): the first path's kept, a
-        later path's compared (a sweep keeps no bytes: a chunk read alike by both sides is not copied)."""
-        known = self.chunks.setdefault((first_row, rows), digest)
+    def chunk(self, first_row: int, rows: int, digest: ChunkDigest) -> None:
+        """A sweep's reference read of the chunk of *rows* rows from *first_row*: the first one kept, a later one
+        compared with it (a sweep keeps no bytes: a chunk read alike by both sides is not copied)."""
+        known = self.chunks.setdefault(first_row, digest)
         if known != digest:
-            self._record_unstable(Unstable(row=first_row, rows=rows, first=known, later=digest))
+            self._record_unstable(Unstable(row=first_row, rows=rows, first=known.short, later=digest.short))
 
     def _record_unstable(self, found: Unstable) -> None:
         """Once per row (or chunk): every later read of it differs from the first alike."""

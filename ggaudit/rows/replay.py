@@ -151,6 +151,8 @@ class _Replay:
     unreadable: set[int] = field(default_factory=set)
     #: The mapping reference reads fall back to where a buffered read fails (opened when first needed).
     mapped: Reader | None = None
+    #: The threads every path's sweep reads in (started by the first sweep).
+    sweeping: ThreadPoolExecutor | None = None
 
     def _reference(self, rows: Sequence[int]) -> dict[int, bytes]:
         """The reference bytes of *rows*: each row's first reference read (read now for those not kept). Rows
@@ -186,6 +188,9 @@ class _Replay:
         return got
 
     def close(self) -> None:
+        if self.sweeping is not None:
+            self.sweeping.shutdown()
+            self.sweeping = None
         if self.mapped is not None:
             self.mapped.close()
             self.mapped = None
@@ -336,7 +341,10 @@ class _Replay:
     def sweep(self, reader: Reader) -> None:
         t = self.table
         self.probed[reader.mode] = reader.probed
-        sweep = Sweep(reader, self.reference, t.tensor.offset, t.row_bytes, t.n_rows, self.options.workers)
+        if self.sweeping is None:
+            self.sweeping = ThreadPoolExecutor(self.options.workers)
+        sweep = Sweep(reader, self.reference, t.tensor.offset, t.row_bytes, t.n_rows, self.options.workers,
+                      first=self.first.chunks, threads=self.sweeping)
         started = time.perf_counter()
         chunks = sweep.chunks()
         try:
@@ -359,8 +367,8 @@ class _Replay:
                 self.unreadable.update(range(chunk.first, chunk.first + chunk.n_rows))
             return
         self.compared[mode] += chunk.n_rows
-        if chunk.ref_digest is not None:
-            self.first.chunk(chunk.first, chunk.n_rows, chunk.ref_digest)
+        if chunk.reference is not None:
+            self.first.chunk(chunk.first, chunk.n_rows, chunk.reference)
         actual, expected = chunk.actual, chunk.expected
         if actual is None or expected is None:
             return

@@ -234,10 +234,12 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
         tensors, rows = (a.ravel() for a in np.indices((keys.shape[0], keys.shape[-1])))
     if not rows.size:
         return
-    sub = keys[tensors, :, :, rows]                                            # pairs, fields, blocks
-    grid = _as_float(models[0], sub, clean) - positions[tensors]
+    sub = _rows_of(keys, tensors, rows)                                        # pairs, fields, blocks
+    grid = _as_float(models[0], sub, clean)          # a new array: worked in place, not copied twice more
+    grid -= positions[tensors]
     centers = _medians(grid, clean) if models[0].rows_model else np.zeros(grid.shape[:2], np.float32)
-    residual = grid - centers[..., None]
+    residual = grid
+    residual -= centers[..., None]
     with np.errstate(invalid="ignore"):
         pair, j, b = np.nonzero(np.abs(residual) > tail[tensors][..., None])
     if not pair.size:
@@ -272,6 +274,17 @@ def score(models: Sequence[GroupModel], keys: np.ndarray, first_units: Sequence[
                 acc.offer(suspect(int(k)), up)
             if not model.minimum and model.rows_model:
                 acc.column_tails(model.names[jj], up, keys.shape[2], b[side], np.abs(values[side]))
+
+
+def _rows_of(keys: np.ndarray, tensors: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``keys[tensors, :, :, rows]`` (pairs, fields, blocks; contiguous), for pairs in tensor order (as
+    np.nonzero gives them): taken along the rows axis a tensor at a time, several times faster than that
+    fancy index."""
+    out = np.empty((len(rows), *keys.shape[1:3]), keys.dtype)
+    starts = np.flatnonzero(np.diff(tensors, prepend=-1)).tolist()
+    for a, b in zip(starts, [*starts[1:], len(rows)], strict=True):
+        out[a:b] = np.moveaxis(np.take(keys[int(tensors[a])], rows[a:b], axis=-1), -1, 0)
+    return out
 
 
 def row_reach(rows: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from ..page import (Bar, Block, Cell, FactTable, Figure, FileMap, Folded, Headin
                     Table)
 from ..wording import between, block_layout, format_value, location, plural, shape_text
 from ..escaping import escape, escape_path
+from . import FP8_E4M3
 
 
 __all__ = ["CAUSE_DECODED", "CAUSE_FIELD", "CAUSE_OVERFLOW", "CAUSE_STATISTIC", "CHECK_ELEMENTS", "CHECK_FIELDS",
@@ -51,9 +52,6 @@ def counted_kinds(anomalies: bool) -> tuple[str, ...]:
     scan's counts (and JSON) are what they were before anomalies existed."""
     return KINDS if anomalies else tuple(k for k in KINDS if k != "anomaly")
 
-
-#: ``TensorScan.encoding`` of an I8 tensor the caller said holds FP8 E4M3 bytes (``--as NAME=fp8_e4m3``).
-FP8_E4M3 = "fp8_e4m3"
 
 #: What was checked in a tensor.
 CHECK_ELEMENTS = "elements"

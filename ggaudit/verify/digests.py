@@ -135,6 +135,8 @@ class _OpenSegment:
         self._group_fill = 0
         self._groups: list[str] = []
         self._pos = segment.offset            # next byte of the segment still to hash
+        # One group holds the whole segment: its digest is the segment's, hashed once.
+        self._one_group = segment.group_bytes >= segment.length
 
     @property
     def finished(self) -> bool:
@@ -149,7 +151,7 @@ class _OpenSegment:
         piece = data[lo - offset:hi - offset]
         self._whole.update(piece)
         self._pos = hi
-        while len(piece):
+        while len(piece) and not self._one_group:
             take = min(len(piece), self.segment.group_bytes - self._group_fill)
             self._group.update(piece[:take])
             self._group_fill += take
@@ -163,9 +165,12 @@ class _OpenSegment:
         self._group_fill = 0
 
     def result(self) -> SegmentDigest:
+        whole = self._whole.hexdigest()
+        if self._one_group:
+            return SegmentDigest(self.segment.key, whole, (whole,) if self.segment.length else ())
         if self._group_fill:
             self._close_group()
-        return SegmentDigest(self.segment.key, self._whole.hexdigest(), tuple(self._groups))
+        return SegmentDigest(self.segment.key, whole, tuple(self._groups))
 
 
 def hash_file(path: str | os.PathLike[str], algorithms: str | Sequence[str] = ("sha256",), *,
