@@ -246,18 +246,24 @@ def _needs_mypy() -> None:
     pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[lint]')")
 
 
-def test_mypy_catches_each_misuse_of_the_fleet_s_options(tmp_path: Path) -> None:
-    """mypy --strict on an engine's fleet run: the calls are accepted; a misspelled option, one of the wrong
-    type, an option the cluster refuses and a read path that is none are errors, one per misuse (line 13 on)."""
+def _mypy_errors(tmp_path: Path, name: str, source: str) -> tuple[list[str], str]:
+    """``mypy --strict`` on ``source`` written as ``name``: each error as "LINE: CODE]", and mypy's output."""
     _needs_mypy()
-    (tmp_path / "fleet_run.py").write_text(FLEET_TEST, encoding="utf-8")
+    (tmp_path / name).write_text(source, encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
-                          "--cache-dir", str(tmp_path / "cache"), str(tmp_path / "fleet_run.py")],
+                          "--cache-dir", str(tmp_path / "cache"), str(tmp_path / name)],
                          capture_output=True, text=True, cwd=REPO)
     errors = [line.split(": error: ")[0].rsplit(":", 1)[1] + ": " + line.rsplit("[", 1)[1]
               for line in out.stdout.splitlines() if ": error: " in line]
+    return errors, out.stdout
+
+
+def test_mypy_catches_each_misuse_of_the_fleet_s_options(tmp_path: Path) -> None:
+    """mypy --strict on an engine's fleet run: the calls are accepted; a misspelled option, one of the wrong
+    type, an option the cluster refuses and a read path that is none are errors, one per misuse (line 13 on)."""
+    errors, out = _mypy_errors(tmp_path, "fleet_run.py", FLEET_TEST)
     assert errors == ["13: call-arg]", "14: arg-type]", "15: call-arg]", "16: call-arg]", "17: call-arg]",
-                      "18: list-item]", "19: call-arg]", "20: arg-type]"], out.stdout
+                      "18: list-item]", "19: call-arg]", "20: arg-type]"], out
 
 
 def test_keywords_equal_to_a_default_beside_options_are_refused_but_defaults_left_alone_are_not(
@@ -316,15 +322,9 @@ def test_mypy_accepts_the_front_door_and_catches_each_misuse(tmp_path: Path) -> 
     """mypy --strict on an engine's test: the calls, the submodule imports and the types are accepted; a
     misspelled option, an option of the wrong type, a read path or a verdict or a kind that is none, and a
     module reached through the function are errors, one per misuse (line 11 on)."""
-    _needs_mypy()
-    (tmp_path / "engine_test.py").write_text(ENGINE_TEST, encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--hide-error-context",
-                          "--cache-dir", str(tmp_path / "cache"), str(tmp_path / "engine_test.py")],
-                         capture_output=True, text=True, cwd=REPO)
-    errors = [line.split(": error: ")[0].rsplit(":", 1)[1] + ": " + line.rsplit("[", 1)[1]
-              for line in out.stdout.splitlines() if ": error: " in line]
+    errors, out = _mypy_errors(tmp_path, "engine_test.py", ENGINE_TEST)
     assert errors == ["11: call-arg]", "12: arg-type]", "13: list-item]", "14: list-item]",
-                      "15: comparison-overlap]", "16: comparison-overlap]", "17: attr-defined]"], out.stdout
+                      "15: comparison-overlap]", "16: comparison-overlap]", "17: attr-defined]"], out
 
 
 # --- open_model: every way of naming a model --------------------------------------------------------
